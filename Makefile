@@ -1,0 +1,52 @@
+# The two commands of the README: `make run` starts rocketbox's embedded default, `make test`
+# runs every check CI runs. Both build the virtual environment themselves from pyproject.toml.
+PYTHON ?= python3
+VENV ?= .venv
+DATA_DIR ?= ./data
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+# The official Node client the broker is tested with (tests/node), installed from its lock file.
+NODE_DIR := tests/node
+NODE_STAMP := $(NODE_DIR)/node_modules/.installed
+
+.PHONY: run test lint bench bench-compiled bench-broker clean
+
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --disable-pip-version-check --upgrade pip
+	$(BIN)/python -m pip install --quiet --disable-pip-version-check -e '.[dev]'
+	touch $(STAMP)
+
+$(NODE_STAMP): $(NODE_DIR)/package.json $(NODE_DIR)/package-lock.json
+	cd $(NODE_DIR) && npm ci --no-audit --no-fund --loglevel=error
+	touch $(NODE_STAMP)
+
+run: $(STAMP)
+	$(BIN)/rocketbox up --data-dir $(DATA_DIR)
+
+lint: $(STAMP)
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+	$(BIN)/mypy
+
+test: lint $(NODE_STAMP)
+	$(BIN)/pytest
+
+bench: $(STAMP)
+	$(BIN)/python bench/store_bench.py
+
+# The same bench with the store compiled to C by mypyc, in a copy under build/ so that no
+# compiled module ever shadows the sources being edited.
+bench-compiled: $(STAMP)
+	rm -rf build/compiled && mkdir -p build/compiled
+	cp -r broker bench build/compiled/
+	cd build/compiled && ../../$(BIN)/mypyc broker/store/*.py > mypyc.log 2>&1 || (cat mypyc.log; exit 1)
+	cd build/compiled && ../../$(BIN)/python bench/store_bench.py
+
+# The broker over gRPC (real broker processes) beside a grpc.aio echo and NATS JetStream on
+# 127.0.0.1:4222, which must be running (exits 2 otherwise).
+bench-broker: $(STAMP)
+	$(BIN)/python bench/broker_bench.py
+
+clean:
+	rm -rf $(VENV) build .mypy_cache .ruff_cache .pytest_cache

@@ -1,0 +1,213 @@
+"""BrokerController: the broker process's parts, started and stopped in order.
+
+start(): recover the store, load topics, start the timer, transaction and send services, then
+serve gRPC (apache.rocketmq.v2 messaging, admin, health). It returns once the server is bound.
+shutdown(): stop intake (the server refuses new calls and finishes the running ones within the
+grace period), drain the send queue, stop timer and transaction services (saving progress), then
+shut the store down (flush, checkpoint, clean-exit marker).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+
+import grpc
+from grpc_health.v1 import health, health_pb2, health_pb2_grpc
+from rocketmq.grpc_protocol import definition_pb2 as pb
+from rocketmq.grpc_protocol import service_pb2_grpc
+
+from broker.admin_service import ADMIN_SERVICE_NAME, BrokerAdminService
+from broker.arrival import MessageArrivalNotifier
+from broker.config import BrokerConfig
+from broker.consumer_offset import ConsumerOffsetManager
+from broker.flow_control import ForcedFlowControl, SendQueue
+from broker.group_config import GroupConfigManager
+from broker.grpc_service.client_registry import ClientRegistry
+from broker.grpc_service.consumer_activity import ConsumerActivity
+from broker.grpc_service.messaging_service import MessagingService
+from broker.grpc_service.pull_activity import PullActivity
+from broker.pop_message import PopMessageService
+from broker.send_message import SendMessageService
+from broker.store.message import MessageExt
+from broker.store.message_store import DefaultMessageStore
+from broker.store.recovery import RecoveryReport
+from broker.timer_message import TimerMessageService
+from broker.topic_config import TopicConfigManager
+from broker.transaction_message import TransactionalMessageService
+from rocketbox_api.admin.v1 import broker_admin_pb2_grpc
+
+LOG = logging.getLogger(__name__)
+
+MESSAGING_SERVICE_NAME = "apache.rocketmq.v2.MessagingService"
+SHUTDOWN_GRACE_S = 10.0
+
+
+class BrokerController:
+    def __init__(self, config: BrokerConfig) -> None:
+        self.config = config
+        self.store = DefaultMessageStore(config.store, (config.route_host, config.listen_port))
+        self.topics = TopicConfigManager(config.config_dir, config.default_topic_queue_nums)
+        self.groups = GroupConfigManager(config.config_dir)
+        self.arrivals = MessageArrivalNotifier()
+        self.pull_offsets = ConsumerOffsetManager(config.config_dir)
+        self._pop: PopMessageService | None = None
+        self.forced_flow_control = ForcedFlowControl()
+        self.clients = ClientRegistry(config.telemetry_outbound_max)
+        self.port = 0
+        self.recovery_report: RecoveryReport | None = None
+        self._server: grpc.aio.Server | None = None
+        self._health = health.aio.HealthServicer()
+        self._send_queue: SendQueue | None = None
+        self._timer: TimerMessageService | None = None
+        self._transactions: TransactionalMessageService | None = None
+        self._messaging: MessagingService | None = None
+
+    async def start(self) -> int:
+        """Recover and serve; returns the bound port. On failure, what started is stopped."""
+        # Bind first: the port (a free one when listen_port is 0) is the store host every
+        # record carries, and what routes advertise.
+        server = self._server = self._bind()
+        try:
+            return await self._start_bound(server)
+        except BaseException:
+            await self.shutdown()
+            raise
+
+    async def _start_bound(self, server: grpc.aio.Server) -> int:
+        cfg = self.config
+        self.store.store_host = (cfg.route_host, self.port)
+        self.recovery_report = await asyncio.to_thread(self.store.start)
+        self.topics.load()
+        self.groups.load()
+        self.arrivals.attach(self.store)
+        self._pop = PopMessageService(self.store, self.topics, cfg.config_dir, self.arrivals)
+        self._timer = TimerMessageService(self.store, cfg.config_dir, cfg.timer_pending_max)
+        self._transactions = TransactionalMessageService(
+            self.store,
+            cfg.config_dir,
+            cfg.transaction_timeout_ms,
+            cfg.transaction_check_interval_ms,
+            cfg.transaction_check_max,
+            self._request_transaction_check,
+        )
+        self._send_queue = SendQueue(
+            cfg.send_queue_capacity_max, cfg.wait_time_ms_in_send_queue, cfg.send_workers
+        )
+        sends = SendMessageService(
+            self.store,
+            self.topics,
+            self.forced_flow_control,
+            self._send_queue,
+            self._timer,
+            self._transactions,
+            cfg.auto_create_topic_enable,
+        )
+        broker = pb.Broker(
+            name=cfg.broker_name,
+            id=0,  # the master: Python clients only use brokers with id 0
+            endpoints=pb.Endpoints(
+                scheme=pb.IPv6 if ":" in cfg.route_host else pb.IPv4,
+                addresses=[pb.Address(host=cfg.route_host, port=0)],
+            ),
+        )
+        consumers = ConsumerActivity(
+            self._pop,
+            self.groups,
+            sends,
+            broker,
+            cfg.invisible_duration_ms_min,
+            cfg.long_polling_timeout_ms,
+        )
+        self._messaging = MessagingService(
+            sends,
+            self._transactions,
+            self.clients,
+            broker,
+            cfg.store.max_message_size_bytes,
+            cfg.delay_max_ms,
+            consumers,
+            self.groups,
+            cfg.long_polling_timeout_ms,
+            PullActivity(
+                self.store, sends, self.arrivals, self.pull_offsets, cfg.long_polling_timeout_ms
+            ),
+        )
+        broker.endpoints.addresses[0].port = self.port
+        await self._timer.start()
+        await self._transactions.start()
+        await self._pop.start()
+        await self.pull_offsets.start()
+        self._send_queue.start()
+        service_pb2_grpc.add_MessagingServiceServicer_to_server(self._messaging, server)
+        broker_admin_pb2_grpc.add_BrokerAdminServicer_to_server(
+            BrokerAdminService(
+                self.store,
+                self.topics,
+                self.forced_flow_control,
+                self.groups,
+                self._pop,
+                self.clients,
+            ),
+            server,
+        )
+        health_pb2_grpc.add_HealthServicer_to_server(self._health, server)
+        await server.start()
+        for service in ("", MESSAGING_SERVICE_NAME, ADMIN_SERVICE_NAME):
+            await self._health.set(service, health_pb2.HealthCheckResponse.SERVING)
+        LOG.info("broker %s serving on %s:%s", cfg.broker_name, cfg.listen_host, self.port)
+        return self.port
+
+    def _bind(self) -> grpc.aio.Server:
+        cfg = self.config
+        server = grpc.aio.server(
+            options=[
+                ("grpc.max_receive_message_length", cfg.grpc_max_receive_message_bytes),
+                ("grpc.max_send_message_length", cfg.grpc_max_receive_message_bytes),
+                # A second broker on the same port must fail, not share it silently (spec §12).
+                ("grpc.so_reuseport", 0),
+            ]
+        )
+        address = f"{cfg.listen_host}:{cfg.listen_port}"
+        if cfg.tls_cert_file is not None and cfg.tls_key_file is not None:
+            credentials = grpc.ssl_server_credentials(
+                [(cfg.tls_key_file.read_bytes(), cfg.tls_cert_file.read_bytes())]
+            )
+            port = server.add_secure_port(address, credentials)
+        else:
+            port = server.add_insecure_port(address)
+        self.port = int(port)
+        return server
+
+    def _request_transaction_check(self, topic: str, half: MessageExt, transaction_id: str) -> bool:
+        # Checks start after the server is up, so the messaging service exists by then.
+        assert self._messaging is not None
+        return self._messaging.request_transaction_check(topic, half, transaction_id)
+
+    async def shutdown(self) -> None:
+        if self._server is not None:
+            await self._health.enter_graceful_shutdown()
+            self.arrivals.wake_all()
+            await self._server.stop(SHUTDOWN_GRACE_S)
+            self._server = None
+        if self._send_queue is not None:
+            await self._send_queue.stop()
+        if self._timer is not None:
+            await self._timer.stop()
+        if self._transactions is not None:
+            await self._transactions.stop()
+        if self._pop is not None:
+            await self._pop.stop()
+        await self.pull_offsets.stop()
+        await asyncio.to_thread(self.store.shutdown)
+        LOG.info("broker %s stopped", self.config.broker_name)
+
+    @property
+    def timer(self) -> TimerMessageService:
+        assert self._timer is not None
+        return self._timer
+
+    @property
+    def transactions(self) -> TransactionalMessageService:
+        assert self._transactions is not None
+        return self._transactions

@@ -1,0 +1,43 @@
+"""Committed offsets of offset-based (pull) consumers (RocketMQ's ConsumerOffsetManager).
+
+A pull consumer reads a queue from an offset it chooses and commits how far it got
+(UpdateOffset); after a restart it asks for the committed offset (GetOffset) and resumes there.
+Offsets live in memory and are written to ``config/pull_offsets.json`` at most every
+``FLUSH_INTERVAL_S`` and at stop: a broker crash may lose the last second of commits, so a
+consumer re-reads at most that much (at least once).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from broker.state_file import StateWriter, read_json
+
+OFFSETS_FILE_NAME = "pull_offsets.json"
+FLUSH_INTERVAL_S = 1.0
+
+
+class ConsumerOffsetManager:
+    def __init__(self, config_dir: Path) -> None:
+        self._path = config_dir / OFFSETS_FILE_NAME
+        # "group@topic" -> queue id (as text, for JSON) -> offset
+        self._offsets: dict[str, dict[str, int]] = {}
+        self._writer = StateWriter(
+            self._path, lambda: {k: dict(v) for k, v in self._offsets.items()}, FLUSH_INTERVAL_S
+        )
+
+    async def start(self) -> None:
+        raw = read_json(self._path)
+        if isinstance(raw, dict):
+            self._offsets = {k: {q: int(o) for q, o in v.items()} for k, v in raw.items()}
+        self._writer.start()
+
+    async def stop(self) -> None:
+        await self._writer.stop()
+
+    def commit(self, group: str, topic: str, queue_id: int, offset: int) -> None:
+        self._offsets.setdefault(f"{group}@{topic}", {})[str(queue_id)] = offset
+        self._writer.dirty = True
+
+    def query(self, group: str, topic: str, queue_id: int) -> int | None:
+        return self._offsets.get(f"{group}@{topic}", {}).get(str(queue_id))

@@ -1,0 +1,99 @@
+"""Connected clients, keyed by ``x-mq-client-id`` (the proxy's ClientActivity/ChannelManager).
+
+Each client's last Settings and its open Telemetry stream live here. Other parts of the broker
+(transaction check-back) push commands to a client through its stream's bounded outbound queue.
+A client is forgotten when its stream ends or it says NotifyClientTermination.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from dataclasses import dataclass, field
+
+from rocketmq.grpc_protocol import definition_pb2 as pb
+from rocketmq.grpc_protocol import service_pb2 as spb
+
+LOG = logging.getLogger(__name__)
+
+
+@dataclass(slots=True)
+class ClientSession:
+    client_id: str
+    outbound: asyncio.Queue[spb.TelemetryCommand]
+    settings: pb.Settings | None = None
+    last_seen_monotonic: float = field(default_factory=time.monotonic)
+    dropped_commands: int = 0
+
+    @property
+    def client_type(self) -> int:
+        return int(self.settings.client_type) if self.settings is not None else 0
+
+    @property
+    def publishing_topics(self) -> frozenset[str]:
+        if self.settings is None or not self.settings.HasField("publishing"):
+            return frozenset()
+        return frozenset(r.name for r in self.settings.publishing.topics)
+
+    def push(self, command: spb.TelemetryCommand) -> bool:
+        """Queue a command for the client; False (and counted) when its queue is full."""
+        try:
+            self.outbound.put_nowait(command)
+        except asyncio.QueueFull:
+            self.dropped_commands += 1
+            LOG.warning("telemetry queue of client %s is full; command dropped", self.client_id)
+            return False
+        return True
+
+
+class ClientRegistry:
+    def __init__(self, outbound_max: int) -> None:
+        self._outbound_max = outbound_max
+        self._sessions: dict[str, ClientSession] = {}
+
+    def open(self, client_id: str) -> ClientSession:
+        session = ClientSession(client_id, asyncio.Queue(maxsize=self._outbound_max))
+        previous = self._sessions.get(client_id)
+        if previous is not None:
+            LOG.info("client %s opened a new telemetry stream; the old one is replaced", client_id)
+        self._sessions[client_id] = session
+        return session
+
+    def close(self, session: ClientSession) -> None:
+        if self._sessions.get(session.client_id) is session:
+            del self._sessions[session.client_id]
+
+    def forget(self, client_id: str) -> None:
+        self._sessions.pop(client_id, None)
+
+    def touch(self, client_id: str) -> None:
+        session = self._sessions.get(client_id)
+        if session is not None:
+            session.last_seen_monotonic = time.monotonic()
+
+    def get(self, client_id: str) -> ClientSession | None:
+        return self._sessions.get(client_id)
+
+    def producers_of(self, topic: str) -> list[ClientSession]:
+        """Live producers whose Settings list ``topic``, most recently seen first."""
+        found = [
+            s
+            for s in self._sessions.values()
+            if s.client_type == pb.PRODUCER and topic in s.publishing_topics
+        ]
+        return sorted(found, key=lambda s: s.last_seen_monotonic, reverse=True)
+
+    def consumers_of(self, group: str) -> list[ClientSession]:
+        """Connected consumers whose Settings name ``group``, by client id."""
+        found = [
+            s
+            for s in self._sessions.values()
+            if s.settings is not None
+            and s.settings.HasField("subscription")
+            and s.settings.subscription.group.name == group
+        ]
+        return sorted(found, key=lambda s: s.client_id)
+
+    def __len__(self) -> int:
+        return len(self._sessions)

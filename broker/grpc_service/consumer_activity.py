@@ -1,0 +1,251 @@
+"""The consumer RPCs of apache.rocketmq.v2: ReceiveMessage, AckMessage, ChangeInvisibleDuration,
+ForwardMessageToDeadLetterQueue, QueryAssignment (the proxy's consumer activities).
+
+ReceiveMessage answers with the proxy's stream shape (spec §8.5): ``status`` OK, one frame per
+message, a ``delivery_timestamp``; or ``MESSAGE_NOT_FOUND`` and a timestamp when nothing came
+within the poll time. The poll never outlives the client's deadline. Messages taken for a stream
+that breaks before they were written are made visible again at once.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from collections.abc import AsyncIterator
+from typing import Any
+
+import grpc
+from rocketmq.grpc_protocol import definition_pb2 as pb
+from rocketmq.grpc_protocol import service_pb2 as spb
+
+from broker.errors import TopicNotFoundError
+from broker.group_config import DLQ_TOPIC_PREFIX, GroupConfigManager
+from broker.grpc_service.converter import duration_ms, to_pb_message, to_timestamp
+from broker.grpc_service.protocol import OK_STATUS, Code, ProtocolError, status
+from broker.grpc_service.validator import validate_group, validate_topic
+from broker.pop_message import Delivery, InvalidReceiptHandleError, PopMessageService
+from broker.send_message import SendMessageService
+from broker.store.message import PROPERTY_ORIGIN_MESSAGE_ID, PROPERTY_RETRY_TOPIC
+from broker.topic_config import TopicConfig
+
+Context = grpc.aio.ServicerContext[Any, Any]
+
+RECEIVE_BATCH_MAX = 32
+INVISIBLE_DURATION_MS_MAX = 12 * 3600 * 1000
+AUTO_RENEW_INVISIBLE_MS = 60_000
+# Answer this long before the client's deadline, so the stream ends before the client gives up.
+DEADLINE_MARGIN_MS = 500
+LONG_POLLING_MS_MAX = 20_000
+
+
+class ConsumerActivity:
+    def __init__(
+        self,
+        pop: PopMessageService,
+        groups: GroupConfigManager,
+        sends: SendMessageService,
+        broker: pb.Broker,
+        invisible_duration_ms_min: int,
+        long_polling_timeout_ms: int,
+    ) -> None:
+        self._long_polling_ms = long_polling_timeout_ms
+        self._pop = pop
+        self._groups = groups
+        self._sends = sends
+        self._broker = broker
+        self._invisible_ms_min = invisible_duration_ms_min
+
+    def _topic(self, name: str) -> TopicConfig:
+        validate_topic(name, allow_dead_letter=True)
+        try:
+            return self._sends.topic_config(name)
+        except TopicNotFoundError as e:
+            raise ProtocolError(Code.TOPIC_NOT_FOUND, str(e)) from None
+
+    async def receive_message(
+        self, request: spb.ReceiveMessageRequest, context: Context
+    ) -> AsyncIterator[spb.ReceiveMessageResponse]:
+        group = request.group.name
+        topic = request.message_queue.topic.name
+        try:
+            validate_group(group)
+            tc = self._topic(topic)
+            tags = filter_tags(request.filter_expression)
+            invisible_ms = self._invisible_ms(request)
+            batch = min(request.batch_size, RECEIVE_BATCH_MAX) if request.batch_size > 0 else 0
+            if batch <= 0:
+                raise ProtocolError(
+                    Code.BAD_REQUEST, f"batch_size must be in 1..{RECEIVE_BATCH_MAX}"
+                )
+        except ProtocolError as e:
+            yield spb.ReceiveMessageResponse(status=e.to_status())
+            yield _closing_frame()
+            return
+        poll_ms = long_polling_ms(request, self._long_polling_ms, context)
+        gc = self._groups.find_or_create(group)
+        deliveries = await self._pop.receive(
+            gc, topic, range(tc.queue_nums), tags, batch, invisible_ms, poll_ms
+        )
+        if not deliveries:
+            yield spb.ReceiveMessageResponse(
+                status=status(Code.MESSAGE_NOT_FOUND, "no new message")
+            )
+            yield _closing_frame()
+            return
+        namespace = request.message_queue.topic.resource_namespace
+        sent = 0
+        try:
+            yield spb.ReceiveMessageResponse(status=OK_STATUS)
+            for d in deliveries:
+                yield spb.ReceiveMessageResponse(message=self._view(d, namespace))
+                sent += 1
+            yield _closing_frame()
+        finally:
+            for d in deliveries[sent:]:  # never written: visible again now, not after the timeout
+                with contextlib.suppress(InvalidReceiptHandleError):
+                    self._pop.change_invisible_duration(group, topic, d.receipt_handle, 0)
+
+    def _view(self, d: Delivery, namespace: str) -> pb.Message:
+        view = to_pb_message(d.message, namespace=namespace)
+        sp = view.system_properties
+        sp.receipt_handle = d.receipt_handle
+        sp.delivery_attempt = d.attempt
+        props = d.message.properties
+        if d.message.topic.startswith(DLQ_TOPIC_PREFIX) and PROPERTY_RETRY_TOPIC in props:
+            sp.dead_letter_queue.CopyFrom(
+                pb.DeadLetterQueue(
+                    topic=props[PROPERTY_RETRY_TOPIC],
+                    message_id=props.get(PROPERTY_ORIGIN_MESSAGE_ID, ""),
+                )
+            )
+        return view
+
+    def _invisible_ms(self, request: spb.ReceiveMessageRequest) -> int:
+        if request.auto_renew:
+            return AUTO_RENEW_INVISIBLE_MS
+        if not request.HasField("invisible_duration"):
+            raise ProtocolError(Code.ILLEGAL_INVISIBLE_TIME, "invisible_duration is required")
+        ms = duration_ms(request.invisible_duration)
+        if not self._invisible_ms_min <= ms <= INVISIBLE_DURATION_MS_MAX:
+            raise ProtocolError(
+                Code.ILLEGAL_INVISIBLE_TIME,
+                f"invisible_duration {ms} ms is outside "
+                f"{self._invisible_ms_min}..{INVISIBLE_DURATION_MS_MAX} ms",
+            )
+        return ms
+
+    async def ack_message(self, request: spb.AckMessageRequest) -> spb.AckMessageResponse:
+        group, topic = request.group.name, request.topic.name
+        entries = []
+        for entry in request.entries:
+            try:
+                self._pop.ack(group, topic, entry.receipt_handle)
+                st = OK_STATUS
+            except InvalidReceiptHandleError as e:
+                st = status(Code.INVALID_RECEIPT_HANDLE, str(e))
+            entries.append(
+                spb.AckMessageResultEntry(
+                    message_id=entry.message_id, receipt_handle=entry.receipt_handle, status=st
+                )
+            )
+        codes = {e.status.code for e in entries}
+        top = entries[0].status if len(codes) == 1 else status(Code.MULTIPLE_RESULTS)
+        if not entries:
+            top = status(Code.BAD_REQUEST, "entries is empty")
+        return spb.AckMessageResponse(status=top, entries=entries)
+
+    def change_invisible_duration(
+        self, request: spb.ChangeInvisibleDurationRequest
+    ) -> spb.ChangeInvisibleDurationResponse:
+        ms = duration_ms(request.invisible_duration)
+        old = request.receipt_handle
+        if not 0 <= ms <= INVISIBLE_DURATION_MS_MAX:
+            # Echo the old handle: Python stores whatever comes back, even on errors (spec §12).
+            return spb.ChangeInvisibleDurationResponse(
+                status=status(
+                    Code.ILLEGAL_INVISIBLE_TIME,
+                    f"invisible_duration {ms} ms is outside 0..{INVISIBLE_DURATION_MS_MAX} ms",
+                ),
+                receipt_handle=old,
+            )
+        try:
+            d = self._pop.change_invisible_duration(request.group.name, request.topic.name, old, ms)
+        except InvalidReceiptHandleError as e:
+            return spb.ChangeInvisibleDurationResponse(
+                status=status(Code.INVALID_RECEIPT_HANDLE, str(e)), receipt_handle=old
+            )
+        return spb.ChangeInvisibleDurationResponse(
+            status=OK_STATUS, receipt_handle=d.receipt_handle
+        )
+
+    async def forward_to_dead_letter(
+        self, request: spb.ForwardMessageToDeadLetterQueueRequest
+    ) -> spb.ForwardMessageToDeadLetterQueueResponse:
+        try:
+            await self._pop.forward_to_dead_letter(
+                request.group.name, request.topic.name, request.receipt_handle
+            )
+        except InvalidReceiptHandleError as e:
+            return spb.ForwardMessageToDeadLetterQueueResponse(
+                status=status(Code.INVALID_RECEIPT_HANDLE, str(e))
+            )
+        return spb.ForwardMessageToDeadLetterQueueResponse(status=OK_STATUS)
+
+    def query_assignment(self, request: spb.QueryAssignmentRequest) -> spb.QueryAssignmentResponse:
+        try:
+            validate_group(request.group.name)
+            tc = self._topic(request.topic.name)
+        except ProtocolError as e:
+            return spb.QueryAssignmentResponse(status=e.to_status())
+        resource = pb.Resource(
+            resource_namespace=request.topic.resource_namespace, name=request.topic.name
+        )
+        # Pop consumption serves the whole topic whatever queue is asked for: one assignment
+        # per queue lets every client's balancer spread its receives.
+        assignments = [
+            pb.Assignment(
+                message_queue=pb.MessageQueue(
+                    topic=resource, id=q, permission=pb.READ_WRITE, broker=self._broker
+                )
+            )
+            for q in range(tc.queue_nums)
+        ]
+        return spb.QueryAssignmentResponse(status=OK_STATUS, assignments=assignments)
+
+
+def _closing_frame() -> spb.ReceiveMessageResponse:
+    """The stream's last frame: the broker's time (clients use it for latency metrics)."""
+    return spb.ReceiveMessageResponse(delivery_timestamp=to_timestamp(time.time_ns() // 1_000_000))
+
+
+def filter_tags(expression: pb.FilterExpression) -> frozenset[str] | None:
+    """The tags a TAG expression accepts (``*``: all, None); SQL92 is refused."""
+    if expression.type == pb.SQL:
+        raise ProtocolError(
+            Code.ILLEGAL_FILTER_EXPRESSION,
+            "filter_expression: SQL92 filtering is not supported",
+        )
+    text = expression.expression.strip()
+    if not text or text == "*":
+        return None
+    tags = frozenset(t.strip() for t in text.split("||") if t.strip())
+    if not tags:
+        raise ProtocolError(Code.ILLEGAL_FILTER_EXPRESSION, f"filter_expression {text!r}")
+    return tags
+
+
+def long_polling_ms(
+    request: spb.ReceiveMessageRequest | spb.PullMessageRequest, default_ms: int, context: Context
+) -> int:
+    """How long a receive or pull may wait: the request's time (or the broker's default), at
+    most the proxy's 20 s (spec §8.5), and ending before the client's deadline does."""
+    poll_ms = (
+        duration_ms(request.long_polling_timeout)
+        if request.HasField("long_polling_timeout")
+        else default_ms
+    )
+    poll_ms = min(poll_ms, LONG_POLLING_MS_MAX)
+    remaining = context.time_remaining()
+    if remaining is not None:
+        poll_ms = max(0, min(poll_ms, int(remaining * 1000) - DEADLINE_MARGIN_MS))
+    return poll_ms

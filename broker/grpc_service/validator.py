@@ -1,0 +1,176 @@
+"""Protocol validation of messages sent over apache.rocketmq.v2 (the proxy's GrpcValidator).
+
+Each check raises ProtocolError with the proxy's code and a message that names the field and the
+limit (spec §5.4, §8.1). Nothing is stored for a request that fails here.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+
+from rocketmq.grpc_protocol import definition_pb2 as pb
+
+from broker.group_config import DLQ_TOPIC_PREFIX
+from broker.grpc_service.protocol import Code, ProtocolError
+from broker.store.message import SYSTEM_PROPERTY_NAMES
+from broker.topic_config import (
+    SYSTEM_TOPIC_PREFIXES,
+    TOPIC_LENGTH_MAX,
+    TOPIC_NAME_PATTERN,
+    TopicMessageType,
+)
+
+CONTROL_CHARACTERS = re.compile(r"[\x00-\x1f\x7f-\x9f]")
+GROUP_PATTERN = re.compile(r"[%a-zA-Z0-9_-]+")
+GROUP_LENGTH_MAX = 120
+MESSAGE_GROUP_BYTES_MAX = 64
+USER_PROPERTIES_COUNT_MAX = 128
+PROPERTIES_BYTES_MAX = 16 * 1024
+# Names RocketMQ reserves for itself besides the store's (MessageConst.STRING_HASH_SET, abridged
+# to those a client could plausibly collide with).
+# DELAY is the one store property a client may set: RocketMQ's 18 delay levels (1..18).
+DELAY_LEVEL_PROPERTY = "DELAY"
+DELAY_LEVEL_MAX = 18
+RESERVED_PROPERTY_NAMES = (SYSTEM_PROPERTY_NAMES - {DELAY_LEVEL_PROPERTY}) | {
+    "WAIT",
+    "RETRY_TOPIC",
+    "ORIGIN_MESSAGE_ID",
+    "TRANSACTION_CHECK_TIMES",
+    "CHECK_IMMUNITY_TIME_IN_SECONDS",
+    "INSTANCE_ID",
+    "CORRELATION_ID",
+    "MSG_REGION",
+    "TRACE_ON",
+    "MAX_OFFSET",
+    "MIN_OFFSET",
+    "BUYER_ID",
+    "RECONSUME_TIME",
+    "MAX_RECONSUME_TIMES",
+    "CONSUME_START_TIME",
+    "TIMER_DELAY_SEC",
+    "TIMER_DELAY_MS",
+    "__STARTDELIVERTIME",
+}
+
+_TYPE_OF = {
+    pb.NORMAL: TopicMessageType.NORMAL,
+    pb.FIFO: TopicMessageType.FIFO,
+    pb.DELAY: TopicMessageType.DELAY,
+    pb.TRANSACTION: TopicMessageType.TRANSACTION,
+}
+
+
+def validate_topic(name: str, allow_dead_letter: bool = False) -> None:
+    """Sends go to application topics only; consumers may also read ``%DLQ%<group>``."""
+    if not name:
+        raise ProtocolError(Code.ILLEGAL_TOPIC, "topic is empty (1..127 characters)")
+    if len(name) > TOPIC_LENGTH_MAX:
+        raise ProtocolError(
+            Code.ILLEGAL_TOPIC, f"topic is {len(name)} characters (limit {TOPIC_LENGTH_MAX})"
+        )
+    if not TOPIC_NAME_PATTERN.fullmatch(name):
+        raise ProtocolError(Code.ILLEGAL_TOPIC, f"topic {name!r}: only characters %a-zA-Z0-9_-")
+    if name.startswith(SYSTEM_TOPIC_PREFIXES) and not (
+        allow_dead_letter and name.startswith(DLQ_TOPIC_PREFIX)
+    ):
+        raise ProtocolError(Code.ILLEGAL_TOPIC, f"topic {name!r} is a system topic")
+
+
+def validate_group(name: str) -> None:
+    if not name or len(name) > GROUP_LENGTH_MAX or not GROUP_PATTERN.fullmatch(name):
+        raise ProtocolError(
+            Code.ILLEGAL_CONSUMER_GROUP,
+            f"group {name!r}: 1..{GROUP_LENGTH_MAX} characters of %a-zA-Z0-9_-",
+        )
+
+
+def message_type_of(msg: pb.Message) -> TopicMessageType:
+    kind = _TYPE_OF.get(msg.system_properties.message_type)
+    if kind is None:
+        raise ProtocolError(
+            Code.BAD_REQUEST,
+            "message_type: one of NORMAL, FIFO, DELAY, TRANSACTION "
+            f"(got {pb.MessageType.Name(msg.system_properties.message_type)})",
+        )
+    return kind
+
+
+def validate_message(
+    msg: pb.Message, max_body_bytes: int, delay_max_ms: int, now_ms: int | None = None
+) -> None:
+    validate_topic(msg.topic.name)
+    sp = msg.system_properties
+    if not sp.message_id.strip():
+        raise ProtocolError(Code.ILLEGAL_MESSAGE_ID, "message_id is blank")
+    if not msg.body:
+        raise ProtocolError(Code.MESSAGE_BODY_EMPTY, "body is empty (1 byte at least)")
+    if len(msg.body) > max_body_bytes:
+        raise ProtocolError(
+            Code.MESSAGE_BODY_TOO_LARGE,
+            f"body is {len(msg.body)} bytes (limit max_message_size_bytes={max_body_bytes})",
+        )
+    props_bytes = 0
+    if sp.HasField("tag"):
+        tag = sp.tag
+        if not tag.strip() or "|" in tag or CONTROL_CHARACTERS.search(tag):
+            raise ProtocolError(
+                Code.ILLEGAL_MESSAGE_TAG, f"tag {tag!r}: not blank, no '|', no control characters"
+            )
+        props_bytes += len(tag.encode())
+    for key in sp.keys:
+        if not key.strip() or CONTROL_CHARACTERS.search(key) or " " in key:
+            raise ProtocolError(
+                Code.ILLEGAL_MESSAGE_KEY, f"key {key!r}: not blank, no spaces or control characters"
+            )
+        props_bytes += len(key.encode())
+    if sp.HasField("message_group"):
+        group = sp.message_group
+        if (
+            not group.strip()
+            or len(group.encode()) >= MESSAGE_GROUP_BYTES_MAX
+            or CONTROL_CHARACTERS.search(group)
+        ):
+            raise ProtocolError(
+                Code.ILLEGAL_MESSAGE_GROUP,
+                f"message_group {group!r}: 1..{MESSAGE_GROUP_BYTES_MAX - 1} bytes, "
+                "no control characters",
+            )
+    if len(msg.user_properties) > USER_PROPERTIES_COUNT_MAX:
+        raise ProtocolError(
+            Code.MESSAGE_PROPERTIES_TOO_LARGE,
+            f"user_properties has {len(msg.user_properties)} entries "
+            f"(limit {USER_PROPERTIES_COUNT_MAX})",
+        )
+    for name, value in msg.user_properties.items():
+        if not name or name in RESERVED_PROPERTY_NAMES:
+            raise ProtocolError(
+                Code.ILLEGAL_MESSAGE_PROPERTY_KEY, f"user property {name!r} is a reserved name"
+            )
+        if CONTROL_CHARACTERS.search(name) or CONTROL_CHARACTERS.search(value):
+            raise ProtocolError(
+                Code.ILLEGAL_MESSAGE_PROPERTY_KEY,
+                f"user property {name!r}: no control characters in name or value",
+            )
+        if name == DELAY_LEVEL_PROPERTY and not (
+            value.isdigit() and 1 <= int(value) <= DELAY_LEVEL_MAX
+        ):
+            raise ProtocolError(
+                Code.ILLEGAL_DELIVERY_TIME,
+                f"user property DELAY {value!r}: a delay level 1..{DELAY_LEVEL_MAX}",
+            )
+        props_bytes += len(name.encode()) + len(value.encode())
+    if props_bytes > PROPERTIES_BYTES_MAX:
+        raise ProtocolError(
+            Code.MESSAGE_PROPERTIES_TOO_LARGE,
+            f"tag, keys and user properties are {props_bytes} bytes (limit {PROPERTIES_BYTES_MAX})",
+        )
+    if sp.HasField("delivery_timestamp"):
+        deliver_ms = sp.delivery_timestamp.seconds * 1000 + sp.delivery_timestamp.nanos // 1_000_000
+        now = now_ms if now_ms is not None else time.time_ns() // 1_000_000
+        if deliver_ms > now + delay_max_ms:
+            raise ProtocolError(
+                Code.ILLEGAL_DELIVERY_TIME,
+                f"delivery_timestamp is {(deliver_ms - now) // 1000} s ahead "
+                f"(limit delay_max_ms={delay_max_ms})",
+            )

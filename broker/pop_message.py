@@ -1,0 +1,407 @@
+"""Pop consumption (RocketMQ 5's pop / ack / change-invisible-time), over the consume queues.
+
+Per consumer group, topic and queue the service keeps:
+- ``ack_offset``: every queue offset below it is done (acked, filtered out, or dead-lettered).
+  This is the group's consume progress.
+- ``done``: offsets at or above ``ack_offset`` that are done out of order (at most the scan
+  window). Both are persisted (``config/consumer_offsets.json``), so nothing acked comes back.
+- ``inflight``: offsets delivered and not done, with their receipt, attempt and invisibility.
+An offset at or above ``ack_offset`` that is neither is available. A receive scans from
+``ack_offset`` (at most SCAN_ENTRIES_MAX entries a queue) and hands out available messages and
+in-flight ones whose invisibility expired (then with ``delivery_attempt`` + 1). A message that
+would exceed the group's maximum attempts goes to ``%DLQ%<group>`` instead.
+
+FIFO groups (``consume_message_orderly``): a message group's next message is not handed out while
+an earlier one of that group is in flight; different message groups proceed in parallel.
+
+In-flight state is kept in memory: after a broker restart every message from ``ack_offset`` on is
+available again (at least once, as RocketMQ promises). Long polling waits on an event per topic
+(arrival.py), or until the earliest invisibility expires.
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import secrets
+import time
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from broker.arrival import MessageArrivalNotifier
+from broker.group_config import GroupConfig, dlq_topic
+from broker.state_file import StateWriter, read_json
+from broker.store.consume_queue import ConsumeQueue, CqEntry
+from broker.store.message import (
+    PROPERTY_ORIGIN_MESSAGE_ID,
+    PROPERTY_RETRY_TOPIC,
+    PROPERTY_SHARDING_KEY,
+    MessageExt,
+    MessageExtBrokerInner,
+    tags_string_to_tags_code,
+)
+from broker.store.message_store import DefaultMessageStore
+from broker.topic_config import TopicConfigManager
+
+LOG = logging.getLogger(__name__)
+
+OFFSETS_FILE_NAME = "consumer_offsets.json"
+# Entries one receive scans in one queue: bounds the work of a receive and the messages in
+# flight per queue and group.
+SCAN_ENTRIES_MAX = 2_048
+# The window is read this many entries at a time: a receive that fills its batch early stops
+# early (reading the whole window as one list cost a fifth of the broker's CPU under load).
+SCAN_CHUNK_ENTRIES = 64
+PROGRESS_FLUSH_INTERVAL_S = 1.0
+
+
+class InvalidReceiptHandleError(Exception):
+    """A receipt handle that is unknown, stale (superseded or expired and redelivered) or done."""
+
+
+@dataclass(slots=True)
+class Delivery:
+    message: MessageExt
+    receipt_handle: str
+    attempt: int
+    invisible_until_ms: int
+
+
+@dataclass(slots=True)
+class _InFlight:
+    phy_offset: int
+    size: int
+    attempt: int
+    invisible_until_ms: int
+    handle: str
+    message_group: str | None
+
+
+@dataclass(slots=True)
+class _QueueState:
+    ack_offset: int
+    done: set[int] = field(default_factory=set)
+    inflight: dict[int, _InFlight] = field(default_factory=dict)
+
+    def mark_done(self, offset: int) -> bool:
+        """Returns True when the ack offset moved."""
+        self.inflight.pop(offset, None)
+        if offset < self.ack_offset:
+            return False
+        self.done.add(offset)
+        moved = False
+        while self.ack_offset in self.done:
+            self.done.remove(self.ack_offset)
+            self.ack_offset += 1
+            moved = True
+        return moved
+
+
+# Handles must differ per delivery (a superseded one is then stale) and not be guessable from
+# outside: a random salt per broker run plus a counter. (A urandom call per message cost more
+# than the rest of making the handle.)
+_HANDLE_SALT = secrets.randbits(32)
+_HANDLE_SEQ = itertools.count()
+
+
+def make_handle(queue_id: int, queue_offset: int) -> str:
+    return f"{queue_id}.{queue_offset}.{_HANDLE_SALT:08x}{next(_HANDLE_SEQ):012x}"
+
+
+def parse_handle(handle: str) -> tuple[int, int]:
+    parts = handle.split(".")
+    if len(parts) != 3 or not parts[0].isdigit() or not parts[1].isdigit():
+        raise InvalidReceiptHandleError(f"receipt handle {handle!r} is not one of ours")
+    return int(parts[0]), int(parts[1])
+
+
+class PopMessageService:
+    def __init__(
+        self,
+        store: DefaultMessageStore,
+        topics: TopicConfigManager,
+        config_dir: Path,
+        arrivals: MessageArrivalNotifier,
+    ) -> None:
+        self._arrivals = arrivals
+        self._store = store
+        self._topics = topics
+        self._path = config_dir / OFFSETS_FILE_NAME
+        self._queues: dict[tuple[str, str, int], _QueueState] = {}
+        # group -> topic -> queue id -> {"ack": offset, "done": [offsets]}
+        self._saved: dict[str, dict[str, dict[str, dict[str, Any]]]] = {}
+        self._progress = StateWriter(self._path, self._snapshot, PROGRESS_FLUSH_INTERVAL_S)
+        self._next_queue: dict[tuple[str, str], int] = {}
+
+    # -- life cycle ----------------------------------------------------------------------
+    async def start(self) -> None:
+        raw = read_json(self._path)
+        self._saved = raw if isinstance(raw, dict) else {}
+        self._progress.start()
+
+    async def stop(self) -> None:
+        self._arrivals.wake_all()
+        await self._progress.stop()
+
+    def _snapshot(self) -> dict[str, dict[str, dict[str, dict[str, Any]]]]:
+        data: dict[str, dict[str, dict[str, dict[str, Any]]]] = {}
+        for (group, topic, queue_id), qs in list(self._queues.items()):
+            data.setdefault(group, {}).setdefault(topic, {})[str(queue_id)] = {
+                "ack": qs.ack_offset,
+                "done": sorted(qs.done),
+            }
+        for saved_group, topics in self._saved.items():  # queues not touched since the start
+            for saved_topic, queues in topics.items():
+                for saved_queue, offset in queues.items():
+                    by_queue = data.setdefault(saved_group, {}).setdefault(saved_topic, {})
+                    by_queue.setdefault(saved_queue, offset)
+        return data
+
+    # -- state -----------------------------------------------------------------------------
+    def _state(self, group: str, topic: str, queue_id: int) -> _QueueState:
+        key = (group, topic, queue_id)
+        qs = self._queues.get(key)
+        if qs is None:
+            saved = self._saved.get(group, {}).get(topic, {}).get(str(queue_id))
+            # A new group consumes from the first message still stored (nothing is skipped).
+            start = self._store.get_min_offset_in_queue(topic, queue_id)
+            if saved is None:
+                qs = _QueueState(start)
+            else:
+                ack = max(start, int(saved["ack"]))
+                qs = _QueueState(ack, {int(o) for o in saved["done"] if int(o) >= ack})
+            self._queues[key] = qs
+        return qs
+
+    def consume_offset(self, group: str, topic: str, queue_id: int) -> int:
+        return self._state(group, topic, queue_id).ack_offset
+
+    def inflight_count(self, group: str, topic: str, queue_id: int) -> int:
+        qs = self._queues.get((group, topic, queue_id))
+        return len(qs.inflight) if qs is not None else 0
+
+    def groups_of(self, topic: str) -> list[str]:
+        """Groups that consumed the topic, in this run or before (persisted progress)."""
+        live = {g for (g, t, _) in self._queues if t == topic}
+        saved = {g for g, topics in self._saved.items() if topic in topics}
+        return sorted(live | saved)
+
+    def topics_of(self, group: str) -> list[str]:
+        live = {t for (g, t, _) in self._queues if g == group}
+        return sorted(live | set(self._saved.get(group, {})))
+
+    def reset_offset(self, group: str, topic: str, queue_id: int, queue_offset: int) -> None:
+        """Start the group over at ``queue_offset`` in this queue (``rocketbox group
+        reset-offset``): nothing in flight or acked out of order is remembered. Clamped to the
+        queue's offsets still stored."""
+        low = self._store.get_min_offset_in_queue(topic, queue_id)
+        high = self._store.get_max_offset_in_queue(topic, queue_id)
+        qs = self._state(group, topic, queue_id)
+        qs.ack_offset = min(max(queue_offset, low), high)
+        qs.done.clear()
+        qs.inflight.clear()
+        self._progress.dirty = True
+        self._arrivals.notify(topic)
+        LOG.info("group %s: %s queue %s reset to offset %s", group, topic, queue_id, qs.ack_offset)
+
+    # -- receive ---------------------------------------------------------------------------
+    async def receive(
+        self,
+        group: GroupConfig,
+        topic: str,
+        queue_ids: Sequence[int],
+        tags: frozenset[str] | None,
+        batch_max: int,
+        invisible_ms: int,
+        poll_ms: int,
+    ) -> list[Delivery]:
+        """Up to ``batch_max`` messages, waiting up to ``poll_ms`` for the first to arrive."""
+        deadline = time.monotonic() + poll_ms / 1000
+        while True:
+            deliveries, next_expiry_ms = await self._take(
+                group, topic, queue_ids, tags, batch_max, invisible_ms
+            )
+            remaining_s = deadline - time.monotonic()
+            if deliveries or remaining_s <= 0 or self._arrivals.closing:
+                return deliveries
+            wait_s = remaining_s
+            if next_expiry_ms is not None:
+                wait_s = min(wait_s, max(0.0, (next_expiry_ms - _now_ms()) / 1000) + 0.001)
+            await self._arrivals.wait(topic, wait_s)
+
+    async def _take(
+        self,
+        group: GroupConfig,
+        topic: str,
+        queue_ids: Sequence[int],
+        tags: frozenset[str] | None,
+        batch_max: int,
+        invisible_ms: int,
+    ) -> tuple[list[Delivery], int | None]:
+        """One pass over the queues; returns the deliveries and the earliest invisibility
+        expiry seen (when to look again if there was nothing)."""
+        now = _now_ms()
+        codes = {tags_string_to_tags_code(t) for t in tags} if tags is not None else None
+        deliveries: list[Delivery] = []
+        next_expiry: int | None = None
+        # Each receive starts one queue further on: starting at queue 0 every time starved the
+        # high queues under a backlog (seconds of latency on queue 7, milliseconds on queue 0).
+        key = (group.group_name, topic)
+        first = self._next_queue.get(key, 0) % max(1, len(queue_ids))
+        self._next_queue[key] = first + 1
+        for queue_id in [*queue_ids[first:], *queue_ids[:first]]:
+            if len(deliveries) >= batch_max:
+                break
+            expiry = await self._take_from_queue(
+                group, topic, queue_id, tags, codes, batch_max, invisible_ms, now, deliveries
+            )
+            if expiry is not None:
+                next_expiry = expiry if next_expiry is None else min(next_expiry, expiry)
+        return deliveries, next_expiry
+
+    async def _take_from_queue(
+        self,
+        group: GroupConfig,
+        topic: str,
+        queue_id: int,
+        tags: frozenset[str] | None,
+        codes: set[int] | None,
+        batch_max: int,
+        invisible_ms: int,
+        now: int,
+        deliveries: list[Delivery],
+    ) -> int | None:
+        qs = self._state(group.group_name, topic, queue_id)
+        cq = self._store.consume_queue_store.find(topic, queue_id)
+        if cq is None:
+            return None
+        if qs.ack_offset < cq.min_offset_in_queue:  # retention removed what was left
+            qs.ack_offset = cq.min_offset_in_queue
+            qs.done = {o for o in qs.done if o >= qs.ack_offset}
+        next_expiry: int | None = None
+        blocked: set[str] = set()
+        for entry in _window(cq, qs.ack_offset):
+            if len(deliveries) >= batch_max:
+                break
+            offset = entry.queue_offset
+            if offset in qs.done:
+                continue
+            flight = qs.inflight.get(offset)
+            if flight is not None and flight.invisible_until_ms > now:
+                if flight.message_group is not None:
+                    blocked.add(flight.message_group)
+                next_expiry = _earliest(next_expiry, flight.invisible_until_ms)
+                continue
+            msg = None
+            if flight is not None or codes is None or entry.tag_code in codes:
+                msg = self._store.look_message_by_offset(entry.phy_offset, entry.size)
+            if msg is None or (flight is None and tags is not None and msg.tags not in tags):
+                # Gone, or not for this group's filter: done, as the proxy does.
+                qs.mark_done(offset)
+                self._progress.dirty = True
+                continue
+            message_group = msg.properties.get(PROPERTY_SHARDING_KEY)
+            if group.consume_message_orderly and message_group is not None:
+                if message_group in blocked:
+                    continue
+                blocked.add(message_group)  # one message of a group in flight at a time
+            attempt = flight.attempt + 1 if flight is not None else 1
+            if attempt > group.max_delivery_attempts:
+                await self._dead_letter(group.group_name, msg, attempt - 1)
+                qs.mark_done(offset)
+                self._progress.dirty = True
+                continue
+            handle = make_handle(queue_id, offset)
+            until = now + invisible_ms
+            qs.inflight[offset] = _InFlight(
+                entry.phy_offset, entry.size, attempt, until, handle, message_group
+            )
+            deliveries.append(Delivery(msg, handle, attempt, until))
+        return next_expiry
+
+    # -- ack, change invisible, dead letter --------------------------------------------------
+    def _flight(self, group: str, topic: str, handle: str) -> tuple[_QueueState, int, _InFlight]:
+        queue_id, offset = parse_handle(handle)
+        qs = self._queues.get((group, topic, queue_id))
+        flight = qs.inflight.get(offset) if qs is not None else None
+        # A handle stays current until the message is handed out again (then it is replaced):
+        # an ack just after the invisibility expired, before a redelivery, is still accepted.
+        if qs is None or flight is None or flight.handle != handle:
+            raise InvalidReceiptHandleError(
+                f"receipt handle {handle!r} is unknown or stale (group {group!r}, topic {topic!r})"
+            )
+        return qs, offset, flight
+
+    def ack(self, group: str, topic: str, handle: str) -> None:
+        qs, offset, _ = self._flight(group, topic, handle)
+        qs.mark_done(offset)
+        self._progress.dirty = True
+
+    def change_invisible_duration(
+        self, group: str, topic: str, handle: str, invisible_ms: int
+    ) -> Delivery:
+        qs, offset, flight = self._flight(group, topic, handle)
+        queue_id, _ = parse_handle(handle)
+        flight.handle = make_handle(queue_id, offset)
+        flight.invisible_until_ms = _now_ms() + invisible_ms
+        msg = self._store.look_message_by_offset(flight.phy_offset, flight.size)
+        if msg is None:
+            qs.mark_done(offset)
+            raise InvalidReceiptHandleError(f"the message of {handle!r} is gone")
+        if invisible_ms == 0:
+            self._arrivals.notify(topic)
+        return Delivery(msg, flight.handle, flight.attempt, flight.invisible_until_ms)
+
+    async def forward_to_dead_letter(self, group: str, topic: str, handle: str) -> None:
+        qs, offset, flight = self._flight(group, topic, handle)
+        msg = self._store.look_message_by_offset(flight.phy_offset, flight.size)
+        if msg is not None:
+            await self._dead_letter(group, msg, flight.attempt)
+        qs.mark_done(offset)
+        self._progress.dirty = True
+
+    async def _dead_letter(self, group: str, msg: MessageExt, attempts: int) -> None:
+        props = msg.properties_for_copy()
+        props[PROPERTY_RETRY_TOPIC] = msg.topic
+        props[PROPERTY_ORIGIN_MESSAGE_ID] = msg.msg_id or ""
+        # The DLQ is a topic like any other: consumers subscribe to it by name.
+        self._topics.create(dlq_topic(group), 1, exist_ok=True, allow_system=True)
+        copy = MessageExtBrokerInner(
+            topic=dlq_topic(group),
+            body=msg.body,
+            properties=props,
+            born_timestamp_ms=msg.born_timestamp_ms,
+            born_host=msg.born_host,
+            reconsume_times=attempts,
+        )
+        result = await self._store.async_put_message(copy)
+        if not result.ok:
+            raise RuntimeError(f"dead-lettering {msg.msg_id} failed: {result.status.value}")
+        LOG.info(
+            "message %s of %s dead-lettered for group %s after %s attempts",
+            msg.msg_id,
+            msg.topic,
+            group,
+            attempts,
+        )
+
+
+def _window(cq: ConsumeQueue, start: int) -> Iterator[CqEntry]:
+    """The entries of the scan window from ``start``, read lazily in chunks."""
+    offset, end = start, start + SCAN_ENTRIES_MAX
+    while offset < end:
+        entries = cq.iter_entries(offset, min(SCAN_CHUNK_ENTRIES, end - offset))
+        if not entries:
+            return
+        yield from entries
+        offset = entries[-1].queue_offset + 1
+
+
+def _now_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+def _earliest(a: int | None, b: int) -> int:
+    return b if a is None else min(a, b)

@@ -1,0 +1,1 @@
+"""The broker's message store: CommitLog, ConsumeQueue, IndexFile, flush, dispatch, recovery."""

@@ -1,0 +1,479 @@
+"""DefaultMessageStore: the store's one entry point (RocketMQ's DefaultMessageStore).
+
+Life cycle: ``start()`` locks the directory (one writer process), recovers (recovery.py), then
+runs the services: dispatcher, commitlog flush (periodic or group commit), consume-queue/index
+flush with the checkpoint, and the cleaner. ``shutdown()`` stops intake, lets every service
+finish, flushes everything, writes the checkpoint and removes the abort marker, so the next
+start knows the exit was clean.
+
+Puts answer with a PutMessageStatus; reads with a GetMessageStatus or None. Faults that are not
+outcomes (a locked directory, a store not started) raise StoreError subclasses.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import logging
+import os
+import time
+from collections.abc import Callable, Sequence
+
+from broker.store.checkpoint import StoreCheckpoint
+from broker.store.clean import CleanResult, StoreCleaner
+from broker.store.codec import DispatchRequest, EncodedMessage, encode_message
+from broker.store.commit_log import CommitLog
+from broker.store.config import FlushDiskType, MessageStoreConfig
+from broker.store.consume_queue_store import ConsumeQueueStore
+from broker.store.dispatch import ReputMessageService
+from broker.store.errors import MessageIllegalError, StoreLockedError, StoreNotRunningError
+from broker.store.flush import FlushRealTimeService, GroupCommitService
+from broker.store.index_file import IndexService
+from broker.store.mapped_file import offset_to_file_name
+from broker.store.message import (
+    KEY_SEPARATOR,
+    NO_HOST,
+    HostAddress,
+    MessageExtBrokerInner,
+    MessageSysFlag,
+)
+from broker.store.message_reader import MessageReader
+from broker.store.recovery import RecoveryReport
+from broker.store.service_thread import ServiceThread
+from broker.store.status import (
+    AppendMessageResult,
+    PutMessageResult,
+    PutMessageStatus,
+)
+from broker.store.store_recovery import recover_store
+from broker.store.validation import validate_message
+
+LOG = logging.getLogger(__name__)
+
+# One get_message call reads at most this many consume-queue entries, matching or not
+# (RocketMQ's maxFilterMessageCount): a selective tag filter cannot turn one call into a scan of
+# the whole queue.
+
+
+class DefaultMessageStore(MessageReader):
+    def __init__(self, config: MessageStoreConfig, store_host: HostAddress = NO_HOST) -> None:
+        self.config = config
+        self.store_host = store_host
+        self.commit_log = CommitLog(config)
+        self.consume_queue_store = ConsumeQueueStore(
+            config.store_path_consume_queue, config.mapped_file_size_consume_queue_entries
+        )
+        self.index_service = IndexService(
+            config.store_path_index, config.max_hash_slot_num, config.max_index_num
+        )
+        self.recovery_report: RecoveryReport | None = None
+        self._arrival_listeners: list[Callable[[DispatchRequest], None]] = []
+        self._running = False
+        self._flush_failed = False
+        self._lock_fd = -1
+        self._checkpoint: StoreCheckpoint | None = None
+        self._commit_log_flushed_offset = 0
+        self._services: list[ServiceThread] = []
+        self._group_commit: GroupCommitService | None = None
+        self._reput: ReputMessageService | None = None
+        self._cleaner: StoreCleaner | None = None
+
+    # == life cycle ================================================================================
+    def start(self) -> RecoveryReport:
+        cfg = self.config
+        cfg.store_path_root_dir.mkdir(parents=True, exist_ok=True)
+        self._lock_directory()
+        try:
+            report = self._recover()
+        except BaseException:
+            self._unlock_directory()
+            raise
+        self.recovery_report = report
+        cfg.abort_file_path.touch()
+        self._start_services(report.max_phy_offset)
+        self._running = True
+        LOG.info("store started at %s: %s", cfg.store_path_root_dir, report.summary())
+        return report
+
+    def _lock_directory(self) -> None:
+        fd = os.open(self.config.lock_file_path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError as e:
+            os.close(fd)
+            raise StoreLockedError(
+                f"{self.config.store_path_root_dir} is in use by another process"
+            ) from e
+        self._lock_fd = fd
+
+    def _unlock_directory(self) -> None:
+        if self._lock_fd >= 0:
+            os.close(self._lock_fd)  # closing releases the flock
+            self._lock_fd = -1
+
+    def _recover(self) -> RecoveryReport:
+        checkpoint = self._checkpoint = StoreCheckpoint(self.config.store_checkpoint_path)
+        report = recover_store(
+            self.config,
+            checkpoint,
+            self.commit_log,
+            self.consume_queue_store,
+            self.index_service,
+            self._dispatch_derived,
+        )
+        self._commit_log_flushed_offset = report.max_phy_offset
+        return report
+
+    def _start_services(self, reput_from_offset: int) -> None:
+        cfg = self.config
+        reput = self._reput = ReputMessageService(
+            self.commit_log, [self._dispatch_live], reput_from_offset
+        )
+        if cfg.flush_disk_type is FlushDiskType.SYNC_FLUSH:
+            self._group_commit = GroupCommitService(
+                self.commit_log.flush,
+                self._commit_log_flushed_offset,
+                cfg.group_commit_requests_max,
+                self._on_commit_log_flushed,
+                self._on_flush_error,
+            )
+            flusher: ServiceThread = self._group_commit
+        else:
+            flusher = FlushRealTimeService(
+                self.commit_log.flush,
+                self.commit_log.dirty_bytes,
+                cfg.flush_interval_commit_log_ms,
+                cfg.flush_commit_log_least_pages,
+                cfg.flush_commit_log_thorough_interval_ms,
+                self._on_commit_log_flushed,
+                self._on_flush_error,
+            )
+        logics = _LogicsFlushService(self, cfg.flush_interval_consume_queue_ms)
+        cleaner = self._cleaner = StoreCleaner(
+            cfg,
+            self.commit_log,
+            self.consume_queue_store,
+            self.index_service,
+            safe_offset=lambda: min(reput.reput_from_offset, self._commit_log_flushed_offset),
+        )
+        cleaner.check_disk()
+        # Stop order is the reverse: cleaner, logics, flush, then the dispatcher drains.
+        self._services = [reput, flusher, logics, cleaner]
+        if self.commit_log.allocator is not None:
+            self._services.insert(0, self.commit_log.allocator)
+            # Prepare the segment after the one recovery ended in (the first, if none).
+            mfq = self.commit_log.mapped_file_queue
+            last = mfq.last()
+            next_offset = last.file_from_offset + last.file_size if last else 0
+            self.commit_log.allocator.request(
+                mfq.store_dir / offset_to_file_name(next_offset), mfq.mapped_file_size_bytes
+            )
+        for service in self._services:
+            service.start()
+
+    def shutdown(self) -> None:
+        """Stop intake, finish in-flight work, flush, checkpoint, and release the directory."""
+        if not self._running:
+            return
+        self._running = False
+        self.commit_log.wait_for_appends_in_progress()
+        for service in reversed(self._services):
+            service.shutdown()
+        self._services = []
+        self._commit_log_flushed_offset = self.commit_log.flush()
+        self.flush_logics()
+        self.consume_queue_store.close()
+        self.index_service.close()
+        self.commit_log.close()
+        if self._checkpoint is not None:
+            self._checkpoint.close()
+        if not self._flush_failed:
+            # Only a fully flushed exit counts as clean.
+            self.config.abort_file_path.unlink(missing_ok=True)
+        self._unlock_directory()
+        LOG.info("store at %s shut down", self.config.store_path_root_dir)
+
+    def __enter__(self) -> DefaultMessageStore:
+        self.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.shutdown()
+
+    @property
+    def is_running(self) -> bool:
+        return self._running
+
+    # == dispatch =================================================================================
+    def _dispatch_derived(self, req: DispatchRequest) -> None:
+        tx_type = MessageSysFlag.transaction_value(req.sysflag)
+        if tx_type in (MessageSysFlag.TRANSACTION_NOT_TYPE, MessageSysFlag.TRANSACTION_COMMIT_TYPE):
+            self.consume_queue_store.find_or_create(
+                req.topic, req.queue_id
+            ).put_message_position_info(
+                req.commit_log_offset, req.msg_size, req.tags_code, req.consume_queue_offset
+            )
+        if self.config.message_index_enable and tx_type != MessageSysFlag.TRANSACTION_ROLLBACK_TYPE:
+            keys = [k for k in req.keys.split(KEY_SEPARATOR) if k] if req.keys else []
+            if keys or req.uniq_key:
+                self.index_service.build_index(
+                    req.topic, keys, req.uniq_key, req.commit_log_offset, req.store_timestamp_ms
+                )
+
+    def _dispatch_live(self, req: DispatchRequest) -> None:
+        self._dispatch_derived(req)
+        for listener in self._arrival_listeners:
+            listener(req)
+
+    def add_message_arriving_listener(self, listener: Callable[[DispatchRequest], None]) -> None:
+        """Called on the dispatcher thread for each record once it is readable (long polling)."""
+        self._arrival_listeners.append(listener)
+
+    @property
+    def group_commit_flush_count(self) -> int:
+        """fsyncs group commit has done (0 under ASYNC_FLUSH): puts per fsync = puts / this."""
+        return self._group_commit.flush_count if self._group_commit else 0
+
+    @property
+    def dispatch_behind_bytes(self) -> int:
+        return self._reput.behind_bytes if self._reput else 0
+
+    def wait_dispatched(self, timeout_s: float) -> bool:
+        """Wait until every appended record is readable through consume queues and index."""
+        deadline = time.monotonic() + timeout_s
+        while self.dispatch_behind_bytes:
+            if time.monotonic() >= deadline:
+                return False
+            time.sleep(0.001)
+        return True
+
+    # == flush bookkeeping =========================================================================
+    def _on_commit_log_flushed(self, flushed_offset: int) -> None:
+        self._commit_log_flushed_offset = max(self._commit_log_flushed_offset, flushed_offset)
+
+    def _on_flush_error(self, error: OSError) -> None:
+        self._flush_failed = True
+
+    def flush_logics(self) -> None:
+        """Flush consume queues and index, then record in the checkpoint how far they reach."""
+        checkpoint = self._checkpoint
+        if checkpoint is None:
+            return
+        dispatched = self._reput.reput_from_offset if self._reput else self.commit_log.max_offset
+        cp = checkpoint.state
+        if (
+            dispatched == cp.logics_dispatched_offset
+            and self._commit_log_flushed_offset == cp.commit_log_flushed_offset
+        ):
+            return  # nothing moved: spare the disk an fsync a second on an idle store
+        self.consume_queue_store.flush_all()
+        self.index_service.flush()
+        now_ms = time.time_ns() // 1_000_000
+        cp.logics_dispatched_offset = cp.index_dispatched_offset = dispatched
+        cp.logics_msg_timestamp_ms = cp.index_msg_timestamp_ms = now_ms
+        cp.commit_log_flushed_offset = self._commit_log_flushed_offset
+        cp.physic_msg_timestamp_ms = self.commit_log.last_store_timestamp_ms
+        checkpoint.flush()
+
+    # == writing ==================================================================================
+    def put_message(self, msg: MessageExtBrokerInner) -> PutMessageResult:
+        """Store one message. Blocks for the fsync under SYNC_FLUSH."""
+        result, end_offset = self._append_single(msg)
+        if end_offset is not None and self._group_commit is not None:
+            durable = self._group_commit.wait_flushed(
+                end_offset, self.config.sync_flush_timeout_ms / 1000
+            )
+            if not durable:
+                return _flush_timeout(result)
+        return result
+
+    def put_messages(self, msgs: Sequence[MessageExtBrokerInner]) -> list[PutMessageResult]:
+        """Store ``msgs`` in order; one result each. Blocks for the fsync under SYNC_FLUSH."""
+        results, end_offset = self._append(msgs)
+        if end_offset is not None and self._group_commit is not None:
+            durable = self._group_commit.wait_flushed(
+                end_offset, self.config.sync_flush_timeout_ms / 1000
+            )
+            _mark_flush_outcome(results, durable)
+        return results
+
+    async def async_put_message(self, msg: MessageExtBrokerInner) -> PutMessageResult:
+        """As ``put_message``, but the event loop runs on while the fsync is under way."""
+        result, end_offset = self._append_single(msg)
+        if end_offset is not None and self._group_commit is not None:
+            durable = await self._group_commit.wait_flushed_async(
+                end_offset, self.config.sync_flush_timeout_ms / 1000
+            )
+            if not durable:
+                return _flush_timeout(result)
+        return result
+
+    async def async_put_messages(
+        self, msgs: Sequence[MessageExtBrokerInner]
+    ) -> list[PutMessageResult]:
+        """As ``put_messages``, but the event loop runs on while the fsync is under way."""
+        results, end_offset = self._append(msgs)
+        if end_offset is not None and self._group_commit is not None:
+            durable = await self._group_commit.wait_flushed_async(
+                end_offset, self.config.sync_flush_timeout_ms / 1000
+            )
+            _mark_flush_outcome(results, durable)
+        return results
+
+    def _append_single(self, msg: MessageExtBrokerInner) -> tuple[PutMessageResult, int | None]:
+        """``_append`` for one message, without the batch bookkeeping (the common case)."""
+        refusal = self._refusal()
+        if refusal is not None:
+            return refusal, None
+        try:
+            validate_message(msg, self.config)
+        except MessageIllegalError as e:
+            return _illegal(e), None
+        if msg.store_host == NO_HOST:
+            msg.store_host = self.store_host
+        batch = ((msg, encode_message(msg, msg.sysflag)),)
+        group_commit = self._group_commit
+        if group_commit is not None and not group_commit.admit():
+            return self._busy(), None
+        appended, error = self.commit_log.append_messages(batch)
+        if not appended:
+            if group_commit is not None:
+                group_commit.release()
+            return PutMessageResult(
+                PutMessageStatus.CREATE_MAPPED_FILE_FAILED, detail=str(error)
+            ), None
+        append = appended[0]
+        end_offset = append.wrote_offset + append.wrote_bytes if group_commit else None
+        return PutMessageResult(PutMessageStatus.PUT_OK, append), end_offset
+
+    def _append(
+        self, msgs: Sequence[MessageExtBrokerInner]
+    ) -> tuple[list[PutMessageResult], int | None]:
+        """Validate, encode and append. Returns one result per message and, under SYNC_FLUSH,
+        the offset the caller must see flushed (None when nothing was appended)."""
+        refusal = self._refusal()
+        if refusal is not None:
+            return [refusal] * len(msgs), None
+        results: list[PutMessageResult | None] = [None] * len(msgs)
+        batch: list[tuple[MessageExtBrokerInner, EncodedMessage]] = []
+        slots: list[int] = []
+        for i, msg in enumerate(msgs):
+            try:
+                validate_message(msg, self.config)
+            except MessageIllegalError as e:
+                results[i] = _illegal(e)
+                continue
+            if msg.store_host == NO_HOST:
+                msg.store_host = self.store_host
+            batch.append((msg, encode_message(msg, msg.sysflag)))
+            slots.append(i)
+        end_offset: int | None = None
+        group_commit = self._group_commit
+        if batch and group_commit is not None and not group_commit.admit():
+            busy = self._busy()
+            for i in slots:
+                results[i] = busy
+            batch = []
+        if batch:
+            appended, error = self.commit_log.append_messages(batch)
+            for i, append in zip(slots, appended, strict=False):
+                results[i] = PutMessageResult(PutMessageStatus.PUT_OK, append)
+            for i in slots[len(appended) :]:
+                results[i] = PutMessageResult(
+                    PutMessageStatus.CREATE_MAPPED_FILE_FAILED, detail=str(error)
+                )
+            if group_commit is not None:
+                if appended:
+                    last = appended[-1]
+                    end_offset = last.wrote_offset + last.wrote_bytes
+                else:
+                    group_commit.release()
+        return [r for r in results if r is not None], end_offset
+
+    def _busy(self) -> PutMessageResult:
+        return PutMessageResult(
+            PutMessageStatus.OS_PAGE_CACHE_BUSY,
+            detail=f"group_commit_requests_max={self.config.group_commit_requests_max} "
+            "puts already wait for the disk",
+        )
+
+    def _refusal(self) -> PutMessageResult | None:
+        if not self._running:
+            return PutMessageResult(
+                PutMessageStatus.SERVICE_NOT_AVAILABLE, detail="the store is not running"
+            )
+        if self._flush_failed:
+            return PutMessageResult(
+                PutMessageStatus.SERVICE_NOT_AVAILABLE,
+                detail="a commitlog fsync failed; the store no longer accepts writes",
+            )
+        if self._cleaner is not None and self._cleaner.disk_full:
+            return PutMessageResult(
+                PutMessageStatus.SERVICE_NOT_AVAILABLE, detail=self._cleaner.disk_full_detail()
+            )
+        held_ms = self.commit_log.lock_held_ms()
+        if held_ms > self.config.os_page_cache_busy_timeout_ms:
+            return PutMessageResult(
+                PutMessageStatus.OS_PAGE_CACHE_BUSY,
+                detail=f"the put lock has been held {held_ms} ms "
+                f"(os_page_cache_busy_timeout_ms={self.config.os_page_cache_busy_timeout_ms})",
+            )
+        return None
+
+    # == retention ================================================================================
+    def clean_expired_files(self, now_ms: int | None = None) -> CleanResult:
+        """One retention pass now (the cleaner also runs one every clean_resource_interval_ms)."""
+        if self._cleaner is None:
+            raise StoreNotRunningError("the store is not started")
+        return self._cleaner.clean_expired_files(
+            time.time_ns() // 1_000_000 if now_ms is None else now_ms
+        )
+
+    def check_disk(self) -> bool:
+        if self._cleaner is None:
+            raise StoreNotRunningError("the store is not started")
+        return self._cleaner.check_disk()
+
+
+def _illegal(error: MessageIllegalError) -> PutMessageResult:
+    status = (
+        PutMessageStatus.PROPERTIES_SIZE_EXCEEDED
+        if error.field == "properties"
+        else PutMessageStatus.MESSAGE_ILLEGAL
+    )
+    return PutMessageResult(status, illegal=error, detail=str(error))
+
+
+def _flush_timeout(result: PutMessageResult) -> PutMessageResult:
+    if result.status is not PutMessageStatus.PUT_OK:
+        return result
+    return PutMessageResult(
+        PutMessageStatus.FLUSH_DISK_TIMEOUT,
+        result.append,
+        detail="stored, but not flushed within sync_flush_timeout_ms",
+    )
+
+
+def _mark_flush_outcome(results: list[PutMessageResult], durable: bool) -> None:
+    if not durable:
+        results[:] = [_flush_timeout(r) for r in results]
+
+
+class _LogicsFlushService(ServiceThread):
+    """Flushes consume queues and index and advances the checkpoint
+    (RocketMQ's FlushConsumeQueueService)."""
+
+    def __init__(self, store: DefaultMessageStore, interval_ms: int) -> None:
+        super().__init__("FlushConsumeQueueService")
+        self._store = store
+        self._interval_ms = interval_ms
+
+    def run(self) -> None:
+        while not self.is_stopped:
+            self.wait_for_running(self._interval_ms)
+            try:
+                self._store.flush_logics()
+            except OSError as e:
+                LOG.error("consume queue / index flush failed: %s", e)
+
+
+__all__ = ["AppendMessageResult", "DefaultMessageStore"]

@@ -1,0 +1,133 @@
+"""Input checks a message passes before the store encodes a byte of it.
+
+Each failure raises MessageIllegalError naming the field and the limit, so the broker can map it
+to the protocol's code (ILLEGAL_TOPIC, ILLEGAL_MESSAGE_TAG, ...) and the operator can read why.
+The store turns these into a PutMessageStatus; nothing of a refused message is written.
+"""
+
+from __future__ import annotations
+
+import re
+
+from broker.store.codec import (
+    CRC32_RESERVED_LENGTH,
+    NAME_VALUE_SEPARATOR,
+    PROPERTY_SEPARATOR,
+    encode_host,
+)
+from broker.store.config import MessageStoreConfig
+from broker.store.errors import MessageIllegalError
+from broker.store.message import (
+    PROPERTY_CRC32,
+    PROPERTY_KEYS,
+    PROPERTY_TAGS,
+    MessageExtBrokerInner,
+)
+
+# RocketMQ's topic charset; '%' marks system topics (%RETRY%, %DLQ%), '|' namespaced ones.
+TOPIC_PATTERN = re.compile(r"[%|a-zA-Z0-9_-]+")
+# C0 and C1 control characters: they break log lines, terminals and the properties framing.
+CONTROL_CHARACTERS = re.compile(r"[\x00-\x1f\x7f-\x9f]")
+QUEUE_ID_MAX = 2**31 - 1
+INT32_MIN, INT32_MAX = -(2**31), 2**31 - 1
+INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
+PORT_MAX = 65535
+
+
+# Topics already found valid; bounded, since topic names come from clients.
+_VALID_TOPICS: set[tuple[str, int]] = set()
+VALID_TOPICS_CACHED_MAX = 10_000
+
+
+def validate_message(msg: MessageExtBrokerInner, config: MessageStoreConfig) -> None:
+    topic = msg.topic
+    if (topic, config.max_topic_length) not in _VALID_TOPICS:
+        _validate_topic(topic, config)
+        if len(_VALID_TOPICS) >= VALID_TOPICS_CACHED_MAX:
+            _VALID_TOPICS.clear()
+        _VALID_TOPICS.add((topic, config.max_topic_length))
+    _validate_rest(msg, config)
+
+
+def _validate_topic(topic: str, config: MessageStoreConfig) -> None:
+    if not topic:
+        raise MessageIllegalError("topic", f"1..{config.max_topic_length} characters", "is empty")
+    if len(topic) > config.max_topic_length:
+        raise MessageIllegalError(
+            "topic",
+            f"max_topic_length={config.max_topic_length}",
+            f"is {len(topic)} characters long",
+        )
+    if not TOPIC_PATTERN.fullmatch(topic):
+        raise MessageIllegalError(
+            "topic", "characters %|a-zA-Z0-9_-", f"{topic!r} has a character outside the set"
+        )
+
+
+def _validate_rest(msg: MessageExtBrokerInner, config: MessageStoreConfig) -> None:
+    if len(msg.body) > config.max_message_size_bytes:
+        raise MessageIllegalError(
+            "body",
+            f"max_message_size_bytes={config.max_message_size_bytes}",
+            f"is {len(msg.body)} bytes",
+        )
+    if not 0 <= msg.queue_id <= QUEUE_ID_MAX:
+        raise MessageIllegalError("queue_id", f"0..{QUEUE_ID_MAX}", f"is {msg.queue_id}")
+    # Fields the record stores in fixed-width slots: checked here, because a value that does
+    # not fit must be refused before the put lock, not fail half-way through a batch. One
+    # chained comparison on the common path; the loop below only names the culprit.
+    if not (
+        INT32_MIN <= msg.flag <= INT32_MAX
+        and INT32_MIN <= msg.sysflag <= INT32_MAX
+        and INT32_MIN <= msg.reconsume_times <= INT32_MAX
+        and INT64_MIN <= msg.born_timestamp_ms <= INT64_MAX
+        and INT64_MIN <= msg.prepared_transaction_offset <= INT64_MAX
+    ):
+        for slot_name, number, low, high in (
+            ("flag", msg.flag, INT32_MIN, INT32_MAX),
+            ("sysflag", msg.sysflag, INT32_MIN, INT32_MAX),
+            ("reconsume_times", msg.reconsume_times, INT32_MIN, INT32_MAX),
+            ("born_timestamp_ms", msg.born_timestamp_ms, INT64_MIN, INT64_MAX),
+            ("prepared_transaction_offset", msg.prepared_transaction_offset, INT64_MIN, INT64_MAX),
+        ):
+            if not low <= number <= high:
+                raise MessageIllegalError(slot_name, f"{low}..{high}", f"is {number}")
+    for host_name, host in (("born_host", msg.born_host), ("store_host", msg.store_host)):
+        if not 0 <= host[1] <= PORT_MAX:
+            raise MessageIllegalError(host_name, f"port 0..{PORT_MAX}", f"port is {host[1]}")
+        try:
+            encode_host(host)  # cached: a broker sees few distinct hosts
+        except ValueError as e:
+            raise MessageIllegalError(host_name, "an IP address", f"{host[0]!r} is not one") from e
+    props_len = CRC32_RESERVED_LENGTH
+    for name, value in msg.properties.items():
+        field = _property_field(name)
+        if not name:
+            raise MessageIllegalError(field, "non-empty names", "has an empty name")
+        if name == PROPERTY_CRC32:
+            raise MessageIllegalError(field, "reserved by the store", "is set by the store")
+        for text in (name, value):
+            if CONTROL_CHARACTERS.search(text):
+                raise MessageIllegalError(
+                    field, "no control characters", f"contains a control character in {text!r}"
+                )
+        if name == PROPERTY_TAGS and "|" in value:
+            raise MessageIllegalError(field, "no '|' in a tag", f"tag {value!r} contains '|'")
+        props_len += len(name.encode()) + len(value.encode()) + 2
+    if props_len > config.properties_length_max:
+        raise MessageIllegalError(
+            "properties",
+            f"properties_length_max={config.properties_length_max} bytes",
+            f"encode to {props_len} bytes",
+        )
+    # Separators are control characters, so the checks above already keep them out.
+    assert NAME_VALUE_SEPARATOR < " "
+    assert PROPERTY_SEPARATOR < " "
+
+
+def _property_field(name: str) -> str:
+    if name == PROPERTY_TAGS:
+        return "tag"
+    if name == PROPERTY_KEYS:
+        return "keys"
+    return f"properties[{name!r}]"

@@ -1,0 +1,135 @@
+"""Topics: their queue counts and accepted message types (RocketMQ's TopicConfigManager).
+
+Persisted as one JSON file under the store root, rewritten atomically (write a temporary file,
+fsync, rename), so a crash leaves either the old table or the new one.
+"""
+
+from __future__ import annotations
+
+import enum
+import logging
+import re
+import threading
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from broker.errors import TopicExistsError, TopicNotFoundError
+from broker.state_file import read_json, write_json_atomic
+from broker.store.errors import MessageIllegalError
+
+LOG = logging.getLogger(__name__)
+
+TOPIC_NAME_PATTERN = re.compile(r"[%a-zA-Z0-9_-]+")
+TOPIC_LENGTH_MAX = 127
+QUEUE_NUMS_MAX = 1024
+# Prefixes of topics the broker keeps for itself (retry, dead letter, timers, transactions).
+SYSTEM_TOPIC_PREFIXES = ("%RETRY%", "%DLQ%", "rmq_sys_", "RMQ_SYS_", "SCHEDULE_TOPIC")
+TOPICS_FILE_NAME = "topics.json"
+
+
+class TopicMessageType(enum.Enum):
+    """What a topic accepts (RocketMQ 5's topic attribute ``message.type``)."""
+
+    NORMAL = "NORMAL"
+    FIFO = "FIFO"
+    DELAY = "DELAY"
+    TRANSACTION = "TRANSACTION"
+    MIXED = "MIXED"  # all four
+
+    def accepts(self, message_type: TopicMessageType) -> bool:
+        return self is TopicMessageType.MIXED or self is message_type
+
+
+@dataclass(frozen=True, slots=True)
+class TopicConfig:
+    topic_name: str
+    queue_nums: int = 8
+    message_type: TopicMessageType = TopicMessageType.MIXED
+
+    def to_json(self) -> dict[str, object]:
+        d = asdict(self)
+        d["message_type"] = self.message_type.value
+        return d
+
+
+def validate_topic_name(topic: str, allow_system: bool = False) -> None:
+    if not topic:
+        raise MessageIllegalError("topic", f"1..{TOPIC_LENGTH_MAX} characters", "is empty")
+    if len(topic) > TOPIC_LENGTH_MAX:
+        raise MessageIllegalError(
+            "topic", f"{TOPIC_LENGTH_MAX} characters", f"is {len(topic)} characters long"
+        )
+    if not TOPIC_NAME_PATTERN.fullmatch(topic):
+        raise MessageIllegalError(
+            "topic", "characters %a-zA-Z0-9_-", f"{topic!r} has a character outside the set"
+        )
+    if not allow_system and topic.startswith(SYSTEM_TOPIC_PREFIXES):
+        raise MessageIllegalError(
+            "topic", f"no system prefix {SYSTEM_TOPIC_PREFIXES}", f"{topic!r} is a system topic"
+        )
+
+
+class TopicConfigManager:
+    def __init__(self, config_dir: Path, default_queue_nums: int) -> None:
+        self._path = config_dir / TOPICS_FILE_NAME
+        self._default_queue_nums = default_queue_nums
+        self._lock = threading.Lock()
+        self._topics: dict[str, TopicConfig] = {}
+
+    def load(self) -> None:
+        raw = read_json(self._path)
+        if raw is None:
+            return
+        topics = {}
+        for entry in raw.get("topics", []):
+            tc = TopicConfig(
+                entry["topic_name"],
+                int(entry["queue_nums"]),
+                TopicMessageType(entry["message_type"]),
+            )
+            topics[tc.topic_name] = tc
+        self._topics = topics
+        LOG.info("loaded %s topics from %s", len(topics), self._path)
+
+    def find(self, topic: str) -> TopicConfig | None:
+        return self._topics.get(topic)
+
+    def list(self) -> list[TopicConfig]:
+        return sorted(self._topics.values(), key=lambda t: t.topic_name)
+
+    def create(
+        self,
+        topic: str,
+        queue_nums: int | None = None,
+        message_type: TopicMessageType = TopicMessageType.MIXED,
+        exist_ok: bool = False,
+        allow_system: bool = False,
+    ) -> TopicConfig:
+        validate_topic_name(topic, allow_system)
+        nums = self._default_queue_nums if queue_nums is None else queue_nums
+        if not 1 <= nums <= QUEUE_NUMS_MAX:
+            raise MessageIllegalError("queue_nums", f"1..{QUEUE_NUMS_MAX}", f"is {nums}")
+        with self._lock:
+            existing = self._topics.get(topic)
+            if existing is not None:
+                if exist_ok:
+                    return existing
+                raise TopicExistsError(f"topic {topic!r} exists")
+            tc = TopicConfig(topic, nums, message_type)
+            self._topics = {**self._topics, topic: tc}
+            self._persist()
+        LOG.info("created topic %s: %s queues, %s", topic, nums, message_type.value)
+        return tc
+
+    def delete(self, topic: str) -> TopicConfig:
+        with self._lock:
+            tc = self._topics.get(topic)
+            if tc is None:
+                raise TopicNotFoundError(f"topic {topic!r} does not exist")
+            self._topics = {k: v for k, v in self._topics.items() if k != topic}
+            self._persist()
+        LOG.info("deleted topic %s", topic)
+        return tc
+
+    def _persist(self) -> None:
+        write_json_atomic(self._path, {"topics": [t.to_json() for t in self.list()]})

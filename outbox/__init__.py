@@ -1,0 +1,1 @@
+"""rocketbox outbox (built by a later issue)."""

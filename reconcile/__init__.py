@@ -1,0 +1,1 @@
+"""rocketbox reconcile (built by a later issue)."""

@@ -1,0 +1,1 @@
+"""rocketbox: the composition root and command line."""

@@ -1,0 +1,1 @@
+"""rocketbox sidecar (built by a later issue)."""
