@@ -38,6 +38,24 @@ def main(log_level: str) -> None:
     )
 
 
+def store_geometry_options(command: Callable[..., None]) -> Callable[..., None]:
+    """File sizes of the store. RocketMQ's defaults reserve about 1.4 GiB of disk up front
+    (a 1 GiB commitlog segment and a 420 MiB index file); small machines and tests shrink them."""
+    command = click.option(
+        "--max-index-num",
+        default=20_000_000,
+        type=click.IntRange(min=2),
+        help="Entries an index file holds (20 bytes each).",
+    )(command)
+    command = click.option(
+        "--max-hash-slot-num",
+        default=5_000_000,
+        type=click.IntRange(min=1),
+        help="Hash slots of an index file (4 bytes each).",
+    )(command)
+    return click.option("--segment-size-mib", default=1024, type=click.IntRange(8, 4096))(command)
+
+
 @main.command()
 @click.option("--data-dir", type=click.Path(path_type=Path), default=Path("data"))
 @click.option("--listen-port", default=8081, type=click.IntRange(0, 65535), help="0: a free port.")
@@ -48,13 +66,15 @@ def main(log_level: str) -> None:
     default=FlushDiskType.ASYNC_FLUSH.value,
     help="ASYNC_FLUSH: fsync periodically; SYNC_FLUSH: answer sends after their fsync.",
 )
-@click.option("--segment-size-mib", default=1024, type=click.IntRange(8, 4096))
+@store_geometry_options
 @click.option("--file-reserved-hours", default=72.0, type=click.FloatRange(min=0.01))
 def up(
     data_dir: Path,
     listen_port: int,
     flush_disk_type: str,
     segment_size_mib: int,
+    max_hash_slot_num: int,
+    max_index_num: int,
     file_reserved_hours: float,
 ) -> None:
     """Run rocketbox's embedded default on this machine, data under DATA_DIR: today the broker
@@ -62,6 +82,8 @@ def up(
     store_config = MessageStoreConfig(
         store_path_root_dir=(data_dir / "broker").resolve(),
         mapped_file_size_commit_log_bytes=segment_size_mib * 1024 * 1024,
+        max_hash_slot_num=max_hash_slot_num,
+        max_index_num=max_index_num,
         flush_disk_type=FlushDiskType(flush_disk_type),
         file_reserved_hours=file_reserved_hours,
     )
@@ -83,7 +105,7 @@ def up(
     type=click.Choice([t.value for t in FlushDiskType]),
     default=FlushDiskType.ASYNC_FLUSH.value,
 )
-@click.option("--segment-size-mib", default=1024, type=click.IntRange(8, 4096))
+@store_geometry_options
 @click.option("--auto-create-topic/--no-auto-create-topic", default=False)
 @click.option(
     "--topic",
@@ -116,6 +138,8 @@ def broker(
     advertise_host: str | None,
     flush_disk_type: str,
     segment_size_mib: int,
+    max_hash_slot_num: int,
+    max_index_num: int,
     auto_create_topic: bool,
     topics: tuple[str, ...],
     groups: tuple[str, ...],
@@ -134,6 +158,8 @@ def broker(
     store_config = MessageStoreConfig(
         store_path_root_dir=data_dir.resolve(),
         mapped_file_size_commit_log_bytes=segment_size_mib * 1024 * 1024,
+        max_hash_slot_num=max_hash_slot_num,
+        max_index_num=max_index_num,
         flush_disk_type=FlushDiskType(flush_disk_type),
     )
     try:

@@ -17,7 +17,6 @@ from typing import Any
 
 import pytest
 
-from broker.store.config import MessageStoreConfig
 from broker.store.message import (
     PROPERTY_SHARDING_KEY,
     PROPERTY_TIMER_DELIVER_MS,
@@ -26,7 +25,7 @@ from broker.store.message import (
 )
 from broker.store.message_store import DefaultMessageStore
 from broker.timer_message import PROGRESS_FILE_NAME, SCHEDULE_TOPIC
-from tests.broker.broker_process import BrokerProcess, wait_until
+from tests.broker.broker_process import BrokerProcess, small_store_config, wait_until
 
 pytestmark = pytest.mark.slow
 
@@ -126,9 +125,7 @@ def test_node_client_sends_all_four_kinds(tmp_path: Path) -> None:
         raise
     broker.stop()
 
-    store = DefaultMessageStore(
-        MessageStoreConfig(tmp_path, mapped_file_size_commit_log_bytes=8 * 1024 * 1024)
-    )
+    store = DefaultMessageStore(small_store_config(tmp_path))
     store.start()
     try:
         normal = only_copy(store, sent["NORMAL"]["messageId"], TOPIC)

@@ -12,6 +12,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.broker.broker_process import SMALL_STORE_ARGS
+
 START_DEADLINE_S = 30.0
 READY_LINE = "Ctrl-C stops cleanly"
 
@@ -39,8 +41,9 @@ def start_up(data_dir: Path) -> subprocess.Popen[str]:
             "up",
             "--data-dir",
             str(data_dir),
-            "--segment-size-mib",
-            "8",
+            "--listen-port",
+            "0",
+            *SMALL_STORE_ARGS,
         ],
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,

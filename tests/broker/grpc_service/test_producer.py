@@ -34,12 +34,10 @@ from rocketmq import (
 )
 from rocketmq.grpc_protocol import Code
 
-from broker.store.config import MessageStoreConfig
 from broker.store.message import MessageExt
 from broker.store.message_store import DefaultMessageStore
-from tests.broker.broker_process import BrokerProcess, wait_until
+from tests.broker.broker_process import BrokerProcess, small_store_config, wait_until
 
-SEGMENT_BYTES = 8 * 1024 * 1024
 DEADLINE_S = 30.0
 
 
@@ -58,9 +56,7 @@ def producer(
 @contextmanager
 def stored(data_dir: Path) -> Iterator[DefaultMessageStore]:
     """The stopped broker's store, opened to read what it holds."""
-    store = DefaultMessageStore(
-        MessageStoreConfig(data_dir, mapped_file_size_commit_log_bytes=SEGMENT_BYTES)
-    )
+    store = DefaultMessageStore(small_store_config(data_dir))
     store.start()
     try:
         yield store
