@@ -1,1 +1,37 @@
-"""rocketbox outbox (built by a later issue)."""
+"""The durable retry outbox: one contract (outbox/outbox.py), backends selected by URL."""
+
+from outbox.entry import (
+    DeliveryReceipt,
+    EntryState,
+    OutboxEntry,
+    OutboxLimits,
+    OutboxMessage,
+    OutboxStats,
+    SpoolCause,
+)
+from outbox.errors import (
+    EntryTooLargeError,
+    OutboxConfigError,
+    OutboxError,
+    OutboxFullError,
+    OutboxUnavailableError,
+)
+from outbox.factory import open_outbox
+from outbox.outbox import Outbox
+
+__all__ = [
+    "DeliveryReceipt",
+    "EntryState",
+    "EntryTooLargeError",
+    "Outbox",
+    "OutboxConfigError",
+    "OutboxEntry",
+    "OutboxError",
+    "OutboxFullError",
+    "OutboxLimits",
+    "OutboxMessage",
+    "OutboxStats",
+    "OutboxUnavailableError",
+    "SpoolCause",
+    "open_outbox",
+]

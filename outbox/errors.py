@@ -1,0 +1,38 @@
+"""The outbox's exceptions. Every backend translates its driver's errors (rocksdict, redis,
+SQLAlchemy) into these at one place, chained with ``from``.
+
+    OutboxError                      base; ``retriable`` says whether trying later can help
+    ├── OutboxUnavailableError       the backend cannot be reached or written (retriable)
+    ├── OutboxFullError              ``outbox_entries_max`` / ``outbox_bytes_max`` reached
+    │                                (retriable after ``retry_after_ms``)
+    ├── OutboxConfigError            a bad URL or limit (not retriable)
+    └── EntryTooLargeError           one entry larger than the backend accepts (not retriable)
+"""
+
+from __future__ import annotations
+
+
+class OutboxError(Exception):
+    retriable = False
+
+
+class OutboxUnavailableError(OutboxError):
+    retriable = True
+
+
+class OutboxFullError(OutboxError):
+    """The bound is reached: nothing of the refused put was written."""
+
+    retriable = True
+
+    def __init__(self, message: str, retry_after_ms: int) -> None:
+        super().__init__(message)
+        self.retry_after_ms = retry_after_ms
+
+
+class OutboxConfigError(OutboxError):
+    retriable = False
+
+
+class EntryTooLargeError(OutboxError):
+    retriable = False

@@ -1,0 +1,52 @@
+"""Open an outbox by URL. The scheme picks the backend; each is imported only when used.
+
+| URL | backend |
+|---|---|
+| ``memory://`` | outbox/memory_outbox.py: the reference; nothing survives the process |
+| ``rocksdb:///abs/path`` or ``rocksdb://./rel/path`` | outbox/rocksdb_outbox.py |
+| ``redis://[:password@]host:port/db?prefix=NAME`` (and ``rediss://``) | outbox/redis_outbox.py |
+| ``mysql+pymysql://user:password@host:port/db?table=NAME`` | outbox/mysql_outbox.py |
+"""
+
+from __future__ import annotations
+
+import difflib
+import importlib
+from urllib.parse import urlsplit
+
+from outbox.entry import OutboxLimits
+from outbox.errors import OutboxConfigError
+from outbox.outbox import Outbox
+
+# scheme → (module, class)
+BACKENDS: dict[str, tuple[str, str]] = {
+    "memory": ("outbox.memory_outbox", "MemoryOutbox"),
+    "rocksdb": ("outbox.rocksdb_outbox", "RocksDBOutbox"),
+    "redis": ("outbox.redis_outbox", "RedisOutbox"),
+    "rediss": ("outbox.redis_outbox", "RedisOutbox"),
+    "mysql+pymysql": ("outbox.mysql_outbox", "MySQLOutbox"),
+}
+
+
+def open_outbox(url: str, limits: OutboxLimits | None = None) -> Outbox:
+    """The backend ``url`` names, opened (and its schema created when missing)."""
+    scheme = urlsplit(url).scheme.lower()
+    if scheme not in BACKENDS:
+        close = difflib.get_close_matches(scheme, BACKENDS, n=1)
+        hint = f"; did you mean {close[0]!r}?" if close else ""
+        raise OutboxConfigError(
+            f"outbox URL {redact(url)!r}: unknown scheme {scheme!r}{hint} "
+            f"(known: {', '.join(sorted(BACKENDS))})"
+        )
+    module_name, class_name = BACKENDS[scheme]
+    backend: type[Outbox] = getattr(importlib.import_module(module_name), class_name)
+    return backend.from_url(url, limits or OutboxLimits())
+
+
+def redact(url: str) -> str:
+    """The URL with its password replaced, for logs and errors."""
+    parts = urlsplit(url)
+    if parts.password is None:
+        return url
+    netloc = parts.netloc.replace(f":{parts.password}@", ":***@", 1)
+    return parts._replace(netloc=netloc).geturl()

@@ -1,0 +1,131 @@
+"""The outbox contract: every backend (memory, RocksDB, Redis, MySQL) keeps exactly these promises,
+and tests/outbox/ checks each of them against every backend.
+
+Methods are blocking; the sidecar calls them from an executor it owns. Times are passed in
+(``now_ms``) rather than read, so that every backend agrees on one clock per call and tests can
+set it.
+
+Promises:
+- ``put`` returns only once its entries are durable in the backend's sense (each backend's module
+  docstring says what that survives). All or nothing: a refused ``put`` (``OutboxFullError``)
+  wrote none of its entries. An entry whose message id is already in the outbox, in any state, is
+  not written again; ``put`` returns the stored one.
+- ``claim_due`` leases entries that are PENDING, due (``next_send_time_ms <= now_ms``) and not
+  under a live lease, soonest due first. While leased, no other claim returns them. A FIFO entry
+  (one with a message group) is claimable only when it is the lowest-``seq`` PENDING entry of its
+  (topic, message group): so a group has at most one entry in flight and leaves in order.
+- ``reschedule``, ``bury`` and ``release`` act only for the lease's owner and return False
+  otherwise (the lease expired and another worker may hold the entry now). ``mark_delivered`` acts
+  on any PENDING entry whatever its lease: the broker has the message, that is a fact.
+- The bound (``OutboxLimits``) counts PENDING and DEAD entries and their body bytes.
+"""
+
+from __future__ import annotations
+
+import abc
+from collections.abc import Iterator, Sequence
+
+from outbox.entry import (
+    DeliveryReceipt,
+    EntryState,
+    OutboxEntry,
+    OutboxLimits,
+    OutboxStats,
+)
+
+SCAN_PAGE_MAX = 1_000
+
+
+class Outbox(abc.ABC):
+    """One backend of the outbox. Thread-safe: the resend pool's workers share one instance."""
+
+    # The URL scheme(s) the backend is opened by (outbox/factory.py).
+    name: str = ""
+
+    def __init__(self, limits: OutboxLimits) -> None:
+        self.limits = limits
+
+    @classmethod
+    @abc.abstractmethod
+    def from_url(cls, url: str, limits: OutboxLimits) -> Outbox:
+        """Open the backend ``url`` names (outbox/factory.py), creating its schema if missing."""
+
+    @abc.abstractmethod
+    def put(self, entries: Sequence[OutboxEntry]) -> list[OutboxEntry]:
+        """Store PENDING entries durably; returns them as stored (``seq`` assigned).
+
+        Raises OutboxFullError (nothing written) when they would pass the bound.
+        """
+
+    @abc.abstractmethod
+    def get(self, message_id: str) -> OutboxEntry | None: ...
+
+    @abc.abstractmethod
+    def has_pending_group(self, topic: str, message_group: str) -> bool:
+        """True while the FIFO group has PENDING entries: new sends of it must queue behind."""
+
+    @abc.abstractmethod
+    def claim_due(self, now_ms: int, limit: int, lease_ms: int, owner: str) -> list[OutboxEntry]:
+        """Lease up to ``limit`` due entries to ``owner`` until ``now_ms + lease_ms``."""
+
+    @abc.abstractmethod
+    def mark_delivered(self, message_id: str, receipt: DeliveryReceipt) -> bool:
+        """PENDING → DELIVERED tombstone. False when the entry is not PENDING (or absent)."""
+
+    @abc.abstractmethod
+    def reschedule(
+        self, message_id: str, owner: str, next_send_time_ms: int, error: str, now_ms: int
+    ) -> bool:
+        """A failed resend: attempts + 1, last error kept, lease released, due again later."""
+
+    @abc.abstractmethod
+    def bury(self, message_id: str, owner: str, error: str, now_ms: int) -> bool:
+        """PENDING → DEAD after attempts_max or age_max; the error is kept for operators."""
+
+    @abc.abstractmethod
+    def release(self, message_id: str, owner: str) -> bool:
+        """Give a lease back unused (shutdown): claimable at once, attempts unchanged."""
+
+    @abc.abstractmethod
+    def requeue(self, message_ids: Sequence[str] | None, now_ms: int) -> int:
+        """DEAD → PENDING, due now, attempts reset; all dead entries when ``message_ids`` is None.
+
+        May pass the bound: requeued entries were already counted.
+        """
+
+    @abc.abstractmethod
+    def purge(self, state: EntryState, before_ms: int) -> int:
+        """Delete DELIVERED or DEAD entries whose state changed before ``before_ms``.
+
+        PENDING entries are never purged (ValueError): that would lose messages.
+        """
+
+    @abc.abstractmethod
+    def stats(self, now_ms: int) -> OutboxStats: ...
+
+    @abc.abstractmethod
+    def scan(self, state: EntryState | None, after_seq: int, limit: int) -> list[OutboxEntry]:
+        """Entries with ``seq > after_seq`` in ``seq`` order, optionally of one state."""
+
+    @abc.abstractmethod
+    def check_writable(self) -> None:
+        """Raise OutboxUnavailableError unless a ``put`` could succeed now (readiness)."""
+
+    @abc.abstractmethod
+    def close(self) -> None: ...
+
+    def scan_all(self, state: EntryState | None = None) -> Iterator[OutboxEntry]:
+        """Every entry (of a state), page by page in ``seq`` order."""
+        after_seq = 0
+        while True:
+            page = self.scan(state, after_seq, SCAN_PAGE_MAX)
+            yield from page
+            if len(page) < SCAN_PAGE_MAX:
+                return
+            after_seq = page[-1].seq
+
+    def __enter__(self) -> Outbox:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
