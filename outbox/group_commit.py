@@ -90,7 +90,7 @@ class GroupCommitter:
     def _commit_batch(self, batch: list[_Request]) -> None:
         try:
             results = self._commit([r.entries for r in batch])
-        except BaseException as e:  # noqa: BLE001 - every waiter must get an answer
+        except BaseException as e:  # every waiter must get an answer
             for r in batch:
                 r.done.set_exception(e)
             return
