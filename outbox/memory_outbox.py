@@ -1,0 +1,272 @@
+"""The reference outbox: a dict under a lock. URL ``memory://``.
+
+Durability: none. Everything is lost with the process; it exists so that the other backends have
+something obviously correct to be compared with (tests/outbox/test_conformance.py), and for tests
+and demos. Each ``from_url`` opens a new, empty outbox: nothing is shared between instances.
+
+Every method is a direct reading of the contract (outbox/outbox.py): claims look at every entry,
+FIFO heads are computed on the spot. That is O(entries) per call, which is the price of being
+obviously right.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Sequence
+from dataclasses import replace
+from urllib.parse import urlsplit
+
+from outbox.entry import DeliveryReceipt, EntryState, OutboxEntry, OutboxLimits, OutboxStats
+from outbox.errors import OutboxConfigError, OutboxFullError, OutboxUnavailableError
+from outbox.outbox import Outbox
+
+
+class MemoryOutbox(Outbox):
+    name = "memory"
+
+    def __init__(self, limits: OutboxLimits) -> None:
+        super().__init__(limits)
+        self._lock = threading.Lock()
+        # Insertion order is seq order (seq only grows), which scan relies on.
+        self._entries: dict[str, OutboxEntry] = {}
+        self._last_seq = 0
+        self._closed = False
+
+    @classmethod
+    def from_url(cls, url: str, limits: OutboxLimits) -> MemoryOutbox:
+        parts = urlsplit(url)
+        if parts.scheme != "memory" or parts.netloc or parts.path not in ("", "/") or parts.query:
+            raise OutboxConfigError(f"outbox URL {url!r}: the memory outbox takes no options")
+        return cls(limits)
+
+    def put(self, entries: Sequence[OutboxEntry]) -> list[OutboxEntry]:
+        check_put_entries(entries)
+        with self._lock:
+            self._check_open()
+            new: dict[str, OutboxEntry] = {}
+            for entry in entries:
+                if entry.message_id not in self._entries:
+                    new.setdefault(entry.message_id, entry)
+            counted = [e for e in self._entries.values() if e.state is not EntryState.DELIVERED]
+            entries_after = len(counted) + len(new)
+            bytes_after = sum(e.body_bytes for e in counted) + sum(
+                e.body_bytes for e in new.values()
+            )
+            if (
+                entries_after > self.limits.outbox_entries_max
+                or bytes_after > self.limits.outbox_bytes_max
+            ):
+                raise OutboxFullError(
+                    f"outbox full: {entries_after} entries / {bytes_after} bytes would pass "
+                    f"{self.limits.outbox_entries_max} / {self.limits.outbox_bytes_max}",
+                    self.limits.full_retry_after_ms,
+                )
+            for message_id, entry in new.items():
+                self._last_seq += 1
+                self._entries[message_id] = replace(entry, seq=self._last_seq)
+            return [self._entries[e.message_id] for e in entries]
+
+    def get(self, message_id: str) -> OutboxEntry | None:
+        with self._lock:
+            return self._entries.get(message_id)
+
+    def has_pending_group(self, topic: str, message_group: str) -> bool:
+        with self._lock:
+            return any(
+                e.state is EntryState.PENDING and e.fifo_group == (topic, message_group)
+                for e in self._entries.values()
+            )
+
+    def claim_due(self, now_ms: int, limit: int, lease_ms: int, owner: str) -> list[OutboxEntry]:
+        check_claim_args(lease_ms, owner)
+        with self._lock:
+            self._check_open()
+            heads = self._fifo_heads()
+            due = [
+                e
+                for e in self._entries.values()
+                if e.state is EntryState.PENDING
+                and e.next_send_time_ms <= now_ms
+                and not e.leased(now_ms)
+                and (e.fifo_group is None or heads[e.fifo_group] == e.seq)
+            ]
+            due.sort(key=lambda e: (e.next_send_time_ms, e.seq))
+            claimed = []
+            for entry in due[: max(limit, 0)]:
+                leased = replace(entry, lease_owner=owner, lease_until_ms=now_ms + lease_ms)
+                self._entries[entry.message_id] = leased
+                claimed.append(leased)
+            return claimed
+
+    def mark_delivered(self, message_id: str, receipt: DeliveryReceipt) -> bool:
+        with self._lock:
+            entry = self._entries.get(message_id)
+            if entry is None or entry.state is not EntryState.PENDING:
+                return False
+            self._entries[message_id] = entry.delivered(receipt)
+            return True
+
+    def reschedule(
+        self, message_id: str, owner: str, next_send_time_ms: int, error: str, now_ms: int
+    ) -> bool:
+        with self._lock:
+            entry = self._owned(message_id, owner)
+            if entry is None:
+                return False
+            self._entries[message_id] = replace(
+                entry,
+                attempts=entry.attempts + 1,
+                last_error=error,
+                next_send_time_ms=next_send_time_ms,
+                lease_owner=None,
+                lease_until_ms=0,
+            )
+            return True
+
+    def bury(self, message_id: str, owner: str, error: str, now_ms: int) -> bool:
+        with self._lock:
+            entry = self._owned(message_id, owner)
+            if entry is None:
+                return False
+            self._entries[message_id] = replace(
+                entry,
+                state=EntryState.DEAD,
+                last_error=error,
+                lease_owner=None,
+                lease_until_ms=0,
+                state_changed_ms=now_ms,
+            )
+            return True
+
+    def release(self, message_id: str, owner: str) -> bool:
+        with self._lock:
+            entry = self._owned(message_id, owner)
+            if entry is None:
+                return False
+            self._entries[message_id] = replace(entry, lease_owner=None, lease_until_ms=0)
+            return True
+
+    def requeue(self, message_ids: Sequence[str] | None, now_ms: int) -> int:
+        with self._lock:
+            ids = list(self._entries) if message_ids is None else list(dict.fromkeys(message_ids))
+            requeued = 0
+            for message_id in ids:
+                entry = self._entries.get(message_id)
+                if entry is None or entry.state is not EntryState.DEAD:
+                    continue
+                self._entries[message_id] = requeued_entry(entry, now_ms)
+                requeued += 1
+            return requeued
+
+    def purge(self, state: EntryState, before_ms: int) -> int:
+        check_purge_state(state)
+        with self._lock:
+            doomed = [
+                e.message_id
+                for e in self._entries.values()
+                if e.state is state and e.state_changed_ms < before_ms
+            ]
+            for message_id in doomed:
+                del self._entries[message_id]
+            return len(doomed)
+
+    def stats(self, now_ms: int) -> OutboxStats:
+        with self._lock:
+            pending = [e for e in self._entries.values() if e.state is EntryState.PENDING]
+            dead = [e for e in self._entries.values() if e.state is EntryState.DEAD]
+            heads = self._fifo_heads()
+            claimable = [e for e in pending if e.fifo_group is None or heads[e.fifo_group] == e.seq]
+            return OutboxStats(
+                pending=len(pending),
+                in_flight=sum(1 for e in pending if e.leased(now_ms)),
+                delivered=len(self._entries) - len(pending) - len(dead),
+                dead=len(dead),
+                bytes=sum(e.body_bytes for e in pending) + sum(e.body_bytes for e in dead),
+                oldest_pending_created_ms=min((e.created_ms for e in pending), default=None),
+                next_due_ms=min((due_score(e) for e in claimable), default=None),
+            )
+
+    def scan(self, state: EntryState | None, after_seq: int, limit: int) -> list[OutboxEntry]:
+        with self._lock:
+            page: list[OutboxEntry] = []
+            for entry in self._entries.values():
+                if len(page) >= limit:
+                    break
+                if entry.seq > after_seq and (state is None or entry.state is state):
+                    page.append(entry)
+            return page
+
+    def check_writable(self) -> None:
+        with self._lock:
+            self._check_open()
+
+    def close(self) -> None:
+        with self._lock:
+            self._closed = True
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise OutboxUnavailableError("memory outbox is closed")
+
+    def _owned(self, message_id: str, owner: str) -> OutboxEntry | None:
+        entry = self._entries.get(message_id)
+        if entry is None or entry.state is not EntryState.PENDING or entry.lease_owner != owner:
+            return None
+        return entry
+
+    def _fifo_heads(self) -> dict[tuple[str, str], int]:
+        """(topic, message group) → the lowest seq among its PENDING entries."""
+        heads: dict[tuple[str, str], int] = {}
+        for entry in self._entries.values():
+            group = entry.fifo_group
+            if group is not None and entry.state is EntryState.PENDING:
+                heads[group] = min(heads.get(group, entry.seq), entry.seq)
+        return heads
+
+
+# Helpers every backend shares: one reading of the contract's rules on arguments and entries.
+
+
+def check_put_entries(entries: Sequence[OutboxEntry]) -> None:
+    for entry in entries:
+        if entry.state is not EntryState.PENDING:
+            raise ValueError(f"put takes PENDING entries; {entry.message_id} is {entry.state}")
+        if entry.lease_owner is not None:
+            raise ValueError(f"put takes unleased entries; {entry.message_id} is leased")
+
+
+def check_claim_args(lease_ms: int, owner: str) -> None:
+    # A lease of 0 ms would leave a claimed entry due at once: two workers could hold it.
+    if lease_ms < 1:
+        raise ValueError(f"lease_ms must be >= 1, got {lease_ms}")
+    if not owner:
+        raise ValueError("a claim needs a non-empty owner")
+
+
+def check_purge_state(state: EntryState) -> None:
+    if state is EntryState.PENDING:
+        raise ValueError("PENDING entries are never purged: that would lose messages")
+
+
+def due_score(entry: OutboxEntry) -> int:
+    """When a claimable entry can next be claimed: its next send time, or the end of its lease.
+
+    The indexed backends key their due index by this, so that one range scan up to ``now_ms``
+    finds entries both due and not under a live lease.
+    """
+    if entry.lease_owner is None:
+        return entry.next_send_time_ms
+    return max(entry.next_send_time_ms, entry.lease_until_ms)
+
+
+def requeued_entry(entry: OutboxEntry, now_ms: int) -> OutboxEntry:
+    """DEAD → PENDING: due now, attempts reset; the last error stays for the record."""
+    return replace(
+        entry,
+        state=EntryState.PENDING,
+        attempts=0,
+        next_send_time_ms=now_ms,
+        lease_owner=None,
+        lease_until_ms=0,
+        state_changed_ms=now_ms,
+    )

@@ -1,0 +1,66 @@
+"""The sidecar's configuration: typed, frozen, built once by the CLI (rocketbox/cli.py), whose
+options, ``ROCKETBOX_*`` environment variables and the Helm values map onto these fields."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from outbox.entry import OutboxLimits
+from sidecar.producer import ProducerConfig
+
+
+@dataclass(frozen=True, slots=True)
+class ResendConfig:
+    """The resend pool (sidecar/resend_pool.py)."""
+
+    # Resends in flight at once, over all claimed entries.
+    resend_concurrency_max: int = 64
+    # Entries one claim leases.
+    claim_batch_max: int = 256
+    # How long a claimed entry is ours: longer than a send with all its retries.
+    lease_ms: int = 30_000
+    # How often an idle pool looks for due entries (a spool wakes it at once).
+    poll_interval_ms: int = 200
+    # Give up (bury, DEAD) after this many resends or this age.
+    attempts_max: int = 64
+    age_max_s: int = 7 * 24 * 3600
+    # Back-off between resends of one entry: exponential from initial to max, with jitter.
+    backoff_initial_ms: int = 500
+    backoff_max_ms: int = 60_000
+    # Delivered tombstones are kept this long for the reconciliation, then purged.
+    delivered_retention_hours: float = 72.0
+    purge_interval_ms: int = 60_000
+
+    def __post_init__(self) -> None:
+        positive = (
+            "resend_concurrency_max", "claim_batch_max", "lease_ms", "poll_interval_ms",
+            "attempts_max", "age_max_s", "backoff_initial_ms", "purge_interval_ms",
+        )  # fmt: skip
+        for name in positive:
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
+        if self.backoff_max_ms < self.backoff_initial_ms:
+            raise ValueError("backoff_max_ms must be >= backoff_initial_ms")
+
+
+@dataclass(frozen=True, slots=True)
+class SidecarConfig:
+    producer: ProducerConfig
+    outbox_url: str
+    outbox_limits: OutboxLimits = field(default_factory=OutboxLimits)
+    resend: ResendConfig = field(default_factory=ResendConfig)
+    listen_host: str = "127.0.0.1"
+    listen_port: int = 8980
+    # Threads that run the outbox's blocking calls; concurrent puts share commits (group
+    # commit), so this bounds how many spools can be batched together.
+    outbox_threads: int = 64
+    send_batch_entries_max: int = 1_000
+    send_batch_bytes_max: int = 16 * 1024 * 1024
+    send_stream_in_flight_max: int = 1_024
+    # Time in-flight calls get to finish on SIGTERM before they are cancelled.
+    shutdown_grace_ms: int = 10_000
+    # How often readiness re-checks that the outbox is writable.
+    readiness_interval_ms: int = 1_000
+    # Optional acknowledgement ledger (JSON lines): what each app was told, for reconciliation.
+    ack_ledger_path: Path | None = None

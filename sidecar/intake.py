@@ -1,0 +1,129 @@
+"""Intake: each message the app hands over is sent, spooled or rejected, and the app is told which.
+
+    validate ──bad──► SendRejectedError (nothing sent, nothing spooled)
+       │
+    FIFO group with entries in the outbox? ──yes──► spool behind them (FIFO_FENCE)
+       │ no
+    producer.send (retries) ──stored──► STORED
+       │ failed (throttled / unavailable / ambiguous)
+    outbox.put (durable) ──► SPOOLED   or, when the outbox refuses, OutboxFullError /
+                                        OutboxUnavailableError: the app is told it was not taken
+
+Messages of one (topic, message group) pass intake one at a time, in arrival order: the fence
+check, the send and the spool of one are done before the next begins, so no later message of the
+group can overtake an earlier one that is being spooled.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from outbox.entry import OutboxEntry, OutboxMessage, SpoolCause
+from sidecar.async_outbox import AsyncOutbox
+from sidecar.backoff import Backoff
+from sidecar.errors import SendFailedError
+from sidecar.producer import Producer, SendReceipt
+from sidecar.validation import validate_message
+
+LOG = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class Stored:
+    receipt: SendReceipt
+
+
+@dataclass(frozen=True, slots=True)
+class Spooled:
+    entry: OutboxEntry
+
+
+Accepted = Stored | Spooled
+
+
+def now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+class Intake:
+    def __init__(
+        self,
+        producer: Producer,
+        outbox: AsyncOutbox,
+        backoff: Backoff,
+        on_spooled: Callable[[], None],
+    ) -> None:
+        self._producer = producer
+        self._outbox = outbox
+        self._backoff = backoff
+        self._on_spooled = on_spooled
+        # One lock per FIFO group with a message passing intake; dropped when nobody holds it.
+        self._group_locks: dict[tuple[str, str], asyncio.Lock] = {}
+
+    async def accept(self, message: OutboxMessage) -> Accepted:
+        """STORED or SPOOLED; raises SendRejectedError, OutboxFullError or
+        OutboxUnavailableError when the message was not taken."""
+        validate_message(message)
+        if not message.message_group:
+            return await self._send_or_spool(message)
+        key = (message.topic, message.message_group)
+        lock = self._group_locks.get(key)
+        if lock is None:
+            lock = self._group_locks[key] = asyncio.Lock()
+        try:
+            async with lock:
+                fenced = await self._outbox.call(
+                    self._outbox.outbox.has_pending_group, message.topic, message.message_group
+                )
+                if fenced:
+                    return await self._spool(
+                        message,
+                        SpoolCause.FIFO_FENCE,
+                        "earlier messages of its message group are in the outbox",
+                        maybe_stored=False,
+                        due_now=True,
+                    )
+                return await self._send_or_spool(message)
+        finally:
+            if not lock.locked() and self._group_locks.get(key) is lock:
+                del self._group_locks[key]
+
+    async def _send_or_spool(self, message: OutboxMessage) -> Accepted:
+        try:
+            receipt = await self._producer.send(message)
+        except SendFailedError as e:
+            return await self._spool(message, e.cause, e.detail, e.maybe_stored, due_now=False)
+        return Stored(receipt)
+
+    async def _spool(
+        self,
+        message: OutboxMessage,
+        cause: SpoolCause,
+        detail: str,
+        maybe_stored: bool,
+        due_now: bool,
+    ) -> Spooled:
+        created_ms = now_ms()
+        # The first resend waits one back-off step: an immediate retry is what just failed
+        # (and after throttling, RocketMQ's rule forbids it). A fenced entry waits on its group's
+        # head instead, so it is due at once.
+        next_send_time_ms = created_ms if due_now else created_ms + self._backoff.delay_ms(1)
+        entry = OutboxEntry(
+            message=message,
+            cause=cause,
+            created_ms=created_ms,
+            next_send_time_ms=next_send_time_ms,
+            maybe_stored=maybe_stored,
+            last_error=f"{cause.value}: {detail}",
+            state_changed_ms=created_ms,
+        )
+        stored = await self._outbox.call(self._outbox.outbox.put, [entry])
+        LOG.info(
+            "spooled %s to %s: %s (%s)", message.message_id, message.topic, cause.value, detail
+        )
+        self._on_spooled()
+        return Spooled(stored[0])

@@ -1,0 +1,199 @@
+"""The resend pool: drains the outbox into the broker.
+
+One claimer loop leases due entries (``claim_batch_max`` at a time) and hands each to a resend
+task; at most ``resend_concurrency_max`` resends run at once. A resend:
+
+1. checks the broker's index first when the entry may already be stored (an ambiguous send, or
+   a resend that failed ambiguously): found → delivered, without sending it twice;
+2. sends with the same message id, through the producer's retries; the resend path never spools;
+3. stored → ``mark_delivered`` (a tombstone with the broker's queue offset); failed →
+   ``reschedule`` after a back-off, or ``bury`` once ``attempts_max`` or ``age_max_s`` is
+   passed; rejected by the broker (e.g. its topic was deleted) → buried at once.
+
+FIFO order is the outbox's promise: it hands out only a group's head, so a group has one resend
+in flight, in order. A delivered head makes its successor due at once, so the claimer looks again
+immediately after any delivery.
+
+On stop the claimer stops, resends in flight finish (their own send timeout bounds them), and the
+leases of claimed entries not yet started are released, so another sidecar sharing the outbox
+can take them at once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+import uuid
+
+from outbox.entry import DeliveryReceipt, EntryState, OutboxEntry, SpoolCause
+from sidecar.async_outbox import AsyncOutbox
+from sidecar.backoff import Backoff
+from sidecar.config import ResendConfig
+from sidecar.errors import SendFailedError, SendRejectedError
+from sidecar.producer import Producer
+
+LOG = logging.getLogger(__name__)
+HOUR_MS = 3_600_000
+
+
+def now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+class ResendPool:
+    def __init__(
+        self, config: ResendConfig, producer: Producer, outbox: AsyncOutbox, backoff: Backoff
+    ) -> None:
+        self.config = config
+        self._producer = producer
+        self._outbox = outbox
+        self._backoff = backoff
+        self.owner = f"sidecar-{uuid.uuid4().hex[:12]}"
+        self._wake = asyncio.Event()
+        self._slots = asyncio.Semaphore(config.resend_concurrency_max)
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._stopping = False
+        self.delivered_total = 0
+        self.rescheduled_total = 0
+        self.buried_total = 0
+
+    def wake(self) -> None:
+        """Something may be due now (a spool, a delivered FIFO head)."""
+        self._wake.set()
+
+    async def run(self) -> None:
+        """Claim and resend until ``stop``; purge old tombstones along the way."""
+        next_purge_s = 0.0
+        while not self._stopping:
+            if time.monotonic() >= next_purge_s:
+                next_purge_s = time.monotonic() + self.config.purge_interval_ms / 1000.0
+                await self._purge()
+            claimed = await self._claim()
+            if self._stopping:
+                await self._release(claimed)
+                break
+            for entry in claimed:
+                await self._slots.acquire()
+                if self._stopping:
+                    self._slots.release()
+                    await self._release([entry])
+                    continue
+                task = asyncio.create_task(self._resend(entry), name=f"resend {entry.message_id}")
+                self._tasks.add(task)
+                task.add_done_callback(self._tasks.discard)
+            if len(claimed) < self.config.claim_batch_max:
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(
+                        self._wake.wait(), timeout=self.config.poll_interval_ms / 1000.0
+                    )
+                self._wake.clear()
+        # Resends in flight finish: each is bounded by the producer's send timeout.
+        if self._tasks:
+            await asyncio.gather(*self._tasks, return_exceptions=True)
+
+    def stop(self) -> None:
+        """Stop claiming; ``run`` returns once the resends in flight have finished."""
+        self._stopping = True
+        self._wake.set()
+
+    async def _claim(self) -> list[OutboxEntry]:
+        try:
+            return await self._outbox.call(
+                self._outbox.outbox.claim_due,
+                now_ms(),
+                self.config.claim_batch_max,
+                self.config.lease_ms,
+                self.owner,
+            )
+        except Exception:
+            LOG.exception("claiming due outbox entries failed; trying again")
+            return []
+
+    async def _release(self, entries: list[OutboxEntry]) -> None:
+        for entry in entries:
+            try:
+                await self._outbox.call(self._outbox.outbox.release, entry.message_id, self.owner)
+            except Exception:  # the lease expires by itself
+                LOG.warning("releasing the lease of %s failed", entry.message_id, exc_info=True)
+
+    async def _resend(self, entry: OutboxEntry) -> None:
+        try:
+            await self._resend_one(entry)
+        except Exception:
+            # The outbox call after the send failed: the lease expires and the entry comes
+            # again (checked against the index first if it may be stored).
+            LOG.exception("resend of %s left to its lease", entry.message_id)
+        finally:
+            self._slots.release()
+
+    async def _resend_one(self, entry: OutboxEntry) -> None:
+        m = entry.message
+        if entry.maybe_stored or entry.last_error.startswith(SpoolCause.AMBIGUOUS.value):
+            try:
+                lookup = await self._producer.lookup_stored(m.message_id, m.topic)
+            except SendFailedError as e:
+                await self._failed(entry, e)
+                return
+            if lookup.offered and lookup.copy is not None:
+                LOG.info("%s to %s was already stored; not resent", m.message_id, m.topic)
+                receipt = DeliveryReceipt(lookup.copy.queue_id, lookup.copy.queue_offset, now_ms())
+                await self._delivered(entry, receipt)
+                return
+        try:
+            sent = await self._producer.send(m)
+        except SendRejectedError as e:
+            await self._bury(entry, f"rejected by the broker: {e}")
+            return
+        except SendFailedError as e:
+            await self._failed(entry, e)
+            return
+        receipt = DeliveryReceipt(sent.queue_id, sent.queue_offset, now_ms(), sent.durable)
+        await self._delivered(entry, receipt)
+
+    async def _delivered(self, entry: OutboxEntry, receipt: DeliveryReceipt) -> None:
+        await self._outbox.call(self._outbox.outbox.mark_delivered, entry.message_id, receipt)
+        self.delivered_total += 1
+        if entry.fifo_group is not None:
+            self.wake()  # its successor is the group's head now
+
+    async def _failed(self, entry: OutboxEntry, failure: SendFailedError) -> None:
+        attempts = entry.attempts + 1
+        now = now_ms()
+        error = str(failure)
+        if attempts >= self.config.attempts_max:
+            await self._bury(entry, f"{attempts} resends failed; last: {error}")
+            return
+        if now - entry.created_ms >= self.config.age_max_s * 1000:
+            await self._bury(entry, f"older than {self.config.age_max_s} s; last: {error}")
+            return
+        next_send_time_ms = now + self._backoff.delay_ms(attempts)
+        outbox = self._outbox.outbox
+        done = await self._outbox.call(
+            outbox.reschedule, entry.message_id, self.owner, next_send_time_ms, error, now
+        )
+        if done:
+            self.rescheduled_total += 1
+        else:
+            LOG.warning("lease of %s was lost before its reschedule", entry.message_id)
+
+    async def _bury(self, entry: OutboxEntry, error: str) -> None:
+        done = await self._outbox.call(
+            self._outbox.outbox.bury, entry.message_id, self.owner, error, now_ms()
+        )
+        if done:
+            self.buried_total += 1
+            LOG.error("buried %s to %s: %s", entry.message_id, entry.message.topic, error)
+
+    async def _purge(self) -> None:
+        before_ms = now_ms() - int(self.config.delivered_retention_hours * HOUR_MS)
+        try:
+            purged = await self._outbox.call(
+                self._outbox.outbox.purge, EntryState.DELIVERED, before_ms
+            )
+        except Exception:
+            LOG.warning("purging delivered tombstones failed", exc_info=True)
+            return
+        if purged:
+            LOG.info("purged %d delivered tombstones older than the retention", purged)
