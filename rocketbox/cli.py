@@ -25,6 +25,7 @@ from broker.store.config import FlushDiskType, MessageStoreConfig
 from broker.store.errors import StoreError
 from broker.topic_config import TopicMessageType
 from rocketbox import admin_client as admin
+from rocketbox.sidecar_cli import sidecar_command
 
 LOG = logging.getLogger("rocketbox")
 
@@ -185,6 +186,9 @@ def broker(
     except (BrokerError, ValueError) as e:
         raise click.BadParameter(str(e)) from e
     asyncio.run(_run_broker(config, topic_specs, group_specs))
+
+
+main.add_command(sidecar_command)
 
 
 def parse_topic_spec(spec: str) -> tuple[str, int | None, TopicMessageType]:

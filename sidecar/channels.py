@@ -33,10 +33,11 @@ class Endpoint:
     port: int
 
     @classmethod
-    def parse(cls, text: str) -> Endpoint:
+    def parse(cls, text: str, port_min: int = 1) -> Endpoint:
+        """HOST:PORT or [IPv6]:PORT; ``port_min=0`` for a listen address (0: a free port)."""
         host, sep, port = text.rpartition(":")
-        if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
-            raise ValueError(f"endpoint {text!r}: expected HOST:PORT")
+        if not sep or not host or not port.isdigit() or not port_min <= int(port) < 65536:
+            raise ValueError(f"endpoint {text!r}: expected HOST:PORT, port {port_min}..65535")
         return cls(host.strip("[]"), int(port))
 
     def to_proto(self) -> definition_pb2.Endpoints:

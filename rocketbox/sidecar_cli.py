@@ -1,0 +1,164 @@
+"""``rocketbox sidecar``: the app-facing sidecar in front of a broker, with its durable outbox."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import signal
+from pathlib import Path
+
+import click
+
+from outbox.entry import OutboxLimits
+from outbox.errors import OutboxError
+from sidecar.channels import Endpoint
+from sidecar.config import ResendConfig, SidecarConfig
+from sidecar.producer import ProducerConfig
+from sidecar.sidecar import Sidecar
+
+LOG = logging.getLogger("rocketbox")
+
+
+def _endpoint(
+    _ctx: click.Context, _param: click.Parameter, value: tuple[str, ...]
+) -> tuple[Endpoint, ...]:
+    try:
+        return tuple(Endpoint.parse(v) for v in value)
+    except ValueError as e:
+        raise click.BadParameter(str(e)) from e
+
+
+def _listen(_ctx: click.Context, _param: click.Parameter, value: str) -> Endpoint:
+    try:
+        return Endpoint.parse(value, port_min=0)
+    except ValueError as e:
+        raise click.BadParameter(str(e)) from e
+
+
+@click.command("sidecar")
+@click.option(
+    "--broker",
+    "brokers",
+    multiple=True,
+    required=True,
+    callback=_endpoint,
+    metavar="HOST:PORT",
+    help="A broker (or RocketMQ 5 proxy) access point; repeatable.",
+)
+@click.option(
+    "--outbox",
+    "outbox_url",
+    required=True,
+    metavar="URL",
+    help="rocksdb:///path, redis://host:port/db?prefix=NAME or "
+    "mysql+pymysql://user:password@host:port/db?table=NAME",
+)
+@click.option(
+    "--listen",
+    default="127.0.0.1:8980",
+    callback=_listen,
+    metavar="HOST:PORT",
+    help="Where apps connect (port 0: a free port).",
+)
+@click.option("--namespace", default="", help="RocketMQ namespace of the topics.")
+@click.option("--retry-times-when-send-failed", default=2, type=click.IntRange(0, 16))
+@click.option("--send-msg-timeout-ms", default=3_000, type=click.IntRange(min=1))
+@click.option("--send-latency-fault-enable/--no-send-latency-fault-enable", default=True)
+@click.option("--route-refresh-interval-ms", default=30_000, type=click.IntRange(min=1))
+@click.option("--outbox-entries-max", default=1_000_000, type=click.IntRange(min=1))
+@click.option("--outbox-bytes-max", default=1024**3, type=click.IntRange(min=1))
+@click.option("--resend-concurrency-max", default=64, type=click.IntRange(min=1))
+@click.option("--claim-batch-max", default=256, type=click.IntRange(min=1))
+@click.option("--lease-ms", default=30_000, type=click.IntRange(min=1))
+@click.option("--poll-interval-ms", default=200, type=click.IntRange(min=1))
+@click.option("--attempts-max", default=64, type=click.IntRange(min=1))
+@click.option("--age-max-s", default=7 * 24 * 3600, type=click.IntRange(min=1))
+@click.option("--backoff-initial-ms", default=500, type=click.IntRange(min=1))
+@click.option("--backoff-max-ms", default=60_000, type=click.IntRange(min=1))
+@click.option("--delivered-retention-hours", default=72.0, type=click.FloatRange(min=0))
+@click.option("--shutdown-grace-ms", default=10_000, type=click.IntRange(min=0))
+@click.option(
+    "--ack-ledger",
+    "ack_ledger_path",
+    default=None,
+    type=click.Path(path_type=Path, dir_okay=False),
+    help="Append what each app was told (JSON lines) for the reconciliation.",
+)
+def sidecar_command(
+    brokers: tuple[Endpoint, ...],
+    outbox_url: str,
+    listen: Endpoint,
+    namespace: str,
+    retry_times_when_send_failed: int,
+    send_msg_timeout_ms: int,
+    send_latency_fault_enable: bool,
+    route_refresh_interval_ms: int,
+    outbox_entries_max: int,
+    outbox_bytes_max: int,
+    resend_concurrency_max: int,
+    claim_batch_max: int,
+    lease_ms: int,
+    poll_interval_ms: int,
+    attempts_max: int,
+    age_max_s: int,
+    backoff_initial_ms: int,
+    backoff_max_ms: int,
+    delivered_retention_hours: float,
+    shutdown_grace_ms: int,
+    ack_ledger_path: Path | None,
+) -> None:
+    """Serve rocketbox.v1.SidecarService: send to the broker with RocketMQ's retries, spool
+    what it does not take to the outbox, resend from there; until SIGINT/SIGTERM."""
+    try:
+        config = SidecarConfig(
+            producer=ProducerConfig(
+                access_points=brokers,
+                namespace=namespace,
+                retry_times_when_send_failed=retry_times_when_send_failed,
+                send_msg_timeout_ms=send_msg_timeout_ms,
+                send_latency_fault_enable=send_latency_fault_enable,
+                route_refresh_interval_ms=route_refresh_interval_ms,
+            ),
+            outbox_url=outbox_url,
+            outbox_limits=OutboxLimits(
+                outbox_entries_max=outbox_entries_max, outbox_bytes_max=outbox_bytes_max
+            ),
+            resend=ResendConfig(
+                resend_concurrency_max=resend_concurrency_max,
+                claim_batch_max=claim_batch_max,
+                lease_ms=lease_ms,
+                poll_interval_ms=poll_interval_ms,
+                attempts_max=attempts_max,
+                age_max_s=age_max_s,
+                backoff_initial_ms=backoff_initial_ms,
+                backoff_max_ms=backoff_max_ms,
+                delivered_retention_hours=delivered_retention_hours,
+            ),
+            listen_host=listen.host,
+            listen_port=listen.port,
+            shutdown_grace_ms=shutdown_grace_ms,
+            ack_ledger_path=ack_ledger_path,
+        )
+    except ValueError as e:
+        raise click.BadParameter(str(e)) from e
+    asyncio.run(run_sidecar(config))
+
+
+async def run_sidecar(config: SidecarConfig, stop: asyncio.Event | None = None) -> None:
+    """Run until SIGINT/SIGTERM (or ``stop``), then stop gracefully."""
+    stop = stop or asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(signum, stop.set)
+    sidecar = Sidecar(config)
+    try:
+        await sidecar.start()
+    except (OutboxError, OSError, ValueError) as e:
+        raise click.ClickException(f"the sidecar cannot start: {e}") from e
+    click.echo(f"sidecar listening on {config.listen_host}:{sidecar.port}")
+    try:
+        await stop.wait()
+        LOG.info("stopping the sidecar")
+    finally:
+        await sidecar.stop()
+    click.echo("sidecar stopped cleanly")

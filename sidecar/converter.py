@@ -1,0 +1,77 @@
+"""rocketbox.v1 protobuf ↔ the sidecar's domain types. Protobuf stops here."""
+
+from __future__ import annotations
+
+import grpc
+from google.protobuf import duration_pb2, timestamp_pb2
+
+from outbox.entry import OutboxMessage, SpoolCause
+from rocketbox_api.v1 import sidecar_pb2 as api
+from sidecar.intake import Accepted, Stored
+from sidecar.message_id import MessageIdGenerator
+
+SPOOL_CAUSES: dict[SpoolCause, int] = {
+    SpoolCause.THROTTLED: api.SPOOL_CAUSE_THROTTLED,
+    SpoolCause.UNAVAILABLE: api.SPOOL_CAUSE_UNAVAILABLE,
+    SpoolCause.AMBIGUOUS: api.SPOOL_CAUSE_AMBIGUOUS,
+    SpoolCause.FIFO_FENCE: api.SPOOL_CAUSE_FIFO_FENCE,
+}
+
+
+def to_outbox_message(m: api.Message, ids: MessageIdGenerator, now_ms: int) -> OutboxMessage:
+    """The app's message with its id: the app's own, or one stamped now, once."""
+    return OutboxMessage(
+        topic=m.topic,
+        body=m.body,
+        message_id=m.message_id if m.HasField("message_id") else ids.next_id(),
+        tag=m.tag if m.HasField("tag") else None,
+        keys=tuple(m.keys),
+        message_group=m.message_group if m.HasField("message_group") else None,
+        delivery_timestamp_ms=(
+            m.delivery_time.ToMilliseconds() if m.HasField("delivery_time") else None
+        ),
+        properties=dict(m.user_properties),
+        born_timestamp_ms=now_ms,
+    )
+
+
+def to_result(message_id: str, accepted: Accepted) -> api.SendResult:
+    if isinstance(accepted, Stored):
+        r = accepted.receipt
+        return api.SendResult(
+            message_id=message_id,
+            stored=api.Stored(
+                broker_name=r.broker_name,
+                queue_id=r.queue_id,
+                queue_offset=r.queue_offset,
+                durable=r.durable,
+                attempts=r.attempts,
+            ),
+        )
+    entry = accepted.entry
+    next_attempt = timestamp_pb2.Timestamp()
+    next_attempt.FromMilliseconds(entry.next_send_time_ms)
+    return api.SendResult(
+        message_id=message_id,
+        spooled=api.Spooled(
+            cause=SPOOL_CAUSES[entry.cause],  # type: ignore[arg-type]
+            detail=entry.last_error.removeprefix(f"{entry.cause.value}: "),
+            next_attempt_time=next_attempt,
+            maybe_stored=entry.maybe_stored,
+        ),
+    )
+
+
+def to_rejected(
+    message_id: str, code: grpc.StatusCode, field: str, reason: str, retry_after_ms: int = 0
+) -> api.SendResult:
+    rejection = api.Rejection(code=code.value[0], field=field, reason=reason)
+    if retry_after_ms:
+        rejection.retry_after.CopyFrom(duration_from_ms(retry_after_ms))
+    return api.SendResult(message_id=message_id, rejected=rejection)
+
+
+def duration_from_ms(ms: int) -> duration_pb2.Duration:
+    d = duration_pb2.Duration()
+    d.FromMilliseconds(ms)
+    return d

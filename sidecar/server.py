@@ -1,0 +1,197 @@
+"""The app-facing gRPC service (rocketbox.v1.SidecarService): validate → convert → intake.
+
+Every message gets exactly one answer. Errors are translated here, once:
+
+| raised by intake | Send (call status) | SendBatch / SendStream (Rejection) |
+|---|---|---|
+| SendRejectedError | INVALID_ARGUMENT / NOT_FOUND + google.rpc.BadRequest | same code and field |
+| OutboxFullError | RESOURCE_EXHAUSTED + google.rpc.RetryInfo | same, retry_after |
+| OutboxUnavailableError, shutting down | UNAVAILABLE | same |
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import AsyncIterator, Callable
+from typing import Any
+
+import grpc
+from google.protobuf import any_pb2
+from google.rpc import code_pb2, error_details_pb2, status_pb2
+from grpc_status import rpc_status
+
+from outbox.entry import OutboxMessage
+from outbox.errors import OutboxError, OutboxFullError
+from rocketbox_api.v1 import sidecar_pb2 as api
+from rocketbox_api.v1 import sidecar_pb2_grpc
+from sidecar.converter import duration_from_ms, to_outbox_message, to_rejected, to_result
+from sidecar.errors import SendRejectedError
+from sidecar.intake import Accepted, Intake, Stored
+from sidecar.message_id import MessageIdGenerator
+
+LOG = logging.getLogger(__name__)
+UNAVAILABLE_RETRY_AFTER_MS = 1_000
+
+
+class ShuttingDownError(Exception):
+    pass
+
+
+class Rejected(Exception):  # noqa: N818 - an outcome, carried to the edge as one value
+    def __init__(self, code: grpc.StatusCode, field: str, reason: str, retry_after_ms: int = 0):
+        super().__init__(f"{field}: {reason}" if field else reason)
+        self.code = code
+        self.field = field
+        self.reason = reason
+        self.retry_after_ms = retry_after_ms
+
+
+class SidecarService(sidecar_pb2_grpc.SidecarServiceServicer):  # type: ignore[misc]
+    def __init__(
+        self,
+        intake: Intake,
+        send_batch_entries_max: int,
+        send_batch_bytes_max: int,
+        send_stream_in_flight_max: int,
+        on_answer: Callable[[str, str, Accepted], None] | None = None,
+    ) -> None:
+        self._intake = intake
+        self._ids = MessageIdGenerator()
+        self._batch_entries_max = send_batch_entries_max
+        self._batch_bytes_max = send_batch_bytes_max
+        self._stream_in_flight_max = send_stream_in_flight_max
+        self._on_answer = on_answer
+        self.accepting = True
+
+    def _intake_message(self, m: api.Message) -> OutboxMessage:
+        return to_outbox_message(m, self._ids, int(time.time() * 1000))
+
+    async def _accept(self, message: OutboxMessage) -> api.SendResult:
+        """One message's result; raises Rejected."""
+        if not self.accepting:
+            raise Rejected(
+                grpc.StatusCode.UNAVAILABLE, "", "the sidecar is shutting down",
+                UNAVAILABLE_RETRY_AFTER_MS,
+            )  # fmt: skip
+        try:
+            accepted = await self._intake.accept(message)
+        except SendRejectedError as e:
+            raise Rejected(e.code, e.field, e.reason) from e
+        except OutboxFullError as e:
+            raise Rejected(
+                grpc.StatusCode.RESOURCE_EXHAUSTED, "", f"outbox is full: {e}", e.retry_after_ms
+            ) from e
+        except OutboxError as e:
+            raise Rejected(
+                grpc.StatusCode.UNAVAILABLE, "", f"the broker did not take it and the outbox "
+                f"could not spool it: {e}", UNAVAILABLE_RETRY_AFTER_MS,
+            ) from e  # fmt: skip
+        if self._on_answer is not None:
+            self._on_answer(message.message_id, message.topic, accepted)
+        return to_result(message.message_id, accepted)
+
+    async def _result_or_rejection(self, m: api.Message) -> api.SendResult:
+        message = self._intake_message(m)
+        try:
+            return await self._accept(message)
+        except Rejected as r:
+            return to_rejected(message.message_id, r.code, r.field, r.reason, r.retry_after_ms)
+
+    async def Send(  # noqa: N802 - the API's name
+        self, request: api.SendRequest, context: grpc.aio.ServicerContext[Any, Any]
+    ) -> api.SendResponse:
+        if not request.HasField("message"):
+            await _abort(
+                context, Rejected(grpc.StatusCode.INVALID_ARGUMENT, "message", "is required")
+            )
+        try:
+            result = await self._accept(self._intake_message(request.message))
+            return api.SendResponse(result=result)
+        except Rejected as r:
+            await _abort(context, r)
+            raise  # unreachable: abort raises
+
+    async def SendBatch(  # noqa: N802
+        self, request: api.SendBatchRequest, context: grpc.aio.ServicerContext[Any, Any]
+    ) -> api.SendBatchResponse:
+        count = len(request.messages)
+        if count > self._batch_entries_max:
+            await _abort(context, Rejected(
+                grpc.StatusCode.INVALID_ARGUMENT, "messages",
+                f"has {count} messages; the limit is {self._batch_entries_max}",
+            ))  # fmt: skip
+        size = sum(len(m.body) for m in request.messages)
+        if size > self._batch_bytes_max:
+            await _abort(context, Rejected(
+                grpc.StatusCode.INVALID_ARGUMENT, "messages",
+                f"bodies total {size} bytes; the limit is {self._batch_bytes_max}",
+            ))  # fmt: skip
+        # Tasks are created in request order, and intake serialises a FIFO group in the order its
+        # messages arrive: a group's messages keep their request order; the rest go in parallel.
+        results = await asyncio.gather(*(self._result_or_rejection(m) for m in request.messages))
+        return api.SendBatchResponse(results=results)
+
+    async def SendStream(  # noqa: N802
+        self,
+        request_iterator: AsyncIterator[api.SendStreamRequest],
+        context: grpc.aio.ServicerContext[Any, Any],
+    ) -> AsyncIterator[api.SendStreamResponse]:
+        slots = asyncio.Semaphore(self._stream_in_flight_max)
+        answers: asyncio.Queue[api.SendStreamResponse | None] = asyncio.Queue()
+        tasks: set[asyncio.Task[None]] = set()
+
+        async def answer(request: api.SendStreamRequest) -> None:
+            try:
+                result = await self._result_or_rejection(request.message)
+                await answers.put(
+                    api.SendStreamResponse(request_id=request.request_id, result=result)
+                )
+            finally:
+                slots.release()
+
+        async def read() -> None:
+            try:
+                async for request in request_iterator:
+                    # Back-pressure: stop reading while the limit is in flight.
+                    await slots.acquire()
+                    task = asyncio.create_task(answer(request))
+                    tasks.add(task)
+                    task.add_done_callback(tasks.discard)
+                if tasks:
+                    await asyncio.gather(*tasks)
+            finally:
+                await answers.put(None)
+
+        reader = asyncio.create_task(read())
+        try:
+            while (response := await answers.get()) is not None:
+                yield response
+        finally:
+            reader.cancel()
+            for task in list(tasks):
+                task.cancel()
+
+
+async def _abort(context: grpc.aio.ServicerContext[Any, Any], r: Rejected) -> None:
+    details: list[any_pb2.Any] = []
+    if r.field:
+        bad = error_details_pb2.BadRequest(
+            field_violations=[
+                error_details_pb2.BadRequest.FieldViolation(field=r.field, description=r.reason)
+            ]
+        )
+        packed = any_pb2.Any()
+        packed.Pack(bad)
+        details.append(packed)
+    if r.retry_after_ms:
+        retry = error_details_pb2.RetryInfo(retry_delay=duration_from_ms(r.retry_after_ms))
+        packed = any_pb2.Any()
+        packed.Pack(retry)
+        details.append(packed)
+    status = status_pb2.Status(code=getattr(code_pb2, r.code.name), message=str(r), details=details)
+    await context.abort_with_status(rpc_status.to_status(status))
+
+
+__all__ = ["Rejected", "SidecarService", "Stored"]

@@ -1,0 +1,170 @@
+"""The sidecar process's parts, started and stopped in order.
+
+start: open the outbox → producer → resend pool → gRPC server (SidecarService, health,
+reflection) bound and serving. ``start`` returns once it serves.
+
+Readiness (gRPC health, service "" and "rocketbox.v1.SidecarService") is SERVING only while the
+outbox is writable: a sidecar that could not spool must not be sent traffic.
+
+stop (SIGTERM): stop intake (new calls are answered UNAVAILABLE) → let calls in flight finish
+or spool within ``shutdown_grace_ms`` → stop the resend pool (resends in flight finish, unstarted
+leases released) → close producer, outbox and ledger.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from typing import Any
+
+import grpc
+from grpc_health.v1 import health, health_pb2, health_pb2_grpc
+from grpc_reflection.v1alpha import reflection
+
+from outbox.errors import OutboxError
+from outbox.factory import open_outbox, redact
+from rocketbox_api.v1 import sidecar_pb2, sidecar_pb2_grpc
+from sidecar.async_outbox import AsyncOutbox
+from sidecar.backoff import Backoff
+from sidecar.config import SidecarConfig
+from sidecar.intake import Accepted, Intake, Stored
+from sidecar.ledger import AckLedger
+from sidecar.producer import Producer
+from sidecar.resend_pool import ResendPool
+from sidecar.server import SidecarService
+
+LOG = logging.getLogger(__name__)
+SERVICE_NAME = sidecar_pb2.DESCRIPTOR.services_by_name["SidecarService"].full_name
+LEDGER_FLUSH_INTERVAL_MS = 200
+
+
+class Sidecar:
+    def __init__(self, config: SidecarConfig) -> None:
+        self.config = config
+        self.port = 0
+        self._tasks: list[asyncio.Task[None]] = []
+        self._ledger: AckLedger | None = None
+        self._server: grpc.aio.Server | None = None
+
+    async def start(self) -> None:
+        c = self.config
+        loop = asyncio.get_running_loop()
+        outbox = await loop.run_in_executor(None, open_outbox, c.outbox_url, c.outbox_limits)
+        self.outbox = AsyncOutbox(outbox, c.outbox_threads)
+        self.producer = Producer(c.producer)
+        backoff = Backoff(c.resend.backoff_initial_ms, c.resend.backoff_max_ms)
+        self.pool = ResendPool(c.resend, self.producer, self.outbox, backoff)
+        intake = Intake(self.producer, self.outbox, backoff, on_spooled=self.pool.wake)
+        if c.ack_ledger_path is not None:
+            self._ledger = AckLedger(c.ack_ledger_path)
+        self.service = SidecarService(
+            intake,
+            c.send_batch_entries_max,
+            c.send_batch_bytes_max,
+            c.send_stream_in_flight_max,
+            on_answer=self._record if self._ledger else None,
+        )
+        self._health = health.aio.HealthServicer()
+        server = grpc.aio.server(
+            options=(
+                ("grpc.max_receive_message_length", c.send_batch_bytes_max + 1024 * 1024),
+                ("grpc.so_reuseport", 0),
+            )
+        )
+        sidecar_pb2_grpc.add_SidecarServiceServicer_to_server(self.service, server)
+        health_pb2_grpc.add_HealthServicer_to_server(self._health, server)
+        reflection.enable_server_reflection(
+            (SERVICE_NAME, health_pb2.DESCRIPTOR.services_by_name["Health"].full_name,
+             reflection.SERVICE_NAME),
+            server,
+        )  # fmt: skip
+        self.port = server.add_insecure_port(f"{c.listen_host}:{c.listen_port}")
+        if self.port == 0:
+            raise OSError(f"cannot listen on {c.listen_host}:{c.listen_port}")
+        await self._check_ready()
+        await server.start()
+        self._server = server
+        self._tasks = [
+            asyncio.create_task(self.pool.run(), name="resend pool"),
+            asyncio.create_task(self._readiness_loop(), name="readiness"),
+        ]
+        if self._ledger is not None:
+            self._tasks.append(asyncio.create_task(self._ledger_loop(), name="ledger"))
+        LOG.info(
+            "sidecar listening on %s:%d, broker %s, outbox %s",
+            c.listen_host, self.port,
+            ",".join(str(e) for e in c.producer.access_points), redact(c.outbox_url),
+        )  # fmt: skip
+
+    async def stop(self) -> None:
+        c = self.config
+        self.service.accepting = False
+        await self._health.enter_graceful_shutdown()
+        if self._server is not None:
+            # In-flight calls get the grace to finish (each is bounded by the send timeout,
+            # then spooled); new calls are refused by the server itself.
+            await self._server.stop(c.shutdown_grace_ms / 1000.0)
+        self.pool.stop()
+        for task in self._tasks[1:]:
+            task.cancel()
+        results = await asyncio.gather(*self._tasks, return_exceptions=True)
+        for r in results:
+            if isinstance(r, BaseException) and not isinstance(r, asyncio.CancelledError):
+                LOG.error("a sidecar task failed", exc_info=r)
+        await self.producer.close()
+        await self.outbox.close()
+        if self._ledger is not None:
+            self._ledger.close()
+        LOG.info(
+            "sidecar stopped: %d delivered, %d rescheduled, %d buried by the resend pool",
+            self.pool.delivered_total, self.pool.rescheduled_total, self.pool.buried_total,
+        )  # fmt: skip
+
+    async def _check_ready(self) -> bool:
+        try:
+            await self.outbox.call(self.outbox.outbox.check_writable)
+        except OutboxError as e:
+            LOG.warning("not ready: the outbox is not writable: %s", e)
+            ready = False
+        else:
+            ready = True
+        status = (
+            health_pb2.HealthCheckResponse.SERVING
+            if ready
+            else health_pb2.HealthCheckResponse.NOT_SERVING
+        )
+        for name in ("", SERVICE_NAME):
+            await self._health.set(name, status)
+        return ready
+
+    async def _readiness_loop(self) -> None:
+        while True:
+            await asyncio.sleep(self.config.readiness_interval_ms / 1000.0)
+            with contextlib.suppress(Exception):
+                await self._check_ready()
+
+    async def _ledger_loop(self) -> None:
+        assert self._ledger is not None
+        while True:
+            await asyncio.sleep(LEDGER_FLUSH_INTERVAL_MS / 1000.0)
+            self._ledger.flush()
+
+    def _record(self, message_id: str, topic: str, accepted: Accepted) -> None:
+        assert self._ledger is not None
+        line: dict[str, Any] = {
+            "message_id": message_id,
+            "topic": topic,
+            "time_ms": int(time.time() * 1000),
+        }
+        if isinstance(accepted, Stored):
+            line |= {
+                "state": "STORED",
+                "queue_id": accepted.receipt.queue_id,
+                "queue_offset": accepted.receipt.queue_offset,
+                "durable": accepted.receipt.durable,
+            }
+        else:
+            line |= {"state": "SPOOLED", "cause": accepted.entry.cause.value}
+        self._ledger.record(line)
