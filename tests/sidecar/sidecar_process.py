@@ -1,0 +1,83 @@
+"""A real ``rocketbox sidecar`` process, and a client of it through the generated stubs."""
+
+from __future__ import annotations
+
+import re
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+import grpc
+from google.protobuf import timestamp_pb2
+
+from rocketbox_api.admin.v1 import broker_admin_pb2, broker_admin_pb2_grpc
+from rocketbox_api.v1 import sidecar_pb2 as api
+from rocketbox_api.v1 import sidecar_pb2_grpc
+from tests.rocketbox_process import RocketboxProcess
+
+READY_LINE = re.compile(r"^sidecar listening on [^\s]+:(\d+)")
+CALL_DEADLINE_S = 30.0
+# Resends come quickly in tests: an outage is over in seconds, not minutes.
+FAST_RESEND_ARGS = ("--backoff-initial-ms=100", "--backoff-max-ms=500", "--poll-interval-ms=50")
+
+
+class SidecarProcess(RocketboxProcess):
+    def __init__(self, broker_endpoint: str, outbox_url: str, *args: str) -> None:
+        self.outbox_url = outbox_url
+        super().__init__(
+            "sidecar",
+            READY_LINE,
+            ["sidecar", "--broker", broker_endpoint, "--outbox", outbox_url,
+             "--listen", "127.0.0.1:0", *FAST_RESEND_ARGS, *args],
+        )  # fmt: skip
+
+    @contextmanager
+    def client(self) -> Iterator[sidecar_pb2_grpc.SidecarServiceStub]:
+        with grpc.insecure_channel(self.endpoint) as channel:
+            yield sidecar_pb2_grpc.SidecarServiceStub(channel)
+
+
+def message(topic: str, body: bytes = b"payload", **fields: object) -> api.Message:
+    return api.Message(topic=topic, body=body, **fields)  # type: ignore[arg-type]
+
+
+def send(stub: sidecar_pb2_grpc.SidecarServiceStub, m: api.Message) -> api.SendResult:
+    response: api.SendResponse = stub.Send(api.SendRequest(message=m), timeout=CALL_DEADLINE_S)
+    return response.result
+
+
+def outcome(result: api.SendResult) -> str:
+    return result.WhichOneof("outcome") or ""
+
+
+def timestamp_ms(ms: int) -> timestamp_pb2.Timestamp:
+    t = timestamp_pb2.Timestamp()
+    t.FromMilliseconds(ms)
+    return t
+
+
+def stored_copies(broker_endpoint: str, message_id: str) -> list[broker_admin_pb2.StoredMessage]:
+    """Every copy of ``message_id`` the broker holds (its index by message id)."""
+    with grpc.insecure_channel(broker_endpoint) as channel:
+        stub = broker_admin_pb2_grpc.BrokerAdminStub(channel)
+        try:
+            response = stub.GetMessage(
+                broker_admin_pb2.GetMessageRequest(message_id=message_id),
+                timeout=CALL_DEADLINE_S,
+            )
+        except grpc.RpcError as e:
+            if e.code() == grpc.StatusCode.NOT_FOUND:
+                return []
+            raise
+        return list(response.messages)
+
+
+def set_flow_control(broker_endpoint: str, on: bool) -> None:
+    with grpc.insecure_channel(broker_endpoint) as channel:
+        broker_admin_pb2_grpc.BrokerAdminStub(channel).SetFlowControl(
+            broker_admin_pb2.SetFlowControlRequest(on=on), timeout=CALL_DEADLINE_S
+        )
+
+
+def now_ms() -> int:
+    return int(time.time() * 1000)
