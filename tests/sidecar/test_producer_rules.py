@@ -1,0 +1,206 @@
+"""The producer's rules, as RocketMQ's DefaultMQProducer has them:
+
+- message ids in the V1 format, unique, stamped once;
+- a failed send is retried on another broker (retry_times_when_send_failed), and latency fault
+  avoidance then prefers the broker that answered; with every broker failing, the send ends as
+  one SendFailedError after 1 + retry_times_when_send_failed attempts within the one timeout;
+- a FIFO message always goes to the same queue;
+- the broker's answers are classified as DESIGN §3 says (stored, weak, throttled, terminal,
+  ambiguous), and back-off waits grow and stay within their bounds.
+
+The two-broker cases use a real broker behind a route that also names a broker that is down:
+the route is served by a small apache.rocketmq.v2 QueryRoute server, the sends go to the real
+broker process (and to a closed port).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import re
+import socket
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import grpc
+import pytest
+from rocketmq.grpc_protocol import Code, definition_pb2, service_pb2, service_pb2_grpc
+
+from outbox.entry import OutboxMessage, SpoolCause
+from sidecar.backoff import Backoff
+from sidecar.channels import Endpoint
+from sidecar.errors import SendFailedError, SendRejectedError
+from sidecar.latency_fault import LatencyFaultTolerance, not_available_duration_ms
+from sidecar.message_id import MessageIdGenerator
+from sidecar.producer import Producer, ProducerConfig
+from sidecar.send_status import check_send_status
+from tests.broker.broker_process import BrokerProcess
+from tests.sidecar.sidecar_process import stored_copies
+
+
+def test_message_ids_are_v1_and_unique() -> None:
+    ids = MessageIdGenerator()
+    made = [ids.next_id() for _ in range(10_000)]
+    assert len(set(made)) == len(made)
+    assert all(re.fullmatch(r"01[0-9A-F]{32}", i) for i in made)
+
+
+def test_latency_table_and_avoidance_order() -> None:
+    assert not_available_duration_ms(10) == 0
+    assert not_available_duration_ms(600) == 30_000
+    assert not_available_duration_ms(20_000) == 600_000
+    fault = LatencyFaultTolerance()
+    fault.update("a", 5, failed=True)
+    fault.update("b", 5, failed=False)
+    assert fault.order(["a", "b"]) == ["b", "a"]
+    assert not fault.available("a")
+    assert fault.order(["a"]) == ["a"], "an avoided broker is still used when it is the only one"
+    assert LatencyFaultTolerance(enabled=False).order(["a", "b"]) == ["a", "b"]
+
+
+def test_backoff_grows_within_bounds() -> None:
+    backoff = Backoff(initial_ms=100, max_ms=2_000)
+    for attempt in range(1, 30):
+        assert 100 <= backoff.delay_ms(attempt) <= 2_000
+    assert max(backoff.delay_ms(12) for _ in range(50)) > 1_000, "it grows toward the max"
+
+
+@pytest.mark.parametrize(
+    ("code", "expected"),
+    [
+        (Code.OK, "durable"),
+        (Code.MASTER_PERSISTENCE_TIMEOUT, "weak"),
+        (Code.SLAVE_PERSISTENCE_TIMEOUT, "weak"),
+        (Code.TOO_MANY_REQUESTS, SpoolCause.THROTTLED),
+        (Code.PROXY_TIMEOUT, SpoolCause.AMBIGUOUS),
+        (Code.INTERNAL_SERVER_ERROR, SpoolCause.UNAVAILABLE),
+        (Code.FORBIDDEN, SpoolCause.UNAVAILABLE),
+        (Code.MESSAGE_BODY_TOO_LARGE, "body"),
+        (Code.TOPIC_NOT_FOUND, "topic"),
+        (Code.ILLEGAL_MESSAGE_TAG, "tag"),
+    ],
+)
+def test_broker_answers_are_classified(code: int, expected: object) -> None:
+    if expected in ("durable", "weak"):
+        assert check_send_status(code, "") is (expected == "durable")
+        return
+    if isinstance(expected, SpoolCause):
+        with pytest.raises(SendFailedError) as failed:
+            check_send_status(code, "x")
+        assert failed.value.cause is expected
+        assert failed.value.maybe_stored is (expected is SpoolCause.AMBIGUOUS)
+        return
+    with pytest.raises(SendRejectedError) as rejected:
+        check_send_status(code, "x")
+    assert rejected.value.field == expected
+
+
+def closed_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+class RouteServer(service_pb2_grpc.MessagingServiceServicer):  # type: ignore[misc]
+    """QueryRoute only: the topic's queues on the brokers given, 4 queues each."""
+
+    def __init__(self, brokers: dict[str, int]) -> None:
+        self.brokers = brokers
+
+    async def QueryRoute(self, request: Any, context: Any) -> Any:  # noqa: N802
+        queues = [
+            definition_pb2.MessageQueue(
+                topic=request.topic,
+                id=queue_id,
+                permission=definition_pb2.READ_WRITE,
+                broker=definition_pb2.Broker(
+                    name=name,
+                    id=0,
+                    endpoints=Endpoint("127.0.0.1", port).to_proto(),
+                ),
+                accept_message_types=[definition_pb2.NORMAL, definition_pb2.FIFO],
+            )
+            for name, port in self.brokers.items()
+            for queue_id in range(4)
+        ]
+        return service_pb2.QueryRouteResponse(
+            status=definition_pb2.Status(code=Code.OK), message_queues=queues
+        )
+
+
+@pytest.fixture
+def broker(tmp_path: Path) -> Iterator[BrokerProcess]:
+    b = BrokerProcess(tmp_path / "broker", "--auto-create-topic")
+    yield b
+    b.stop()
+
+
+def outbox_message(i: int, group: str | None = None) -> OutboxMessage:
+    return OutboxMessage(topic="Orders", body=b"x", message_id=f"TEST{i:030d}", message_group=group)
+
+
+async def with_route(
+    brokers: dict[str, int], retry_times: int = 2
+) -> tuple[grpc.aio.Server, Producer]:
+    server = grpc.aio.server()
+    service_pb2_grpc.add_MessagingServiceServicer_to_server(RouteServer(brokers), server)
+    port = server.add_insecure_port("127.0.0.1:0")
+    await server.start()
+    producer = Producer(
+        ProducerConfig(
+            access_points=(Endpoint("127.0.0.1", port),),
+            retry_times_when_send_failed=retry_times,
+            send_msg_timeout_ms=5_000,
+        )
+    )
+    return server, producer
+
+
+def test_a_failed_send_is_retried_on_another_broker_then_avoided(broker: BrokerProcess) -> None:
+    async def scenario() -> None:
+        # dict order: the dead broker comes first in the route, so the first try goes there.
+        server, producer = await with_route({"dead": closed_port(), "live": broker.port})
+        try:
+            first = await producer.send(outbox_message(1))
+            assert first.broker_name == "live"
+            assert first.attempts == 2, "one failure on the dead broker, then the live one"
+            # Fault avoidance: the dead broker is skipped from now on.
+            for i in range(2, 10):
+                receipt = await producer.send(outbox_message(i))
+                assert (receipt.broker_name, receipt.attempts) == ("live", 1)
+        finally:
+            await producer.close()
+            await server.stop(None)
+
+    asyncio.run(scenario())
+    assert len(stored_copies(broker.endpoint, outbox_message(1).message_id)) == 1
+
+
+def test_every_broker_down_ends_as_one_unavailable_failure() -> None:
+    async def scenario() -> None:
+        server, producer = await with_route({"a": closed_port(), "b": closed_port()})
+        try:
+            with pytest.raises(SendFailedError) as failed:
+                await producer.send(outbox_message(1))
+            assert failed.value.cause is SpoolCause.UNAVAILABLE
+            assert not failed.value.maybe_stored, "connections refused: it never left"
+        finally:
+            await producer.close()
+            await server.stop(None)
+
+    asyncio.run(scenario())
+
+
+def test_a_fifo_group_always_gets_the_same_queue(broker: BrokerProcess) -> None:
+    async def scenario() -> None:
+        server, producer = await with_route({"live": broker.port})
+        try:
+            queues = {(await producer.send(outbox_message(i, "g-7"))).queue_id for i in range(8)}
+            assert len(queues) == 1
+            spread = {(await producer.send(outbox_message(100 + i))).queue_id for i in range(8)}
+            assert len(spread) > 1, "round robin for messages without a group"
+        finally:
+            await producer.close()
+            await server.stop(None)
+
+    asyncio.run(scenario())
