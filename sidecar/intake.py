@@ -61,8 +61,8 @@ class Intake:
         self._outbox = outbox
         self._backoff = backoff
         self._on_spooled = on_spooled
-        # One lock per FIFO group with a message passing intake; dropped when nobody holds it.
-        self._group_locks: dict[tuple[str, str], asyncio.Lock] = {}
+        # One lock per FIFO group with messages in intake, and how many hold or await it.
+        self._group_locks: dict[tuple[str, str], tuple[asyncio.Lock, int]] = {}
 
     async def accept(self, message: OutboxMessage) -> Accepted:
         """STORED or SPOOLED; raises SendRejectedError, OutboxFullError or
@@ -71,9 +71,10 @@ class Intake:
         if not message.message_group:
             return await self._send_or_spool(message)
         key = (message.topic, message.message_group)
-        lock = self._group_locks.get(key)
-        if lock is None:
-            lock = self._group_locks[key] = asyncio.Lock()
+        # The lock lives while anyone holds or awaits it: dropping it while a woken waiter has
+        # not yet run would let a newcomer take a fresh lock and overtake that waiter.
+        lock, users = self._group_locks.get(key, (asyncio.Lock(), 0))
+        self._group_locks[key] = (lock, users + 1)
         try:
             async with lock:
                 fenced = await self._outbox.call(
@@ -89,8 +90,11 @@ class Intake:
                     )
                 return await self._send_or_spool(message)
         finally:
-            if not lock.locked() and self._group_locks.get(key) is lock:
+            lock, users = self._group_locks[key]
+            if users == 1:
                 del self._group_locks[key]
+            else:
+                self._group_locks[key] = (lock, users - 1)
 
     async def _send_or_spool(self, message: OutboxMessage) -> Accepted:
         try:

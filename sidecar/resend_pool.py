@@ -107,8 +107,8 @@ class ResendPool:
                 self.config.lease_ms,
                 self.owner,
             )
-        except Exception:
-            LOG.exception("claiming due outbox entries failed; trying again")
+        except Exception as e:  # the outbox is down: readiness says so; try again next poll
+            LOG.warning("claiming due outbox entries failed: %s", e)
             return []
 
     async def _release(self, entries: list[OutboxEntry]) -> None:

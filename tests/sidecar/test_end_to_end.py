@@ -254,3 +254,26 @@ def test_send_stream_answers_every_request(broker: BrokerProcess) -> None:
         assert delivered_once(broker.endpoint, [by_id[i].message_id for i in range(0, 200, 20)])
     finally:
         sidecar.stop()
+
+
+def test_a_batch_keeps_each_fifo_group_in_request_order(broker: BrokerProcess) -> None:
+    sidecar = SidecarProcess(broker.endpoint, "memory://")
+    try:
+        messages = [
+            message("Fifo", f"{group}:{step}".encode(), message_group=group)
+            for step in range(10)
+            for group in ("a", "b", "c")
+        ]
+        with sidecar.client() as stub:
+            batch = stub.SendBatch(api.SendBatchRequest(messages=messages), timeout=60)
+        assert {outcome(r) for r in batch.results} == {"stored"}
+        for group in ("a", "b", "c"):
+            ids = [
+                r.message_id
+                for r, m in zip(batch.results, messages, strict=True)
+                if m.message_group == group
+            ]
+            offsets = [stored_copies(broker.endpoint, i)[0].queue_offset for i in ids]
+            assert offsets == sorted(offsets), f"group {group} out of order: {offsets}"
+    finally:
+        sidecar.stop()
