@@ -5,8 +5,10 @@ from __future__ import annotations
 
 import datetime
 import ipaddress
+import itertools
 import os
 import socket
+import time
 import uuid
 from dataclasses import dataclass
 
@@ -66,6 +68,17 @@ class Channels:
         self._stubs: dict[Endpoint, service_pb2_grpc.MessagingServiceStub] = {}
         self._channels: dict[Endpoint, grpc.aio.Channel] = {}
         self.client_id = f"{socket.gethostname()}@{os.getpid()}@0@{uuid.uuid4().hex[:12]}"
+        self._fixed_metadata = (
+            ("x-mq-client-id", self.client_id),
+            ("x-mq-language", "PYTHON"),
+            ("x-mq-protocol", "v2"),
+            ("x-mq-client-version", CLIENT_VERSION),
+            ("x-mq-namespace", namespace),
+        )
+        self._request_prefix = f"{uuid.uuid4().hex[:16]}-"
+        self._request_ids = itertools.count()
+        self._date_second = 0
+        self._date = ""
 
     def channel(self, endpoint: Endpoint) -> grpc.aio.Channel:
         channel = self._channels.get(endpoint)
@@ -88,15 +101,18 @@ class Channels:
         return stub
 
     def metadata(self) -> tuple[tuple[str, str], ...]:
-        now = datetime.datetime.now(datetime.UTC).strftime("%Y%m%dT%H%M%SZ")
+        # Built per call but cheaply: the date changes once a second, and a request id need
+        # only be unique per client (it is for logs), so a counter does.
+        second = int(time.time())
+        if second != self._date_second:
+            self._date_second = second
+            self._date = datetime.datetime.fromtimestamp(second, datetime.UTC).strftime(
+                "%Y%m%dT%H%M%SZ"
+            )
         return (
-            ("x-mq-client-id", self.client_id),
-            ("x-mq-language", "PYTHON"),
-            ("x-mq-protocol", "v2"),
-            ("x-mq-client-version", CLIENT_VERSION),
-            ("x-mq-date-time", now),
-            ("x-mq-request-id", str(uuid.uuid4())),
-            ("x-mq-namespace", self._namespace),
+            *self._fixed_metadata,
+            ("x-mq-date-time", self._date),
+            ("x-mq-request-id", f"{self._request_prefix}{next(self._request_ids)}"),
         )
 
     async def close(self) -> None:

@@ -126,8 +126,9 @@ class Intake:
             state_changed_ms=created_ms,
         )
         stored = await self._outbox.call(self._outbox.outbox.put, [entry])
-        LOG.info(
+        LOG.debug(
             "spooled %s to %s: %s (%s)", message.message_id, message.topic, cause.value, detail
         )
-        self._on_spooled()
+        if due_now:
+            self._on_spooled()  # others wait for their back-off: the pool's poll finds them
         return Spooled(stored[0])

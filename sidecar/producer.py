@@ -23,6 +23,7 @@ import itertools
 import logging
 import socket
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import grpc
@@ -32,7 +33,7 @@ from rocketmq.grpc_protocol import definition_pb2, service_pb2
 from outbox.entry import OutboxMessage, SpoolCause
 from rocketbox_api.admin.v1 import broker_admin_pb2, broker_admin_pb2_grpc
 from sidecar.channels import Channels, Endpoint
-from sidecar.errors import SendFailedError
+from sidecar.errors import SendFailedError, SendRejectedError, SidecarError
 from sidecar.latency_fault import LatencyFaultTolerance
 from sidecar.route import TopicRoute, TopicRouteCache, WritableQueue
 from sidecar.send_status import check_send_status, classify_rpc_error
@@ -70,6 +71,9 @@ class SendReceipt:
     queue_offset: int
     durable: bool
     attempts: int
+
+
+SendOutcome = SendReceipt | SendFailedError | SendRejectedError
 
 
 @dataclass(frozen=True, slots=True)
@@ -112,67 +116,113 @@ class Producer:
 
     async def send(self, message: OutboxMessage) -> SendReceipt:
         """Send with retries; raises SendRejectedError or SendFailedError."""
+        [outcome] = await self.send_many([message])
+        if isinstance(outcome, SidecarError):
+            raise outcome
+        return outcome
+
+    async def send_many(self, messages: Sequence[OutboxMessage]) -> list[SendOutcome]:
+        """Send messages of one topic as one SendMessage request (a RocketMQ batch: one queue),
+        with the retry rules of ``send``; one outcome per message, in order. Messages the broker
+        refused are retried alone (another attempt of the request carries only them), so one
+        failing message never holds back the others' results."""
+        topic = messages[0].topic
+        assert all(m.topic == topic for m in messages), "a batch is of one topic"
+        assert len(messages) == 1 or not any(m.message_group for m in messages), (
+            "a FIFO message is sent alone"
+        )
         deadline_s = time.monotonic() + self.config.send_msg_timeout_ms / 1000.0
-        route = await self._routes.get(message.topic, deadline_s)
-        attempts_max = 1 + self.config.retry_times_when_send_failed
-        maybe_stored = False
-        failure: SendFailedError | None = None
+        outcomes: list[SendOutcome | None] = [None] * len(messages)
+        maybe_stored = [False] * len(messages)
+        last_failure: list[SendFailedError | None] = [None] * len(messages)
+        try:
+            route = await self._routes.get(topic, deadline_s)
+        except (SendFailedError, SendRejectedError) as e:
+            return [e] * len(messages)
         last_broker: str | None = None
-        for attempt in range(1, attempts_max + 1):
+        for attempt in range(1, 2 + self.config.retry_times_when_send_failed):
+            pending = [i for i, o in enumerate(outcomes) if o is None]
             remaining_s = deadline_s - time.monotonic()
-            if remaining_s <= 0:
+            if not pending or remaining_s <= 0:
                 break
-            queue = self._select_queue(route, message, last_broker)
+            queue = self._select_queue(route, messages[pending[0]], last_broker)
             started_s = time.monotonic()
+            request = service_pb2.SendMessageRequest(
+                messages=[self._to_wire(messages[i], queue) for i in pending]
+            )
             try:
                 response = await self._channels.stub(queue.endpoint).SendMessage(
-                    service_pb2.SendMessageRequest(messages=[self._to_wire(message, queue)]),
-                    timeout=remaining_s,
-                    metadata=self._channels.metadata(),
+                    request, timeout=remaining_s, metadata=self._channels.metadata()
                 )
             except Exception as e:  # grpc.aio.AioRpcError; classified in one place
-                failure = classify_rpc_error(e)
+                answers: list[SendOutcome] = [classify_rpc_error(e)] * len(pending)
             else:
-                status = response.status
-                entry = response.entries[0] if len(response.entries) == 1 else None
-                if entry is not None and status.code == entry.status.code:
-                    status = entry.status
-                try:
-                    durable = check_send_status(status.code, status.message)
-                except SendFailedError as e:
-                    failure = e
+                answers = self._answers(response, len(pending), queue, attempt, messages, pending)
+            failed = False
+            throttled = False
+            for i, answer in zip(pending, answers, strict=True):
+                if isinstance(answer, SendFailedError):
+                    failed = True
+                    throttled = throttled or answer.cause is SpoolCause.THROTTLED
+                    maybe_stored[i] = maybe_stored[i] or answer.maybe_stored
+                    last_failure[i] = answer
                 else:
-                    latency_ms = (time.monotonic() - started_s) * 1000.0
-                    self._fault.update(queue.broker_name, latency_ms, failed=False)
-                    return SendReceipt(
-                        message_id=message.message_id,
-                        broker_name=queue.broker_name,
-                        queue_id=queue.queue_id,
-                        queue_offset=entry.offset if entry is not None else -1,
-                        durable=durable,
-                        attempts=attempt,
-                    )
+                    outcomes[i] = answer
             latency_ms = (time.monotonic() - started_s) * 1000.0
-            self._fault.update(queue.broker_name, latency_ms, failed=True)
-            maybe_stored = maybe_stored or failure.maybe_stored
-            last_broker = queue.broker_name
-            LOG.debug(
-                "send of %s to %s (%s) attempt %d failed: %s",
-                message.message_id, message.topic, queue.broker_name, attempt, failure,
-            )  # fmt: skip
-            if failure.cause is SpoolCause.THROTTLED:
+            self._fault.update(queue.broker_name, latency_ms, failed=failed)
+            if not failed:
                 break
+            last_broker = queue.broker_name
+            LOG.debug("send to %s (%s) attempt %d failed", topic, queue.broker_name, attempt)
+            if throttled:
+                break  # RocketMQ's rule: the broker asked for less, not for a retry
             if attempt == 1:
                 # The route may be what is stale (a broker moved); the next send asks again.
-                self._routes.invalidate(message.topic)
-        if failure is None:
-            failure = SendFailedError(SpoolCause.AMBIGUOUS, "send timeout spent", maybe_stored)
-        cause = (
-            SpoolCause.AMBIGUOUS
-            if maybe_stored and failure.cause is not SpoolCause.THROTTLED
-            else failure.cause
-        )
-        raise SendFailedError(cause, failure.detail, maybe_stored=maybe_stored)
+                self._routes.invalidate(topic)
+        for i, o in enumerate(outcomes):
+            if o is None:
+                failure = last_failure[i] or SendFailedError(
+                    SpoolCause.UNAVAILABLE, "no time left in send_msg_timeout_ms"
+                )
+                cause = (
+                    SpoolCause.AMBIGUOUS
+                    if maybe_stored[i] and failure.cause is not SpoolCause.THROTTLED
+                    else failure.cause
+                )
+                outcomes[i] = SendFailedError(cause, failure.detail, maybe_stored=maybe_stored[i])
+        return [o for o in outcomes if o is not None]
+
+    def _answers(
+        self,
+        response: service_pb2.SendMessageResponse,
+        count: int,
+        queue: WritableQueue,
+        attempt: int,
+        messages: Sequence[OutboxMessage],
+        pending: list[int],
+    ) -> list[SendOutcome]:
+        """Per message: a receipt, or the error its status means. A response without one entry
+        per message is answered by its top-level status for all."""
+        entries = list(response.entries) if len(response.entries) == count else [None] * count
+        answers: list[SendOutcome] = []
+        for i, entry in zip(pending, entries, strict=True):
+            status = entry.status if entry is not None else response.status
+            try:
+                durable = check_send_status(status.code, status.message)
+            except (SendFailedError, SendRejectedError) as e:
+                answers.append(e)
+                continue
+            answers.append(
+                SendReceipt(
+                    message_id=messages[i].message_id,
+                    broker_name=queue.broker_name,
+                    queue_id=queue.queue_id,
+                    queue_offset=entry.offset if entry is not None else -1,
+                    durable=durable,
+                    attempts=attempt,
+                )
+            )
+        return answers
 
     def _select_queue(
         self, route: TopicRoute, message: OutboxMessage, last_broker: str | None

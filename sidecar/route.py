@@ -23,6 +23,10 @@ from sidecar.send_status import classify_rpc_error
 
 WRITABLE = (definition_pb2.WRITE, definition_pb2.READ_WRITE)
 MASTER_BROKER_ID = 0
+# After a route query failed, sends of that topic fail at once for this long instead of asking
+# again: with the broker down, every send would otherwise queue behind a doomed query (they
+# spool straight away; the resend pool finds the broker once it is back).
+ROUTE_FAILURE_HOLD_MS = 500
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,6 +60,7 @@ class TopicRouteCache:
         self._routes: dict[str, TopicRoute] = {}
         self._next_access_point = 0
         self._locks: dict[str, asyncio.Lock] = {}
+        self._failed: dict[str, tuple[float, SendFailedError]] = {}
 
     async def get(self, topic: str, deadline_s: float) -> TopicRoute:
         """The route of ``topic``: cached while fresh, else queried (one query per topic at a
@@ -64,18 +69,26 @@ class TopicRouteCache:
         route = self._routes.get(topic)
         if route is not None and time.monotonic() - route.fetched_s < self._refresh_interval_s:
             return route
+        failed = self._failed.get(topic)
+        if failed is not None and route is None and time.monotonic() < failed[0]:
+            raise failed[1]
         lock = self._locks.setdefault(topic, asyncio.Lock())
         async with lock:
             route = self._routes.get(topic)
             if route is not None and time.monotonic() - route.fetched_s < self._refresh_interval_s:
                 return route
+            failed = self._failed.get(topic)
+            if failed is not None and route is None and time.monotonic() < failed[0]:
+                raise failed[1]
             try:
                 route = await self._query(topic, deadline_s)
-            except SendFailedError:
+            except SendFailedError as e:
+                self._failed[topic] = (time.monotonic() + ROUTE_FAILURE_HOLD_MS / 1000.0, e)
                 stale = self._routes.get(topic)
                 if stale is not None:
                     return stale
                 raise
+            self._failed.pop(topic, None)
             self._routes[topic] = route
             return route
 

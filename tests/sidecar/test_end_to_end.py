@@ -23,6 +23,7 @@ from google.rpc import error_details_pb2
 from grpc_status import rpc_status
 from rocketmq import ClientConfiguration, Credentials, FilterExpression, SimpleConsumer
 
+from outbox.factory import open_outbox
 from rocketbox_api.v1 import sidecar_pb2 as api
 from tests.broker.broker_process import BrokerProcess, wait_until
 from tests.sidecar.sidecar_process import (
@@ -154,9 +155,10 @@ def test_flow_control_spools_as_throttled_without_an_immediate_retry(
 
 @pytest.mark.parametrize("broker_up", [True, False])
 def test_bad_input_is_rejected_naming_the_field_and_nothing_is_spooled(
-    broker: BrokerProcess, broker_up: bool
+    broker: BrokerProcess, broker_up: bool, tmp_path: Path
 ) -> None:
-    sidecar = SidecarProcess(broker.endpoint, "memory://")
+    outbox_url = f"rocksdb://{tmp_path / 'outbox'}"
+    sidecar = SidecarProcess(broker.endpoint, outbox_url)
     cases = [
         (message("Orders", b""), "body"),
         (message("Orders", b"x" * (4 * 1024 * 1024 + 1)), "body"),
@@ -193,9 +195,10 @@ def test_bad_input_is_rejected_naming_the_field_and_nothing_is_spooled(
         assert bad.rejected.field == "body"
         assert bad.rejected.code == grpc.StatusCode.INVALID_ARGUMENT.value[0]
         sidecar.stop()
-        # Only the good message was spooled (broker down) and it says so at stop.
-        spooled_lines = [line for line in sidecar.lines if " spooled " in line]
-        assert len(spooled_lines) == (0 if broker_up else 1), spooled_lines
+        # Only the good message was spooled (broker down); nothing of the rejected ones.
+        with open_outbox(outbox_url) as outbox:
+            held = [e.message_id for e in outbox.scan_all()]
+        assert held == ([] if broker_up else [good.message_id])
     finally:
         sidecar.kill()
 
