@@ -48,5 +48,11 @@ bench-compiled: $(STAMP)
 bench-broker: $(STAMP)
 	$(BIN)/python bench/broker_bench.py
 
+# The sidecar beside a direct client of the broker, its outbox backends (RocksDB, Redis and MariaDB
+# on 127.0.0.1, which must be running: exits 2 otherwise) and its targets. ARGS=--quick: a smoke run.
+.PHONY: bench-sidecar
+bench-sidecar: $(STAMP)
+	$(BIN)/python bench/sidecar_bench.py $(ARGS)
+
 clean:
 	rm -rf $(VENV) build .mypy_cache .ruff_cache .pytest_cache
