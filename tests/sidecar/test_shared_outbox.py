@@ -37,7 +37,7 @@ def shared_outbox_url(request: pytest.FixtureRequest) -> Iterator[str]:
     yield f"{mysql_url()}?table={table}"
     engine = sqlalchemy.create_engine(mysql_url())
     with engine.begin() as connection:
-        connection.execute(sqlalchemy.text(f"DROP TABLE IF EXISTS `{table}`"))
+        connection.execute(sqlalchemy.text(f"DROP TABLE IF EXISTS `{table}`, `{table}_counters`"))
     engine.dispose()
 
 

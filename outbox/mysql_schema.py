@@ -1,0 +1,369 @@
+"""The MySQL outbox's tables, its row codec and the statements of its hot paths.
+
+``<table>``, one row per entry:
+
+- ``seq`` AUTO_INCREMENT primary key (a FIFO group's order, ``scan``'s cursor); ``message_id``
+  unique. Ids, topics and groups use a binary collation: "A" and "a" are two messages.
+- ``due_ms``: when a claim may take the row: ``next_send_time_ms`` for an unleased PENDING
+  entry, ``lease_until_ms`` for a leased one, so that an expired lease makes the entry due again
+  by itself, with no sweeper; NULL for DELIVERED and DEAD. The claim is a range scan of
+  ``ix_due (due_ms, seq)`` up to now and nothing else: non-pending rows are not in the range, so
+  millions of tombstones cost it nothing (ENVIRONMENT.md: 28k rows/s this way, 4k rows/s when
+  the query also filters a state that the index does not lead with). ``next_send_time_ms``
+  itself stays the entry's own next send time: what readers are shown and what ``release``
+  returns the entry to.
+- ``ix_fifo_head (topic, message_group, state, seq)``: a group's lowest-seq PENDING entry, one
+  step down the index. ``ix_fifo_lease (topic, message_group, lease_until_ms)``: the group's
+  latest lease end, one step too (``lease_until_ms`` is 0 on every entry not leased, and on
+  every entry that is not PENDING).
+- ``ix_state_seq`` pages ``scan(state)`` in seq order; ``ix_state_changed`` finds what ``purge``
+  deletes.
+- the body as LONGBLOB and ``body_size``, what the entry counts against the bound (0 once
+  delivered: the tombstone drops its body); keys and properties as JSON text.
+
+``<table>_counters``: the bound's entry and body byte counts, ``COUNTER_SLOTS + 1`` rows whose
+sums are the PENDING and DEAD entries and their body bytes. Slot 0 is only ever changed by
+``put``, which locks it first; decrements (``mark_delivered``, ``purge``) are spread over the
+other slots, so that concurrent resend workers and sidecars do not queue on one row.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy.dialects import mysql
+
+from outbox.entry import DeliveryReceipt, EntryState, OutboxEntry, OutboxMessage, SpoolCause
+
+# topic, message_id, message_group and lease_owner columns (characters); the sidecar's own
+# limits are far below (topic 127, message group 64 bytes).
+NAME_CHARS_MAX = 255
+# A TEXT column holds 65,535 bytes, 4 per utf8mb4 character at worst.
+LAST_ERROR_CHARS_MAX = 16_000
+# Decrement rows of ``<table>_counters`` (slot 0 is the puts' own).
+COUNTER_SLOTS = 16
+# ``_counters`` is the longest suffix: MySQL identifiers have 64 characters at most.
+TABLE_NAME_CHARS_MAX = 64 - len("_counters")
+
+PENDING = EntryState.PENDING.value
+DELIVERED = EntryState.DELIVERED.value
+DEAD = EntryState.DEAD.value
+
+_CHARSET = "utf8mb4"
+_COLLATION = "utf8mb4_bin"
+
+
+def _name(name: str, *, nullable: bool = False) -> sa.Column[str]:
+    varchar = mysql.VARCHAR(NAME_CHARS_MAX, charset=_CHARSET, collation=_COLLATION)
+    return sa.Column(name, varchar, nullable=nullable)
+
+
+def tables(name: str) -> tuple[sa.Table, sa.Table]:
+    """The entries table ``name`` and its counters, in a metadata of their own."""
+    metadata = sa.MetaData()
+    entries = sa.Table(
+        name,
+        metadata,
+        sa.Column("seq", mysql.BIGINT, primary_key=True, autoincrement=True),
+        _name("message_id"),
+        _name("topic"),
+        _name("message_group", nullable=True),
+        sa.Column("tag", mysql.TEXT(charset=_CHARSET, collation=_COLLATION)),
+        sa.Column(
+            "keys_json", mysql.MEDIUMTEXT(charset=_CHARSET, collation=_COLLATION), nullable=False
+        ),
+        sa.Column(
+            "properties_json",
+            mysql.MEDIUMTEXT(charset=_CHARSET, collation=_COLLATION),
+            nullable=False,
+        ),
+        sa.Column("delivery_timestamp_ms", mysql.BIGINT),
+        sa.Column("born_timestamp_ms", mysql.BIGINT, nullable=False),
+        sa.Column("body", mysql.LONGBLOB, nullable=False),
+        sa.Column("body_size", mysql.BIGINT, nullable=False),
+        sa.Column("state", mysql.VARCHAR(9, charset="ascii"), nullable=False),
+        sa.Column("cause", mysql.VARCHAR(16, charset="ascii"), nullable=False),
+        sa.Column("maybe_stored", sa.Boolean, nullable=False),
+        sa.Column("attempts", mysql.INTEGER, nullable=False),
+        sa.Column("last_error", mysql.TEXT(charset=_CHARSET, collation=_COLLATION), nullable=False),
+        sa.Column("created_ms", mysql.BIGINT, nullable=False),
+        sa.Column("next_send_time_ms", mysql.BIGINT, nullable=False),
+        sa.Column("due_ms", mysql.BIGINT),
+        _name("lease_owner", nullable=True),
+        sa.Column("lease_until_ms", mysql.BIGINT, nullable=False),
+        sa.Column("state_changed_ms", mysql.BIGINT, nullable=False),
+        sa.Column("queue_id", mysql.INTEGER),
+        sa.Column("queue_offset", mysql.BIGINT),
+        sa.Column("delivered_ms", mysql.BIGINT),
+        sa.Column("receipt_durable", sa.Boolean),
+        sa.UniqueConstraint("message_id", name="uq_message_id"),
+        sa.Index("ix_due", "due_ms", "seq"),
+        sa.Index("ix_fifo_head", "topic", "message_group", "state", "seq"),
+        sa.Index("ix_fifo_lease", "topic", "message_group", "lease_until_ms"),
+        sa.Index("ix_state_seq", "state", "seq"),
+        sa.Index("ix_state_changed", "state", "state_changed_ms"),
+        mysql_engine="InnoDB",
+        mysql_charset="utf8mb4",
+        mysql_collate="utf8mb4_bin",
+    )
+    counters = sa.Table(
+        f"{name}_counters",
+        metadata,
+        sa.Column("slot", mysql.SMALLINT, primary_key=True, autoincrement=False),
+        sa.Column("entries", mysql.BIGINT, nullable=False),
+        sa.Column("body_bytes", mysql.BIGINT, nullable=False),
+        mysql_engine="InnoDB",
+    )
+    return entries, counters
+
+
+# -- FIFO conditions, correlated to the outer entries table ----------------------------------------
+
+
+def not_fifo(t: sa.Table) -> sa.ColumnElement[bool]:
+    # An empty group is no group (OutboxEntry.fifo_group).
+    return sa.or_(t.c.message_group.is_(None), t.c.message_group == "")
+
+
+def fifo_head(t: sa.Table) -> sa.ColumnElement[bool]:
+    """The outer entry, PENDING, is its group's lowest-seq PENDING entry."""
+    lowest = t.alias("lowest_pending")
+    # ORDER BY ... LIMIT 1 is one step down ix_fifo_head, however long the group.
+    lowest_pending_seq = (
+        sa.select(lowest.c.seq)
+        .where(
+            lowest.c.topic == t.c.topic,
+            lowest.c.message_group == t.c.message_group,
+            lowest.c.state == PENDING,
+        )
+        .order_by(lowest.c.seq)
+        .limit(1)
+        .scalar_subquery()
+    )
+    return lowest_pending_seq == t.c.seq
+
+
+def fifo_claimable(t: sa.Table, now_ms: sa.BindParameter[int]) -> sa.ColumnElement[bool]:
+    """Not FIFO, or its group's head while no entry of the group holds a live lease (so a
+    requeued older entry waits for the one in flight). The outer entry must be due: its own
+    lease, if any, has ended, so a live lease in the group is another entry's."""
+    leased = t.alias("latest_lease")
+    latest_lease_until_ms = (
+        sa.select(leased.c.lease_until_ms)
+        .where(leased.c.topic == t.c.topic, leased.c.message_group == t.c.message_group)
+        .order_by(leased.c.lease_until_ms.desc())
+        .limit(1)
+        .scalar_subquery()
+    )
+    return sa.or_(not_fifo(t), sa.and_(fifo_head(t), latest_lease_until_ms <= now_ms))
+
+
+# -- statements ------------------------------------------------------------------------------------
+
+
+class Statements:
+    """The hot paths' statements, built once with bound parameters only: building them anew
+    on every call (correlated subqueries, aliases, a CASE per receipt) cost more CPU than the
+    database took to run them."""
+
+    def __init__(self, entries: sa.Table, counters: sa.Table) -> None:
+        t = entries
+        self._entries = t
+        ids: sa.BindParameter[list[str]] = sa.bindparam("ids", expanding=True)
+        seqs: sa.BindParameter[list[int]] = sa.bindparam("seqs", expanding=True)
+        self.ids_stored = sa.select(t.c.message_id).where(t.c.message_id.in_(ids))
+        self.entries_by_ids = sa.select(t).where(t.c.message_id.in_(ids))
+        self.seqs_by_ids = sa.select(t.c.seq, t.c.message_id).where(t.c.message_id.in_(ids))
+        # Locking reads name their index: on a table whose statistics are stale (a young one),
+        # the optimizer may find the few PENDING rows by ix_state_seq instead, locking rows it
+        # was not asked for, and deadlock with another sidecar's delivery of them.
+        self.pending_by_ids = (
+            sa.select(t.c.seq, t.c.message_id, t.c.body_size)
+            .with_hint(t, "FORCE INDEX (uq_message_id)")
+            .where(t.c.message_id.in_(ids), t.c.state == PENDING)
+            .with_for_update()
+        )
+
+        # Counters: params to_slot, add_entries, add_body_bytes (negative to count out).
+        self.count_change = (
+            counters.update()
+            .where(counters.c.slot == sa.bindparam("to_slot", type_=sa.Integer))
+            .values(
+                entries=counters.c.entries + sa.bindparam("add_entries", type_=sa.BigInteger),
+                body_bytes=counters.c.body_bytes
+                + sa.bindparam("add_body_bytes", type_=sa.BigInteger),
+            )
+        )
+        others = counters.alias("decrements")
+
+        def others_sum(column: str) -> sa.ScalarSelect[Any]:
+            return (
+                sa.select(sa.func.coalesce(sa.func.sum(others.c[column]), 0))
+                .where(others.c.slot > 0)
+                .scalar_subquery()
+            )
+
+        # Slot 0 by a locking read (its latest version), the others from the statement's
+        # snapshot: see MySQLOutbox._lock_put_counts.
+        self.put_counts = (
+            sa.select(
+                counters.c.entries,
+                counters.c.body_bytes,
+                others_sum("entries"),
+                others_sum("body_bytes"),
+            )
+            .where(counters.c.slot == 0)
+            .with_for_update()
+        )
+
+        # Claims: params now_ms, limit; then seqs, owner, lease_until_ms.
+        now_ms = sa.bindparam("now_ms", type_=sa.BigInteger)
+        # The locking read sees each row's latest version and skips rows another claim holds;
+        # the head test in it reads a consistent snapshot, in which a head that another claim
+        # holds locked is still there (not skipped), so the entry behind it is no head.
+        self.claim_candidates = (
+            sa.select(t)
+            .with_hint(t, "FORCE INDEX (ix_due)")
+            .where(t.c.due_ms <= now_ms, fifo_claimable(t, now_ms))
+            .order_by(t.c.due_ms, t.c.seq)
+            .limit(sa.bindparam("limit", type_=sa.Integer))
+            .with_for_update(skip_locked=True)
+        )
+        self.claim_confirm = sa.select(t.c.seq).where(t.c.seq.in_(seqs), fifo_claimable(t, now_ms))
+        lease_until_ms = sa.bindparam("lease_until_ms", type_=sa.BigInteger)
+        self.claim_lease = (
+            t.update()
+            .where(t.c.seq.in_(seqs))
+            .values(
+                lease_owner=sa.bindparam("owner", type_=sa.String),
+                lease_until_ms=lease_until_ms,
+                due_ms=lease_until_ms,
+            )
+        )
+        self._tombstones: dict[int, sa.Update] = {}
+
+    def tombstones(self, rows_n: int) -> tuple[sa.Update, int]:
+        """PENDING → DELIVERED for up to ``rows_max`` entries, each with its own receipt.
+
+        Params ``seqs``, and for i < rows_max: ``seq_i``, ``queue_id_i``, ``queue_offset_i``,
+        ``delivered_ms_i``, ``durable_i`` (unused slots: seq 0, which AUTO_INCREMENT never
+        hands out). One statement per power-of-two size.
+        """
+        rows_max = 1 << (rows_n - 1).bit_length()
+        statement = self._tombstones.get(rows_max)
+        if statement is None:
+            t = self._entries
+
+            def by_seq(field: str) -> sa.Case[Any]:
+                return sa.case(
+                    *(
+                        (t.c.seq == sa.bindparam(f"seq_{i}"), sa.bindparam(f"{field}_{i}"))
+                        for i in range(rows_max)
+                    )
+                )
+
+            statement = (
+                t.update()
+                .where(t.c.seq.in_(sa.bindparam("seqs", expanding=True)))
+                .values(
+                    state=DELIVERED,
+                    body=b"",
+                    body_size=0,
+                    due_ms=None,
+                    lease_owner=None,
+                    lease_until_ms=0,
+                    state_changed_ms=by_seq("delivered_ms"),
+                    queue_id=by_seq("queue_id"),
+                    queue_offset=by_seq("queue_offset"),
+                    delivered_ms=by_seq("delivered_ms"),
+                    receipt_durable=by_seq("durable"),
+                )
+            )
+            self._tombstones[rows_max] = statement
+        return statement, rows_max
+
+
+# -- rows ------------------------------------------------------------------------------------------
+
+
+def as_stored(entry: OutboxEntry, seq: int) -> OutboxEntry:
+    """A new entry as ``entry_to_row`` stored it, with the seq it got."""
+    return replace(
+        entry, seq=seq, lease_until_ms=0, last_error=entry.last_error[:LAST_ERROR_CHARS_MAX]
+    )
+
+
+def entry_to_row(entry: OutboxEntry) -> dict[str, Any]:
+    """The row of a new (PENDING, unleased) entry: not leased, its last error cut to fit."""
+    m = entry.message
+    receipt = entry.receipt
+    return {
+        "message_id": m.message_id,
+        "topic": m.topic,
+        "message_group": m.message_group,
+        "tag": m.tag,
+        "keys_json": json.dumps(list(m.keys)) if m.keys else "[]",
+        "properties_json": json.dumps(dict(m.properties)) if m.properties else "{}",
+        "delivery_timestamp_ms": m.delivery_timestamp_ms,
+        "born_timestamp_ms": m.born_timestamp_ms,
+        "body": m.body,
+        "body_size": len(m.body),
+        "state": entry.state.value,
+        "cause": entry.cause.value,
+        "maybe_stored": entry.maybe_stored,
+        "attempts": entry.attempts,
+        "last_error": entry.last_error[:LAST_ERROR_CHARS_MAX],
+        "created_ms": entry.created_ms,
+        "next_send_time_ms": entry.next_send_time_ms,
+        "due_ms": entry.next_send_time_ms,
+        "lease_owner": None,
+        "lease_until_ms": 0,
+        "state_changed_ms": entry.state_changed_ms,
+        "queue_id": receipt.queue_id if receipt else None,
+        "queue_offset": receipt.queue_offset if receipt else None,
+        "delivered_ms": receipt.delivered_ms if receipt else None,
+        "receipt_durable": receipt.durable if receipt else None,
+    }
+
+
+def row_to_entry(
+    row: Any, *, lease_owner: str | None = None, lease_until_ms: int | None = None
+) -> OutboxEntry:
+    """The entry a row (a mapping by column name) holds; a claim passes the lease it wrote."""
+    receipt = None
+    if row["queue_offset"] is not None:
+        receipt = DeliveryReceipt(
+            queue_id=int(row["queue_id"]),
+            queue_offset=int(row["queue_offset"]),
+            delivered_ms=int(row["delivered_ms"]),
+            durable=bool(row["receipt_durable"]),
+        )
+    message = OutboxMessage(
+        topic=row["topic"],
+        body=bytes(row["body"]),
+        message_id=row["message_id"],
+        tag=row["tag"],
+        keys=tuple(json.loads(row["keys_json"])),
+        message_group=row["message_group"],
+        delivery_timestamp_ms=row["delivery_timestamp_ms"],
+        properties=json.loads(row["properties_json"]),
+        born_timestamp_ms=int(row["born_timestamp_ms"]),
+    )
+    return OutboxEntry(
+        message=message,
+        cause=SpoolCause(row["cause"]),
+        created_ms=int(row["created_ms"]),
+        next_send_time_ms=int(row["next_send_time_ms"]),
+        state=EntryState(row["state"]),
+        maybe_stored=bool(row["maybe_stored"]),
+        attempts=int(row["attempts"]),
+        last_error=row["last_error"],
+        seq=int(row["seq"]),
+        lease_owner=row["lease_owner"] if lease_owner is None else lease_owner,
+        lease_until_ms=int(row["lease_until_ms"]) if lease_until_ms is None else lease_until_ms,
+        state_changed_ms=int(row["state_changed_ms"]),
+        receipt=receipt,
+    )

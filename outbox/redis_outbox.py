@@ -1,0 +1,403 @@
+"""The Redis outbox (redis-py, sync client): entries in one Redis, shared by any number of sidecars.
+
+URL ``redis://[:password@]host:port/db?prefix=NAME`` (``rediss://`` for TLS); ``prefix`` (default
+``rocketbox:outbox``) starts every key, so several outboxes can share one database. Other query
+options are redis-py's own (``socket_timeout`` …).
+
+Durability is the server's, not ours: ``put`` returns once Redis has executed the write, and what
+that survives is its persistence policy.
+- ``appendonly yes`` with ``appendfsync always``: survives a crash of the Redis server.
+- ``appendfsync everysec`` (Redis's default when AOF is on): up to about 1 s of acknowledged puts
+  can be lost in a server crash.
+- No AOF (this machine's default: ``--appendonly no --save ""``): survives SIGKILL of the sidecar
+  and loss of its pod, but not a restart of Redis.
+Replication is asynchronous; a failover can lose the last writes unless ``WAIT``-style policies
+are used by the operator's Redis.
+
+Several sidecars may share one outbox: every operation is one atomic Lua script, so claims lease
+entries exclusively across processes and the bound holds for all writers together. The scripts
+name the keys they touch from the prefix (standalone or replicated Redis; on Redis Cluster, put a
+hash tag in the prefix, ``{outbox}``, so that all keys live in one slot).
+
+Keys (``P`` is the prefix)::
+
+    P:e:<message_id>        hash: id, meta, body (raw bytes), size, state, seq, attempts, err,
+                            nst, owner, lease, changed, created, grp, and once delivered q_id,
+                            q_off, d_ms, durable. meta is the JSON list of the fields that never
+                            change:
+                            [topic, tag, keys, message_group, delivery_timestamp_ms, properties,
+                            born_timestamp_ms, cause, maybe_stored]
+    P:due                   zset <seq, 16 digits><message_id> → due score: the next send time,
+                            or the lease's end while leased. Only PENDING entries a claim may
+                            take: those without a group and each group's head, so "what is due"
+                            is ZRANGEBYSCORE -inf now; equal scores leave in seq order
+    P:g:<len>:<topic>:<group>  zset message_id → seq: the group's PENDING entries, head first
+    P:s:<STATE>             zset message_id → seq per state (scan, export)
+    P:t:DELIVERED, P:t:DEAD zset message_id → state_changed_ms (purge)
+    P:created               zset message_id → created_ms of PENDING entries (stats)
+    P:leases                zset message_id → lease end of leased PENDING entries (stats)
+    P:n                     hash: pending, dead, delivered, bytes (the bound's counters)
+    P:seq                   the last seq assigned
+    P:probe                 check_writable's write
+
+Group commit: concurrent ``put`` callers share one script call (outbox/group_commit.py), which
+checks and writes every request of the batch, each all-or-nothing on its own. The scripts are in
+outbox/redis_scripts.py.
+
+A requeued FIFO entry older than its group's leased head is due when that lease ends rather than
+at once, so that the group never has two entries in flight.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+from collections.abc import Iterator, Sequence
+from typing import Any, cast
+from urllib.parse import parse_qsl, urlencode, urlsplit
+
+import redis
+import redis.exceptions as rex
+
+from outbox import redis_scripts
+from outbox.entry import (
+    DeliveryReceipt,
+    EntryState,
+    OutboxEntry,
+    OutboxLimits,
+    OutboxMessage,
+    OutboxStats,
+    SpoolCause,
+)
+from outbox.errors import OutboxConfigError, OutboxError, OutboxFullError, OutboxUnavailableError
+from outbox.factory import redact
+from outbox.group_commit import GroupCommitter, Result
+from outbox.memory_outbox import (
+    check_claim_args,
+    check_purge_state,
+    check_put_entries,
+    with_seq,
+)
+from outbox.outbox import Outbox
+
+PREFIX_DEFAULT = "rocketbox:outbox"
+# Connections the sidecar's threads share; a caller beyond them waits up to the timeout.
+REDIS_CONNECTIONS_MAX = 64
+REDIS_POOL_WAIT_S = 10.0
+# Every call has a deadline (a half-open connection must not hang a resend worker forever).
+REDIS_SOCKET_TIMEOUT_S = 10.0
+CLAIM_BATCH_MAX = 10_000
+PURGE_BATCH_MAX = 10_000
+REQUEUE_BATCH_MAX = 1_000
+
+
+def _translated_error(e: rex.RedisError, what: str) -> OutboxError:
+    transient = (
+        rex.ConnectionError,
+        rex.TimeoutError,
+        rex.OutOfMemoryError,
+        rex.ReadOnlyError,
+        rex.MasterDownError,
+        rex.TryAgainError,
+        rex.ClusterDownError,
+    )
+    text = str(e)
+    if isinstance(e, transient) or text.startswith(("MISCONF", "NOREPLICAS", "BUSY")):
+        return OutboxUnavailableError(f"redis outbox {what}: {type(e).__name__}: {text}")
+    # Anything else is a reply the outbox did not expect: trying again will not help.
+    return OutboxError(f"redis outbox {what}: unexpected {type(e).__name__}: {text}")
+
+
+class RedisOutbox(Outbox):
+    name = "redis"
+
+    def __init__(self, client: redis.Redis, prefix: str, limits: OutboxLimits, where: str) -> None:
+        super().__init__(limits)
+        self.prefix = prefix
+        self._where = where
+        self._client = client
+        self._closed = False
+        self._put_script = _script(client, redis_scripts.PUT)
+        self._claim_script = _script(client, redis_scripts.CLAIM)
+        self._delivered_script = _script(client, redis_scripts.DELIVERED)
+        self._bury_script = _script(client, redis_scripts.BURY)
+        self._unlease_script = _script(client, redis_scripts.UNLEASE)
+        self._requeue_script = _script(client, redis_scripts.REQUEUE)
+        self._purge_script = _script(client, redis_scripts.PURGE)
+        self._scan_script = _script(client, redis_scripts.SCAN)
+        self._stats_script = _script(client, redis_scripts.STATS)
+        self._committer = GroupCommitter(self._commit, name=f"redis-outbox-put:{prefix}")
+
+    @classmethod
+    def from_url(cls, url: str, limits: OutboxLimits) -> RedisOutbox:
+        parts = urlsplit(url)
+        query = parse_qsl(parts.query, keep_blank_values=True)
+        prefixes = [value for key, value in query if key == "prefix"]
+        prefix = prefixes[-1] if prefixes else PREFIX_DEFAULT
+        if not prefix:
+            raise OutboxConfigError(f"outbox URL {redact(url)!r}: prefix must not be empty")
+        if parts.path.strip("/") and not parts.path.strip("/").isdigit():
+            raise OutboxConfigError(f"outbox URL {redact(url)!r}: the path is a database number")
+        rest = urlencode([(key, value) for key, value in query if key != "prefix"])
+        try:
+            pool = redis.BlockingConnectionPool.from_url(
+                parts._replace(query=rest).geturl(),
+                max_connections=REDIS_CONNECTIONS_MAX,
+                timeout=REDIS_POOL_WAIT_S,
+                socket_timeout=REDIS_SOCKET_TIMEOUT_S,
+                socket_connect_timeout=REDIS_SOCKET_TIMEOUT_S,
+            )
+        except (ValueError, TypeError) as e:
+            raise OutboxConfigError(f"outbox URL {redact(url)!r}: {e}") from e
+        where = f"{redact(url)} (prefix {prefix!r})"
+        return cls(redis.Redis(connection_pool=pool), prefix, limits, where)
+
+    # -- the contract -------------------------------------------------------------------------
+
+    def put(self, entries: Sequence[OutboxEntry]) -> list[OutboxEntry]:
+        check_put_entries(entries)
+        if not entries:
+            return []
+        return self._committer.submit(list(entries))
+
+    def get(self, message_id: str) -> OutboxEntry | None:
+        with self._errors("get"):
+            fields = cast(dict[bytes, bytes], self._client.hgetall(self._entry_key(message_id)))
+        return _entry_from_hash(fields) if fields else None
+
+    def has_pending_group(self, topic: str, message_group: str) -> bool:
+        with self._errors("has_pending_group"):
+            key = f"{self.prefix}:g:{_group_name(topic, message_group)}"
+            return bool(self._client.exists(key))
+
+    def claim_due(self, now_ms: int, limit: int, lease_ms: int, owner: str) -> list[OutboxEntry]:
+        check_claim_args(lease_ms, owner)
+        if limit < 1:
+            return []
+        args = [now_ms, min(limit, CLAIM_BATCH_MAX), now_ms + lease_ms, owner]
+        claimed = self._run(self._claim_script, "claim_due", args)
+        return [_entry_from_hash(_pairs(flat)) for flat in claimed]
+
+    def mark_delivered(self, message_id: str, receipt: DeliveryReceipt) -> bool:
+        args = [
+            message_id,
+            receipt.queue_id,
+            receipt.queue_offset,
+            receipt.delivered_ms,
+            int(receipt.durable),
+        ]
+        return bool(self._run(self._delivered_script, "mark_delivered", args))
+
+    def reschedule(
+        self, message_id: str, owner: str, next_send_time_ms: int, error: str, now_ms: int
+    ) -> bool:
+        args = [message_id, owner, next_send_time_ms, error]
+        return bool(self._run(self._unlease_script, "reschedule", args))
+
+    def bury(self, message_id: str, owner: str, error: str, now_ms: int) -> bool:
+        args = [message_id, owner, error, now_ms]
+        return bool(self._run(self._bury_script, "bury", args))
+
+    def release(self, message_id: str, owner: str) -> bool:
+        return bool(self._run(self._unlease_script, "release", [message_id, owner, ""]))
+
+    def requeue(self, message_ids: Sequence[str] | None, now_ms: int) -> int:
+        if message_ids is not None:
+            ids = list(dict.fromkeys(message_ids))
+            return sum(
+                int(
+                    self._run(
+                        self._requeue_script, "requeue", [now_ms, *ids[i : i + REQUEUE_BATCH_MAX]]
+                    )
+                )
+                for i in range(0, len(ids), REQUEUE_BATCH_MAX)
+            )
+        requeued = 0
+        while True:
+            with self._errors("requeue"):
+                dead = self._client.zrange(f"{self.prefix}:s:DEAD", 0, REQUEUE_BATCH_MAX - 1)
+            if not dead:
+                return requeued
+            ids = [m.decode() for m in cast(list[bytes], dead)]
+            requeued += int(self._run(self._requeue_script, "requeue", [now_ms, *ids]))
+
+    def purge(self, state: EntryState, before_ms: int) -> int:
+        check_purge_state(state)
+        purged = 0
+        while True:
+            args = [state.value, before_ms, PURGE_BATCH_MAX]
+            batch = int(self._run(self._purge_script, "purge", args))
+            purged += batch
+            if batch < PURGE_BATCH_MAX:
+                return purged
+
+    def stats(self, now_ms: int) -> OutboxStats:
+        reply = self._run(self._stats_script, "stats", [now_ms])
+        pending, dead, delivered, body_bytes, in_flight = (int(n) for n in reply[:5])
+        oldest, soonest = reply[5:7]
+        return OutboxStats(
+            pending=pending,
+            in_flight=in_flight,
+            delivered=delivered,
+            dead=dead,
+            bytes=body_bytes,
+            oldest_pending_created_ms=int(oldest) if oldest is not None else None,
+            next_due_ms=int(soonest) if soonest is not None else None,
+        )
+
+    def scan(self, state: EntryState | None, after_seq: int, limit: int) -> list[OutboxEntry]:
+        if limit < 1:
+            return []
+        args = [state.value if state is not None else "", after_seq, limit]
+        page = self._run(self._scan_script, "scan", args)
+        return [_entry_from_hash(_pairs(flat)) for flat in page]
+
+    def check_writable(self) -> None:
+        """A real write: a replica (READONLY), a full server (OOM) or a dead link all fail it."""
+        self._check_open()
+        with self._errors("check_writable"):
+            self._client.set(f"{self.prefix}:probe", b"1")
+
+    def close(self) -> None:
+        if self._closed:
+            return
+        self._committer.close()
+        self._closed = True
+        self._client.close()
+        self._client.connection_pool.disconnect()
+
+    # -- internals ----------------------------------------------------------------------------
+
+    def _commit(self, requests: Sequence[Sequence[OutboxEntry]]) -> list[Result]:
+        # One JSON argument for every request's fields, and one per body: redis-py's cost is
+        # per argument, and this runs on the thread every concurrent put waits for.
+        fields = [[_put_fields(e) for e in entries] for entries in requests]
+        args: list[Any] = [
+            self.limits.outbox_entries_max,
+            self.limits.outbox_bytes_max,
+            json.dumps(fields, separators=(",", ":")),
+            *(e.message.body for entries in requests for e in entries),
+        ]
+        summary, *stored = self._run(self._put_script, "put", args)
+        results: list[Result] = []
+        for entries, answer in zip(requests, summary.split(b";"), strict=True):
+            if answer[:1] == b"F":
+                held, held_bytes = answer[1:].decode().split(",")
+                results.append(
+                    OutboxFullError(
+                        f"outbox full: {held} entries / {held_bytes} bytes would pass "
+                        f"{self.limits.outbox_entries_max} / {self.limits.outbox_bytes_max}",
+                        self.limits.full_retry_after_ms,
+                    )
+                )
+                continue
+            assert answer[:1] == b"S", answer
+            results.append(
+                [
+                    _entry_from_hash(_pairs(stored[int(item[1:]) - 1]))
+                    if item[:1] == b"="
+                    else with_seq(entry, int(item))
+                    for entry, item in zip(entries, answer.split(b",")[1:], strict=True)
+                ]
+            )
+        return results
+
+    def _run(self, script: Any, what: str, args: Sequence[Any]) -> Any:
+        self._check_open()
+        with self._errors(what):
+            return script(keys=[], args=[self.prefix, *args])
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise OutboxUnavailableError(f"redis outbox {self._where} is closed")
+
+    def _entry_key(self, message_id: str) -> str:
+        return f"{self.prefix}:e:{message_id}"
+
+    @contextlib.contextmanager
+    def _errors(self, what: str) -> Iterator[None]:
+        """The one place redis-py's errors become the outbox's."""
+        try:
+            yield
+        except rex.RedisError as e:
+            raise _translated_error(e, f"{self._where} {what}") from e
+
+
+def _script(client: redis.Redis, body: str) -> Any:
+    return client.register_script(redis_scripts.PRELUDE + body)
+
+
+def _group_name(topic: str, message_group: str) -> str:
+    # The topic's length first, so that no (topic, group) pair reads as another.
+    return f"{len(topic)}:{topic}:{message_group}"
+
+
+def _put_fields(entry: OutboxEntry) -> list[Any]:
+    """The put script's fields of one entry; numbers as strings, for Lua's sake."""
+    m = entry.message
+    group = m.message_group
+    meta = [
+        m.topic,
+        m.tag,
+        list(m.keys),
+        group,
+        m.delivery_timestamp_ms,
+        dict(m.properties),
+        m.born_timestamp_ms,
+        entry.cause.value,
+        entry.maybe_stored,
+    ]
+    return [
+        m.message_id,
+        str(entry.next_send_time_ms),
+        str(entry.created_ms),
+        str(entry.attempts),
+        str(entry.state_changed_ms),
+        _group_name(m.topic, group) if group is not None else "",
+        entry.last_error,
+        json.dumps(meta, separators=(",", ":")),
+    ]
+
+
+def _pairs(flat: Sequence[bytes]) -> dict[bytes, bytes]:
+    return dict(zip(flat[::2], flat[1::2], strict=True))
+
+
+def _entry_from_hash(fields: dict[bytes, bytes]) -> OutboxEntry:
+    topic, tag, keys, group, delivery_ts, properties, born_ms, cause, maybe_stored = json.loads(
+        fields[b"meta"]
+    )
+    owner = fields[b"owner"].decode()
+    receipt = None
+    if b"q_off" in fields:
+        receipt = DeliveryReceipt(
+            queue_id=int(fields[b"q_id"]),
+            queue_offset=int(fields[b"q_off"]),
+            delivered_ms=int(fields[b"d_ms"]),
+            durable=fields[b"durable"] == b"1",
+        )
+    return OutboxEntry(
+        message=OutboxMessage(
+            topic=topic,
+            body=fields.get(b"body", b""),
+            message_id=fields[b"id"].decode(),
+            tag=tag,
+            keys=tuple(keys),
+            message_group=group,
+            delivery_timestamp_ms=delivery_ts,
+            properties=properties,
+            born_timestamp_ms=born_ms,
+        ),
+        cause=SpoolCause(cause),
+        created_ms=int(fields[b"created"]),
+        next_send_time_ms=int(fields[b"nst"]),
+        state=EntryState(fields[b"state"].decode()),
+        maybe_stored=maybe_stored,
+        attempts=int(fields[b"attempts"]),
+        last_error=fields[b"err"].decode(),
+        seq=int(fields[b"seq"]),
+        lease_owner=owner or None,
+        lease_until_ms=int(fields[b"lease"]) if owner else 0,
+        state_changed_ms=int(fields[b"changed"]),
+        receipt=receipt,
+    )

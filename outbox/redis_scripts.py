@@ -1,0 +1,303 @@
+"""The Redis outbox's Lua scripts (outbox/redis_outbox.py has the key layout).
+
+Each operation is one script, so it is atomic on the server: two sidecars never lease one entry,
+the bound holds for all writers together, and an entry and its indexes never disagree. Every
+script starts with PRELUDE and takes the key prefix as ARGV[1]; the keys are named from it in
+the script (standalone or replicated Redis; on Redis Cluster, give the prefix a hash tag).
+
+Numbers travel as strings where Lua would otherwise turn them into doubles printed with 14
+significant digits.
+"""
+
+from __future__ import annotations
+
+# Shared by every script: ARGV[1] is the prefix.
+PRELUDE = """
+local P = ARGV[1]
+local DUE, LEASES, COUNTS = P .. ':due', P .. ':leases', P .. ':n'
+local function ekey(id) return P .. ':e:' .. id end
+-- A P:due member: the seq, zero-padded, then the id. Entries due at the same time leave in
+-- seq order, as members of equal score sort by their bytes.
+local function dmember(seq, id) return string.format('%016d', seq) .. id end
+local function member_id(member) return string.sub(member, 17) end
+local function due_score(h)
+  local f = redis.call('HMGET', h, 'nst', 'owner', 'lease')
+  if f[2] and f[2] ~= '' and tonumber(f[3]) > tonumber(f[1]) then return f[3] end
+  return f[1]
+end
+-- PENDING entry id leaves its indexes; its group's next entry becomes claimable.
+local function leave_pending(id, h)
+  local grp, seq = unpack(redis.call('HMGET', h, 'grp', 'seq'))
+  redis.call('ZREM', DUE, dmember(seq, id))
+  redis.call('ZREM', LEASES, id)
+  redis.call('ZREM', P .. ':s:PENDING', id)
+  redis.call('ZREM', P .. ':created', id)
+  redis.call('HINCRBY', COUNTS, 'pending', -1)
+  if grp ~= '' then
+    local gk = P .. ':g:' .. grp
+    local head = redis.call('ZRANGE', gk, 0, 0)[1]
+    redis.call('ZREM', gk, id)
+    if head == id then
+      local nxt = redis.call('ZRANGE', gk, 0, 0, 'WITHSCORES')
+      if nxt[1] then redis.call('ZADD', DUE, due_score(ekey(nxt[1])), dmember(nxt[2], nxt[1])) end
+    end
+  end
+end
+"""
+
+# ARGV: prefix, entries_max, bytes_max, then the JSON list of the requests, each the list of its
+# entries' fields [message_id, next_send_time_ms, created_ms, attempts, state_changed_ms,
+# group key, last_error, meta] (numbers as strings), then every body in the same order, one
+# argument each. Returns {summary, stored...}: the summary says per request, ';' between them,
+# "F<entries>,<bytes>" (refused by the bound) or "S" and per entry ",<seq>" (new) or ",=<k>"
+# (already stored: the k-th HGETALL after the summary). One string rather than nested replies:
+# redis-py parses replies in Python, element by element, on the thread every put waits for.
+PUT = """
+local entries_max, bytes_max = tonumber(ARGV[2]), tonumber(ARGV[3])
+local requests = cjson.decode(ARGV[4])
+local counts = redis.call('HMGET', COUNTS, 'pending', 'dead', 'bytes')
+local held = (tonumber(counts[1]) or 0) + (tonumber(counts[2]) or 0)
+local held_bytes = tonumber(counts[3]) or 0
+-- First every request's verdict, in order, against the bound as the earlier ones leave it.
+-- verdicts[r] is the refusal, or the set of entry numbers k that the request writes.
+local known, verdicts, added, added_bytes, body = {}, {}, 0, 0, 5
+for r, list in ipairs(requests) do
+  local seen, fresh, new, new_bytes = {}, {}, 0, 0
+  for k, e in ipairs(list) do
+    local id = e[1]
+    if not seen[id] then
+      seen[id] = true
+      if known[id] == nil then known[id] = redis.call('EXISTS', ekey(id)) == 1 end
+      if not known[id] then
+        fresh[k], new, new_bytes = true, new + 1, new_bytes + #ARGV[body + k - 1]
+      end
+    end
+  end
+  if held + new > entries_max or held_bytes + new_bytes > bytes_max then
+    verdicts[r] = 'F' .. (held + new) .. ',' .. (held_bytes + new_bytes)
+  else
+    verdicts[r] = fresh
+    held, held_bytes = held + new, held_bytes + new_bytes
+    added, added_bytes = added + new, added_bytes + new_bytes
+    for _, e in ipairs(list) do known[e[1]] = true end -- later requests find them stored
+  end
+  body = body + #list
+end
+-- Then the writes, one INCRBY for every new seq.
+local seq = redis.call('INCRBY', P .. ':seq', added) - added
+local by_seq, by_age = P .. ':s:PENDING', P .. ':created'
+local reply, summary = {false}, {}
+body = 5
+for r, list in ipairs(requests) do
+  local fresh = verdicts[r]
+  if type(fresh) == 'table' then
+    local parts = {'S'}
+    for k, e in ipairs(list) do
+      local id, h = e[1], ekey(e[1])
+      if fresh[k] then
+        seq = seq + 1
+        local value, nst, grp = ARGV[body + k - 1], e[2], e[6]
+        redis.call('HSET', h, 'id', id, 'meta', e[8], 'body', value, 'size', #value,
+          'nst', nst, 'created', e[3], 'grp', grp, 'attempts', e[4], 'err', e[7],
+          'changed', e[5], 'state', 'PENDING', 'seq', seq, 'owner', '', 'lease', 0)
+        redis.call('ZADD', by_seq, seq, id)
+        redis.call('ZADD', by_age, e[3], id)
+        if grp == '' then
+          redis.call('ZADD', DUE, nst, dmember(seq, id))
+        else
+          local gk = P .. ':g:' .. grp
+          if redis.call('EXISTS', gk) == 0 then redis.call('ZADD', DUE, nst, dmember(seq, id)) end
+          redis.call('ZADD', gk, seq, id)
+        end
+        parts[#parts + 1] = string.format('%d', seq)
+      else
+        reply[#reply + 1] = redis.call('HGETALL', h)
+        parts[#parts + 1] = '=' .. (#reply - 1)
+      end
+    end
+    summary[r] = table.concat(parts, ',')
+  else
+    summary[r] = fresh
+  end
+  body = body + #list
+end
+if added > 0 then
+  redis.call('HINCRBY', COUNTS, 'pending', added)
+  redis.call('HINCRBY', COUNTS, 'bytes', added_bytes)
+end
+reply[1] = table.concat(summary, ';')
+return reply
+"""
+
+# ARGV: prefix, now_ms, limit, lease_until_ms, owner. Returns the claimed entries' HGETALLs.
+# Anything in P:due that is not a claimable entry (it cannot be, unless the keys were edited by
+# hand) is dropped from it rather than claimed.
+CLAIM = """
+local now, limit, lease_until, owner = ARGV[2], tonumber(ARGV[3]), ARGV[4], ARGV[5]
+local claimed = {}
+while #claimed < limit do
+  local members = redis.call('ZRANGEBYSCORE', DUE, '-inf', now, 'LIMIT', 0, limit - #claimed)
+  if #members == 0 then break end
+  for _, member in ipairs(members) do
+    local id = member_id(member)
+    local h = ekey(id)
+    local f = redis.call('HMGET', h, 'state', 'grp')
+    local head = true
+    if f[1] == 'PENDING' and f[2] ~= '' then
+      head = redis.call('ZRANGE', P .. ':g:' .. f[2], 0, 0)[1] == id
+    end
+    if f[1] ~= 'PENDING' or not head then
+      redis.call('ZREM', DUE, member)
+    else
+      redis.call('HSET', h, 'owner', owner, 'lease', lease_until)
+      redis.call('ZADD', DUE, lease_until, member)
+      redis.call('ZADD', LEASES, lease_until, id)
+      claimed[#claimed + 1] = redis.call('HGETALL', h)
+    end
+  end
+end
+return claimed
+"""
+
+# ARGV: prefix, id, queue_id, queue_offset, delivered_ms, durable (0/1). Returns 1 or 0.
+DELIVERED = """
+local id = ARGV[2]
+local h = ekey(id)
+if redis.call('HGET', h, 'state') ~= 'PENDING' then return 0 end
+local f = redis.call('HMGET', h, 'size', 'seq')
+leave_pending(id, h)
+redis.call('HSET', h, 'state', 'DELIVERED', 'changed', ARGV[5], 'owner', '', 'lease', 0,
+  'size', 0, 'q_id', ARGV[3], 'q_off', ARGV[4], 'd_ms', ARGV[5], 'durable', ARGV[6])
+redis.call('HDEL', h, 'body')
+redis.call('HINCRBY', COUNTS, 'delivered', 1)
+redis.call('HINCRBY', COUNTS, 'bytes', -tonumber(f[1]))
+redis.call('ZADD', P .. ':s:DELIVERED', f[2], id)
+redis.call('ZADD', P .. ':t:DELIVERED', ARGV[5], id)
+return 1
+"""
+
+# ARGV: prefix, id, owner, error, now_ms. Returns 1 or 0 (not PENDING, or not the owner).
+BURY = """
+local id = ARGV[2]
+local h = ekey(id)
+local f = redis.call('HMGET', h, 'state', 'owner', 'seq')
+if f[1] ~= 'PENDING' or f[2] ~= ARGV[3] then return 0 end
+leave_pending(id, h)
+redis.call('HSET', h, 'state', 'DEAD', 'err', ARGV[4], 'changed', ARGV[5], 'owner', '', 'lease', 0)
+redis.call('HINCRBY', COUNTS, 'dead', 1)
+redis.call('ZADD', P .. ':s:DEAD', f[3], id)
+redis.call('ZADD', P .. ':t:DEAD', ARGV[5], id)
+return 1
+"""
+
+# ARGV: prefix, id, owner, next_send_time_ms ('' to keep it: release), error (absent: release).
+UNLEASE = """
+local id = ARGV[2]
+local h = ekey(id)
+local f = redis.call('HMGET', h, 'state', 'owner', 'seq')
+if f[1] ~= 'PENDING' or f[2] ~= ARGV[3] then return 0 end
+redis.call('HSET', h, 'owner', '', 'lease', 0)
+if ARGV[4] ~= '' then
+  redis.call('HSET', h, 'nst', ARGV[4], 'err', ARGV[5])
+  redis.call('HINCRBY', h, 'attempts', 1)
+end
+redis.call('ZREM', LEASES, id)
+if redis.call('ZSCORE', DUE, dmember(f[3], id)) then
+  redis.call('ZADD', DUE, redis.call('HGET', h, 'nst'), dmember(f[3], id))
+end
+return 1
+"""
+
+# ARGV: prefix, now_ms, ids... Returns how many DEAD entries became PENDING.
+REQUEUE = """
+local now, n = ARGV[2], 0
+for a = 3, #ARGV do
+  local id = ARGV[a]
+  local h = ekey(id)
+  local f = redis.call('HMGET', h, 'state', 'seq', 'created', 'grp')
+  if f[1] == 'DEAD' then
+    redis.call('HSET', h, 'state', 'PENDING', 'attempts', 0, 'nst', now, 'changed', now,
+      'owner', '', 'lease', 0)
+    redis.call('ZREM', P .. ':s:DEAD', id)
+    redis.call('ZREM', P .. ':t:DEAD', id)
+    redis.call('ZADD', P .. ':s:PENDING', f[2], id)
+    redis.call('ZADD', P .. ':created', f[3], id)
+    redis.call('HINCRBY', COUNTS, 'dead', -1)
+    redis.call('HINCRBY', COUNTS, 'pending', 1)
+    if f[4] == '' then
+      redis.call('ZADD', DUE, now, dmember(f[2], id))
+    else
+      local gk = P .. ':g:' .. f[4]
+      local head = redis.call('ZRANGE', gk, 0, 0, 'WITHSCORES')
+      if not head[1] then
+        redis.call('ZADD', DUE, now, dmember(f[2], id))
+      elseif tonumber(head[2]) > tonumber(f[2]) then
+        -- Older than its group's head, it goes first; the old head stops being claimable.
+        -- Should the old head be leased, this one waits for that lease to end rather than be
+        -- sent beside it: a group never has two entries in flight.
+        local due = now
+        local o = redis.call('HMGET', ekey(head[1]), 'owner', 'lease')
+        if o[1] ~= '' and tonumber(o[2]) > tonumber(now) then
+          due = o[2]
+          redis.call('HSET', h, 'nst', due)
+        end
+        redis.call('ZREM', DUE, dmember(head[2], head[1]))
+        redis.call('ZADD', DUE, due, dmember(f[2], id))
+      end
+      redis.call('ZADD', gk, f[2], id)
+    end
+    n = n + 1
+  end
+end
+return n
+"""
+
+# ARGV: prefix, state (DELIVERED or DEAD), before_ms, batch_max. Returns how many were deleted.
+PURGE = """
+local state = ARGV[2]
+local ids = redis.call('ZRANGEBYSCORE', P .. ':t:' .. state, '-inf', '(' .. ARGV[3],
+  'LIMIT', 0, tonumber(ARGV[4]))
+for _, id in ipairs(ids) do
+  local h = ekey(id)
+  local size = tonumber(redis.call('HGET', h, 'size')) or 0
+  redis.call('DEL', h)
+  redis.call('ZREM', P .. ':s:' .. state, id)
+  redis.call('ZREM', P .. ':t:' .. state, id)
+  if state == 'DEAD' then
+    redis.call('HINCRBY', COUNTS, 'dead', -1)
+    redis.call('HINCRBY', COUNTS, 'bytes', -size)
+  else
+    redis.call('HINCRBY', COUNTS, 'delivered', -1)
+  end
+end
+return #ids
+"""
+
+# ARGV: prefix, state ('' for all), after_seq, limit. Returns HGETALLs in seq order.
+SCAN = """
+local states = {ARGV[2]}
+if ARGV[2] == '' then states = {'PENDING', 'DELIVERED', 'DEAD'} end
+local limit = tonumber(ARGV[4])
+local found = {}
+for _, state in ipairs(states) do
+  local page = redis.call('ZRANGEBYSCORE', P .. ':s:' .. state, '(' .. ARGV[3], '+inf',
+    'WITHSCORES', 'LIMIT', 0, limit)
+  for k = 1, #page, 2 do found[#found + 1] = {tonumber(page[k + 1]), page[k]} end
+end
+table.sort(found, function(x, y) return x[1] < y[1] end)
+local out = {}
+for k = 1, math.min(limit, #found) do out[k] = redis.call('HGETALL', ekey(found[k][2])) end
+return out
+"""
+
+# ARGV: prefix, now_ms. Returns {pending, dead, delivered, bytes, in_flight, oldest created_ms
+# or false, next due score or false}. A script, not MULTI: it reads, so a server at its
+# maxmemory still answers it.
+STATS = """
+local counts = redis.call('HMGET', COUNTS, 'pending', 'dead', 'delivered', 'bytes')
+local oldest = redis.call('ZRANGE', P .. ':created', 0, 0, 'WITHSCORES')[2] or false
+local soonest = redis.call('ZRANGE', DUE, 0, 0, 'WITHSCORES')[2] or false
+local in_flight = redis.call('ZCOUNT', LEASES, '(' .. ARGV[2], '+inf')
+return {counts[1] or '0', counts[2] or '0', counts[3] or '0', counts[4] or '0', in_flight,
+  oldest, soonest}
+"""

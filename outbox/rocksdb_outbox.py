@@ -1,0 +1,639 @@
+"""The RocksDB outbox (rocksdict): one local database directory, one process.
+
+URL ``rocksdb:///abs/path`` or ``rocksdb://./relative/path``; ``?statistics=true`` turns on
+RocksDB's tickers (``RocksDBOutbox.ticker``). Keys and why they stay fast: outbox/rocksdb_layout.py.
+
+Durability:
+- ``put`` returns once its entries are in the write-ahead log and the log is fsynced: they survive
+  SIGKILL of the sidecar, and a kernel crash or power loss as far as the disk honours fsync.
+- Every other change (claim, reschedule, release, mark_delivered, bury, requeue, purge) goes to the
+  WAL without an fsync of its own: it survives SIGKILL of the sidecar (the kernel has the bytes)
+  but not a kernel crash. Losing one is harmless: a lost lease or reschedule makes the entry due
+  again; a lost tombstone makes the entry be sent once more, a duplicate the reconciliation
+  counts, never a loss. The next put's fsync makes them durable too.
+- Loss of the pod: the outbox survives only on a persistent volume.
+- Loss of the server or its disk: nothing survives. Use Redis or MySQL when that matters.
+- One process: RocksDB locks its directory (the LOCK file), and a second opener, in this process
+  or another, gets OutboxUnavailableError. The threads of the process share one instance.
+
+Group commit: concurrent ``put`` callers hand their entries to one committer thread
+(outbox/group_commit.py) that stages all of them in one WriteBatch. The batch is written, and so
+becomes visible, under the lock; the WAL fsync runs after the lock is released, so claims never
+wait for the disk; then the callers' ``put`` calls return. Should that fsync fail, the callers are
+told so although their entries are in the outbox: they may be sent twice, never lost.
+
+A requeued FIFO entry older than its group's leased head is due when that lease ends rather than
+at once, so that the group never has two entries in flight.
+
+In memory, rebuilt from the indexes at open (the database is the truth): the counters of the
+bound and of stats, each FIFO group's head, the leases, the index floors.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import heapq
+import logging
+import threading
+from collections.abc import Iterator, Sequence
+from dataclasses import replace
+from pathlib import Path
+from urllib.parse import parse_qs, urlsplit
+
+import rocksdict
+
+from outbox.entry import DeliveryReceipt, EntryState, OutboxEntry, OutboxLimits, OutboxStats
+from outbox.errors import OutboxConfigError, OutboxFullError, OutboxUnavailableError
+from outbox.group_commit import GroupCommitter, Result
+from outbox.memory_outbox import (
+    check_claim_args,
+    check_purge_state,
+    check_put_entries,
+    requeued_entry,
+    with_seq,
+)
+from outbox.outbox import Outbox
+from outbox.rocksdb_layout import (
+    CHANGED,
+    CREATED,
+    DUE,
+    ENTRY,
+    GROUP,
+    PENDING_STATE,
+    PROBE_KEY,
+    SEQ_KEY,
+    STATE,
+    STATE_CODE,
+    STATE_VALUE,
+    TOP,
+    U64,
+    State,
+    Txn,
+    changed_key,
+    created_key,
+    decode_entry,
+    due_key,
+    expect,
+    group_key,
+    group_prefix,
+    index_items,
+    load_state,
+    state_key,
+    state_value,
+    u64,
+)
+
+log = logging.getLogger(__name__)
+
+CLAIM_BATCH_MAX = 10_000
+PURGE_BATCH_MAX = 10_000
+REQUEUE_BATCH_MAX = 1_000
+
+
+@contextlib.contextmanager
+def _rocksdb_errors(path: Path) -> Iterator[None]:
+    """The one place rocksdict's errors become OutboxUnavailableError."""
+    try:
+        yield
+    except rocksdict.DbClosedError as e:
+        raise OutboxUnavailableError(f"rocksdb outbox {path} is closed") from e
+    except OSError as e:
+        raise OutboxUnavailableError(f"rocksdb outbox {path}: {e}") from e
+    except Exception as e:
+        # rocksdict raises RocksDB's own errors (IO error, Corruption, lock held) as a bare
+        # Exception; anything more specific is a bug of ours and must not pass as unavailability.
+        if type(e) is not Exception:
+            raise
+        hint = " (RocksDB allows one process, one instance)" if "lock" in str(e).lower() else ""
+        raise OutboxUnavailableError(f"rocksdb outbox {path}: {e}{hint}") from e
+
+
+class RocksDBOutbox(Outbox):
+    name = "rocksdb"
+
+    def __init__(self, path: Path, limits: OutboxLimits, *, statistics: bool = False) -> None:
+        super().__init__(limits)
+        self.path = path
+        self._options = rocksdict.Options(raw_mode=True)
+        self._options.create_if_missing(True)
+        if statistics:
+            self._options.enable_statistics()
+        self._unsynced = rocksdict.WriteOptions()
+        self._synced = rocksdict.WriteOptions()
+        self._synced.sync = True
+        self._lock = threading.Lock()
+        self._closed = False
+        # Set when a failed write left the in-memory state unrebuilt: reopen to recover.
+        self._broken = False
+        with _rocksdb_errors(path):
+            path.mkdir(parents=True, exist_ok=True)
+            self._db = rocksdict.Rdict(str(path), self._options)
+            try:
+                self._state = self._load_state()
+            except BaseException:
+                self._db.close()  # give the directory's lock back
+                raise
+        self._committer = GroupCommitter(self._commit, name=f"rocksdb-outbox-put:{path.name}")
+        log.info(
+            "rocksdb outbox %s open: %d pending, %d dead, %d delivered",
+            path,
+            self._state.pending,
+            self._state.dead,
+            self._state.delivered,
+        )
+
+    @classmethod
+    def from_url(cls, url: str, limits: OutboxLimits) -> RocksDBOutbox:
+        parts = urlsplit(url)
+        if parts.netloc == "" and parts.path.startswith("/") and parts.path != "/":
+            path = Path(parts.path)
+        elif parts.netloc == "." and parts.path not in ("", "/"):
+            path = Path("." + parts.path)
+        else:
+            raise OutboxConfigError(
+                f"outbox URL {url!r}: want rocksdb:///absolute/path or rocksdb://./relative/path"
+            )
+        options = parse_qs(parts.query, keep_blank_values=True)
+        unknown = set(options) - {"statistics"}
+        if unknown:
+            raise OutboxConfigError(f"outbox URL {url!r}: unknown options {sorted(unknown)}")
+        statistics = options.get("statistics", ["false"])[-1].lower()
+        if statistics not in ("true", "false", "1", "0"):
+            raise OutboxConfigError(f"outbox URL {url!r}: statistics must be true or false")
+        return cls(path, limits, statistics=statistics in ("true", "1"))
+
+    # -- the contract -------------------------------------------------------------------------
+
+    def put(self, entries: Sequence[OutboxEntry]) -> list[OutboxEntry]:
+        check_put_entries(entries)
+        for entry in entries:
+            group_prefix(entry)  # refuse over-long names here rather than fail the whole batch
+        if not entries:
+            return []
+        return self._committer.submit(list(entries))
+
+    def get(self, message_id: str) -> OutboxEntry | None:
+        with _rocksdb_errors(self.path):
+            raw = self._db.get(ENTRY + message_id.encode())
+        return None if raw is None else decode_entry(raw)
+
+    def has_pending_group(self, topic: str, message_group: str) -> bool:
+        prefix = group_key(topic, message_group)
+        with self._lock:
+            return prefix in self._state.heads
+
+    def claim_due(self, now_ms: int, limit: int, lease_ms: int, owner: str) -> list[OutboxEntry]:
+        check_claim_args(lease_ms, owner)
+        if limit < 1:
+            return []
+        limit = min(limit, CLAIM_BATCH_MAX)
+        with self._lock, _rocksdb_errors(self.path):
+            self._check_open()
+            txn = self._txn()
+            upper = DUE + u64(now_ms + 1)
+            due = self._items(DUE, DUE, upper, limit)
+            expired = self._expired_leases(txn, now_ms, limit)
+            # Soonest first across both: the unleased by next send time, the rest by lease end.
+            from_due = [
+                (U64.unpack_from(k, 1)[0], U64.unpack_from(k, 9)[0], v.decode()) for k, v in due
+            ]
+            picks = sorted(from_due + expired)[:limit]
+            picked = set(picks)
+            for item in expired:
+                if item not in picked:
+                    heapq.heappush(self._state.lease_heap, item)
+            taken_due = [
+                key for (key, _), item in zip(due, from_due, strict=True) if item in picked
+            ]
+            assert taken_due == [key for key, _ in due[: len(taken_due)]], "a prefix of the scan"
+            claimed = []
+            for _, _, message_id in picks:
+                old = expect(txn.get(message_id), EntryState.PENDING, message_id)
+                assert self._is_candidate(old), old
+                new = replace(old, lease_owner=owner, lease_until_ms=now_ms + lease_ms)
+                txn.put(state_key(EntryState.PENDING, new.seq), state_value(new))
+                txn.put_entry(new)
+                self._state.lease(new)
+                claimed.append(new)
+            if taken_due:
+                txn.delete_stretch(taken_due[0], taken_due[-1])
+            self._write(txn)
+            if len(taken_due) == len(due) < limit:
+                self._raise_floor(DUE, upper)  # every live due key below upper was taken
+            return claimed
+
+    def mark_delivered(self, message_id: str, receipt: DeliveryReceipt) -> bool:
+        u64(receipt.delivered_ms)
+        with self._lock, _rocksdb_errors(self.path):
+            self._check_open()
+            txn = self._txn()
+            old = txn.get(message_id)
+            if old is None or old.state is not EntryState.PENDING:
+                return False
+            self._leave_pending(txn, old, old.delivered(receipt))
+            self._write(txn)
+            return True
+
+    def reschedule(
+        self, message_id: str, owner: str, next_send_time_ms: int, error: str, now_ms: int
+    ) -> bool:
+        u64(next_send_time_ms)
+        with self._lock, _rocksdb_errors(self.path):
+            self._check_open()
+            txn = self._txn()
+            old = self._owned(txn, message_id, owner)
+            if old is None:
+                return False
+            new = replace(
+                old,
+                attempts=old.attempts + 1,
+                last_error=error,
+                next_send_time_ms=next_send_time_ms,
+                lease_owner=None,
+                lease_until_ms=0,
+            )
+            self._replace_pending(txn, old, new)
+            self._write(txn)
+            return True
+
+    def bury(self, message_id: str, owner: str, error: str, now_ms: int) -> bool:
+        u64(now_ms)
+        with self._lock, _rocksdb_errors(self.path):
+            self._check_open()
+            txn = self._txn()
+            old = self._owned(txn, message_id, owner)
+            if old is None:
+                return False
+            new = replace(
+                old,
+                state=EntryState.DEAD,
+                last_error=error,
+                lease_owner=None,
+                lease_until_ms=0,
+                state_changed_ms=now_ms,
+            )
+            self._leave_pending(txn, old, new)
+            self._write(txn)
+            return True
+
+    def release(self, message_id: str, owner: str) -> bool:
+        with self._lock, _rocksdb_errors(self.path):
+            self._check_open()
+            txn = self._txn()
+            old = self._owned(txn, message_id, owner)
+            if old is None:
+                return False
+            self._replace_pending(txn, old, replace(old, lease_owner=None, lease_until_ms=0))
+            self._write(txn)
+            return True
+
+    def requeue(self, message_ids: Sequence[str] | None, now_ms: int) -> int:
+        u64(now_ms)
+        if message_ids is not None:
+            ids = list(dict.fromkeys(message_ids))
+            return sum(
+                self._requeue_batch(ids[i : i + REQUEUE_BATCH_MAX], now_ms)
+                for i in range(0, len(ids), REQUEUE_BATCH_MAX)
+            )
+        requeued = 0
+        dead = STATE + STATE_CODE[EntryState.DEAD]
+        while True:
+            with self._lock, _rocksdb_errors(self.path):
+                self._check_open()
+                found = self._items(dead, dead, dead + TOP, REQUEUE_BATCH_MAX)
+            ids = [value[STATE_VALUE.size :].decode() for _, value in found]
+            requeued += self._requeue_batch(ids, now_ms)
+            if len(found) < REQUEUE_BATCH_MAX:
+                return requeued
+
+    def purge(self, state: EntryState, before_ms: int) -> int:
+        check_purge_state(state)
+        if before_ms <= 0:
+            return 0
+        by_change = CHANGED + STATE_CODE[state]
+        purged = 0
+        while True:
+            with self._lock, _rocksdb_errors(self.path):
+                self._check_open()
+                found = self._items(
+                    by_change, by_change, by_change + u64(before_ms), PURGE_BATCH_MAX
+                )
+                if not found:
+                    return purged
+                txn = self._txn()
+                for _, message_id in found:
+                    entry = expect(txn.get(message_id.decode()), state, message_id)
+                    txn.delete_entry(entry.message_id)
+                    txn.delete(state_key(state, entry.seq))
+                    if state is EntryState.DEAD:
+                        self._state.dead -= 1
+                        self._state.body_bytes -= entry.body_bytes
+                    else:
+                        self._state.delivered -= 1
+                txn.delete_stretch(found[0][0], found[-1][0])
+                self._write(txn)
+                purged += len(found)
+            if len(found) < PURGE_BATCH_MAX:
+                return purged
+
+    def stats(self, now_ms: int) -> OutboxStats:
+        with self._lock, _rocksdb_errors(self.path):
+            self._check_open()
+            state = self._state
+            oldest = self._items(CREATED, CREATED, CREATED + TOP, 1)
+            soonest = [U64.unpack_from(key, 1)[0] for key, _ in self._items(DUE, DUE, DUE + TOP, 1)]
+            heap = state.lease_heap
+            while heap and not state.live_lease(heap[0]):
+                heapq.heappop(heap)
+            if heap:
+                soonest.append(heap[0][0])
+            return OutboxStats(
+                pending=state.pending,
+                in_flight=sum(1 for until, _ in state.leases.values() if until > now_ms),
+                delivered=state.delivered,
+                dead=state.dead,
+                bytes=state.body_bytes,
+                oldest_pending_created_ms=U64.unpack_from(oldest[0][0], 1)[0] if oldest else None,
+                next_due_ms=min(soonest, default=None),
+            )
+
+    def scan(self, state: EntryState | None, after_seq: int, limit: int) -> list[OutboxEntry]:
+        if limit < 1:
+            return []
+        codes = [STATE_CODE[state]] if state is not None else list(STATE_CODE.values())
+        start = u64(max(after_seq + 1, 0))
+        with self._lock, _rocksdb_errors(self.path):
+            self._check_open()
+            found = []
+            for code in codes:
+                prefix = STATE + code
+                found += self._items(prefix, prefix + start, prefix + TOP, limit)
+            found.sort(key=lambda kv: kv[0][2:])  # by seq, across the states
+            txn = self._txn()
+            page = []
+            for key, value in found[:limit]:
+                entry = txn.get(value[STATE_VALUE.size :].decode())
+                assert entry is not None, key
+                page.append(entry)
+            return page
+
+    def check_writable(self) -> None:
+        with _rocksdb_errors(self.path):
+            self._check_open()
+            self._db.put(PROBE_KEY, b"", self._synced)
+
+    def close(self) -> None:
+        self._committer.close()
+        with self._lock, _rocksdb_errors(self.path):
+            if self._closed:
+                return
+            self._closed = True
+            self._db.close()
+
+    def ticker(self, name: str) -> int:
+        """A RocksDB statistics ticker (``rocksdb.number.iter.skip`` …); needs statistics."""
+        text = self._options.get_statistics()
+        if text is None:
+            raise OutboxConfigError("open the outbox with ?statistics=true to read tickers")
+        for line in text.splitlines():
+            words = line.split()
+            if words[:2] == [name, "COUNT"]:
+                return int(words[-1])
+        raise KeyError(name)
+
+    # -- puts (on the committer thread) -------------------------------------------------------
+
+    def _commit(self, requests: Sequence[Sequence[OutboxEntry]]) -> list[Result]:
+        with _rocksdb_errors(self.path):
+            with self._lock:
+                self._check_open()
+                txn = self._txn()
+                txn.prefetch(e.message_id for entries in requests for e in entries)
+                results = [self._stage_put(txn, entries) for entries in requests]
+                wrote = not txn.batch.is_empty()
+                if wrote:
+                    txn.put(SEQ_KEY, u64(self._state.last_seq))
+                    self._write(txn)
+            if wrote:
+                # Outside the lock: claims go on while the disk syncs this batch.
+                self._db.flush_wal(True)
+            return results
+
+    def _stage_put(self, txn: Txn, entries: Sequence[OutboxEntry]) -> Result:
+        stored: dict[str, OutboxEntry] = {}
+        new: dict[str, OutboxEntry] = {}
+        for entry in entries:
+            message_id = entry.message_id
+            if message_id in stored or message_id in new:
+                continue
+            existing = txn.get(message_id)
+            if existing is not None:
+                stored[message_id] = existing
+            else:
+                new[message_id] = entry
+        state = self._state
+        entries_after = state.pending + state.dead + len(new)
+        bytes_after = state.body_bytes + sum(len(e.message.body) for e in new.values())
+        if (
+            entries_after > self.limits.outbox_entries_max
+            or bytes_after > self.limits.outbox_bytes_max
+        ):
+            return OutboxFullError(
+                f"outbox full: {entries_after} entries / {bytes_after} bytes would pass "
+                f"{self.limits.outbox_entries_max} / {self.limits.outbox_bytes_max}",
+                self.limits.full_retry_after_ms,
+            )
+        for message_id, entry in new.items():
+            state.last_seq += 1
+            stored[message_id] = self._stage_new(txn, with_seq(entry, state.last_seq))
+        state.pending += len(new)
+        state.body_bytes = bytes_after
+        return [stored[e.message_id] for e in entries]
+
+    def _stage_new(self, txn: Txn, entry: OutboxEntry) -> OutboxEntry:
+        """``_enter_pending`` for a new entry, written out: this runs once per put entry, on the
+        thread every concurrent put waits for. A new entry never heads a group that has one."""
+        message_id = entry.message_id.encode()
+        seq = U64.pack(entry.seq)
+        txn.put_entry(entry)
+        state_value = STATE_VALUE.pack(len(entry.message.body), 0) + message_id
+        txn.put_indexed(PENDING_STATE, PENDING_STATE + seq, state_value)
+        txn.put_indexed(CREATED, CREATED + U64.pack(entry.created_ms) + seq, message_id)
+        due = DUE + U64.pack(entry.next_send_time_ms) + seq
+        group = entry.message.message_group
+        if group is None:
+            txn.put_indexed(DUE, due, message_id)
+            return entry
+        prefix = group_key(entry.message.topic, group)
+        txn.put(prefix + seq, message_id)
+        if prefix not in self._state.heads:
+            self._state.heads[prefix] = (entry.seq, entry.message_id)
+            txn.put_indexed(DUE, due, message_id)
+        return entry
+
+    # -- transitions: the indexes and the in-memory state move together -----------------------
+
+    def _enter_pending(self, txn: Txn, entry: OutboxEntry, dead: OutboxEntry | None) -> None:
+        """A new entry, or a DEAD one requeued (``dead``), becomes PENDING."""
+        state = self._state
+        message_id = entry.message_id.encode()
+        group = group_prefix(entry)
+        head = state.heads.get(group) if group is not None else None
+        demoted = None
+        if head is not None and entry.seq < head[0]:
+            # A requeued entry older than its group's head goes first; the old head stops being
+            # claimable. Should the old head be leased, the requeued one waits for that lease to
+            # end rather than be sent beside it: a group never has two entries in flight.
+            demoted = expect(txn.get(head[1]), EntryState.PENDING, head)
+            if demoted.lease_owner is not None:
+                later_ms = max(entry.next_send_time_ms, demoted.lease_until_ms)
+                entry = replace(entry, next_send_time_ms=later_ms)
+        if dead is not None:
+            txn.delete(state_key(EntryState.DEAD, dead.seq))
+            txn.delete(changed_key(dead))
+            state.dead -= 1
+        else:
+            state.body_bytes += entry.body_bytes
+        state.pending += 1
+        txn.put_entry(entry)
+        txn.put(state_key(EntryState.PENDING, entry.seq), state_value(entry))
+        txn.put(created_key(entry), message_id)
+        if group is None:
+            txn.put(due_key(entry), message_id)
+            return
+        txn.put(group + u64(entry.seq), message_id)
+        if head is not None and demoted is None:
+            return  # it waits behind its group's head
+        if demoted is not None and demoted.lease_owner is None:
+            txn.delete(due_key(demoted))
+        state.heads[group] = (entry.seq, entry.message_id)
+        txn.put(due_key(entry), message_id)
+
+    def _replace_pending(self, txn: Txn, old: OutboxEntry, new: OutboxEntry) -> None:
+        """A PENDING entry's lease or next send time changes."""
+        if self._in_due(old):
+            txn.delete(due_key(old))
+        if self._in_due(new):
+            txn.put(due_key(new), new.message_id.encode())
+        txn.put(state_key(EntryState.PENDING, new.seq), state_value(new))
+        txn.put_entry(new)
+        self._state.lease(new)
+
+    def _leave_pending(self, txn: Txn, old: OutboxEntry, new: OutboxEntry) -> None:
+        """PENDING → DELIVERED or DEAD; the group's next entry, if any, becomes its head.
+
+        Only for a batch of this one entry: the next head is read from the database.
+        """
+        state = self._state
+        if self._in_due(old):
+            txn.delete(due_key(old))
+        txn.delete(state_key(EntryState.PENDING, old.seq))
+        txn.delete(created_key(old))
+        txn.put(state_key(new.state, new.seq), state_value(new))
+        txn.put(changed_key(new), new.message_id.encode())
+        txn.put_entry(new)
+        state.pending -= 1
+        state.body_bytes += new.body_bytes - old.body_bytes
+        if new.state is EntryState.DEAD:
+            state.dead += 1
+        else:
+            state.delivered += 1
+        state.leases.pop(old.message_id, None)
+        group = group_prefix(old)
+        if group is None:
+            return
+        txn.delete(group + u64(old.seq))
+        if state.heads[group][1] != old.message_id:
+            return  # it left from the middle of its group (delivered out of turn)
+        # Seek past the old head: whatever the group had before it is gone.
+        following = self._items(GROUP, group + u64(old.seq + 1), group + TOP, 1)
+        if not following:
+            del state.heads[group]
+            return
+        key, next_id = following[0]
+        next_head = expect(txn.get(next_id.decode()), EntryState.PENDING, key)
+        state.heads[group] = (next_head.seq, next_head.message_id)
+        if next_head.lease_owner is None:
+            txn.put(due_key(next_head), next_id)
+        else:
+            state.arm(next_head.message_id)  # leased while demoted: due when its lease ends
+
+    def _requeue_batch(self, message_ids: Sequence[str], now_ms: int) -> int:
+        with self._lock, _rocksdb_errors(self.path):
+            self._check_open()
+            txn = self._txn()
+            requeued = 0
+            for message_id in message_ids:
+                dead = txn.get(message_id)
+                if dead is None or dead.state is not EntryState.DEAD:
+                    continue
+                self._enter_pending(txn, requeued_entry(dead, now_ms), dead)
+                requeued += 1
+            if requeued:
+                self._write(txn)
+            return requeued
+
+    # -- helpers --------------------------------------------------------------------------------
+
+    def _expired_leases(self, txn: Txn, now_ms: int, limit: int) -> list[tuple[int, int, str]]:
+        """Up to ``limit`` leases ended by ``now_ms`` whose entries a claim may take, taken off
+        the heap (the caller puts back those it does not claim)."""
+        state = self._state
+        heap = state.lease_heap
+        found: dict[tuple[int, int, str], None] = {}
+        while heap and heap[0][0] <= now_ms and len(found) < limit:
+            item = heapq.heappop(heap)
+            if not state.live_lease(item) or item in found:
+                continue
+            entry = expect(txn.get(item[2]), EntryState.PENDING, item)
+            if self._is_candidate(entry):
+                found[item] = None
+            # else: demoted behind a requeued entry; armed again once it heads its group
+        return list(found)
+
+    def _txn(self) -> Txn:
+        return Txn(self._db, self._state.floors)
+
+    def _write(self, txn: Txn) -> None:
+        try:
+            self._db.write(txn.batch, self._unsynced)
+        except BaseException:
+            # The in-memory state already counts this batch: rebuild it from what the DB holds.
+            try:
+                self._state = self._load_state()
+            except BaseException:
+                self._broken = True
+                log.exception("rocksdb outbox %s: no state rebuilt after a failed write", self.path)
+            raise
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise OutboxUnavailableError(f"rocksdb outbox {self.path} is closed")
+        if self._broken:
+            raise OutboxUnavailableError(f"rocksdb outbox {self.path} failed a write; reopen it")
+
+    def _owned(self, txn: Txn, message_id: str, owner: str) -> OutboxEntry | None:
+        entry = txn.get(message_id)
+        if entry is None or entry.state is not EntryState.PENDING or entry.lease_owner != owner:
+            return None
+        return entry
+
+    def _is_candidate(self, entry: OutboxEntry) -> bool:
+        """In no FIFO group, or its group's head."""
+        group = group_prefix(entry)
+        return group is None or self._state.heads[group][1] == entry.message_id
+
+    def _in_due(self, entry: OutboxEntry) -> bool:
+        return entry.lease_owner is None and self._is_candidate(entry)
+
+    def _items(
+        self, prefix: bytes, lower: bytes, upper: bytes, limit: int
+    ) -> list[tuple[bytes, bytes]]:
+        return index_items(self._db, self._state.floors, prefix, lower, upper, limit)
+
+    def _raise_floor(self, prefix: bytes, key: bytes) -> None:
+        floors = self._state.floors
+        floors[prefix] = max(floors[prefix], key)
+
+    def _load_state(self) -> State:
+        return load_state(self._db)

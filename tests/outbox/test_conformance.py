@@ -1,0 +1,876 @@
+"""The outbox contract (outbox/outbox.py), checked against every backend on its real service.
+
+Each test runs on memory (the reference), RocksDB, Redis and MySQL, and proves one promise:
+- put stores every field and body byte, assigns increasing seqs, is idempotent by message id (in
+  any state, within one put too), and is all-or-nothing against the bound, which counts PENDING
+  and DEAD entries and body bytes but not delivered tombstones;
+- claim_due takes due entries soonest first (an expired lease counts from its end; ties in seq
+  order), never early, never one under a live lease (threads and, for the shared backends, two
+  processes never get the same entry), and takes an expired lease back;
+- FIFO groups: only the head is claimable, at most one entry in flight, entries leave in seq
+  order across reschedules, burials and a requeue of an older entry;
+- reschedule, bury and release act for the lease owner only; mark_delivered for any PENDING entry
+  and leaves a tombstone (no body, receipt kept); requeue and purge do what they say, and purge
+  refuses PENDING;
+- stats, scan/scan_all paging, export_jsonl, check_writable/close, and the factory's errors;
+- and a seeded run of 400 random operations gives every answer the reference gives.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import queue
+import random
+import re
+import subprocess
+import sys
+import threading
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import replace
+from functools import partial
+from operator import methodcaller
+from pathlib import Path
+
+import pytest
+
+from outbox import (
+    DeliveryReceipt,
+    EntryState,
+    Outbox,
+    OutboxConfigError,
+    OutboxEntry,
+    OutboxFullError,
+    OutboxLimits,
+    OutboxMessage,
+    OutboxStats,
+    OutboxUnavailableError,
+    SpoolCause,
+    open_outbox,
+)
+from outbox.export import export_jsonl
+from outbox.memory_outbox import MemoryOutbox
+from outbox.outbox import SCAN_PAGE_MAX
+from tests.outbox.conftest import SHARED_BACKENDS, OpenOutbox
+from tests.outbox.entries import LEASE_MS, NOW_MS, TOPIC, entry, ids, message_id, receipt
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+
+
+def claim(ob: Outbox, now_ms: int = NOW_MS, limit: int = 100, owner: str = "w1") -> list[str]:
+    return ids(ob.claim_due(now_ms, limit, LEASE_MS, owner))
+
+
+# -- put / get ----------------------------------------------------------------------------------
+
+
+def test_put_then_get_returns_every_field_and_body_byte(outbox: Outbox) -> None:
+    original = OutboxEntry(
+        message=OutboxMessage(
+            topic=TOPIC,
+            body=bytes(range(256)) * 4,  # every byte value, NUL and invalid UTF-8 included
+            message_id=message_id(1),
+            tag="TagA",
+            keys=("k1", "k 2", "ключ"),
+            message_group="group-1",
+            delivery_timestamp_ms=NOW_MS + 60_000,
+            properties={"a": "1", "trace": "x-y", "ünï": "cödé"},
+            born_timestamp_ms=NOW_MS - 5_000,
+        ),
+        cause=SpoolCause.AMBIGUOUS,
+        created_ms=NOW_MS - 4_000,
+        next_send_time_ms=NOW_MS + 250,
+        maybe_stored=True,
+        attempts=3,
+        last_error="DEADLINE_EXCEEDED after 3000 ms",
+        state_changed_ms=NOW_MS - 4_000,
+    )
+    (stored,) = outbox.put([original])
+    assert stored.seq > 0
+    assert stored == replace(original, seq=stored.seq)
+    assert outbox.get(original.message_id) == stored
+    assert outbox.get(message_id(999)) is None
+
+
+def test_put_assigns_increasing_seqs_in_order(outbox: Outbox) -> None:
+    first = outbox.put([entry(1), entry(2), entry(3)])
+    second = outbox.put([entry(4), entry(5)])
+    seqs = [e.seq for e in first + second]
+    assert seqs == sorted(seqs)
+    assert len(set(seqs)) == 5
+    assert ids(first + second) == [message_id(n) for n in range(1, 6)]
+
+
+def test_put_is_idempotent_by_message_id_in_any_state(outbox: Outbox) -> None:
+    (stored,) = outbox.put([entry(1)])
+    again = outbox.put([replace(entry(1), message=replace(entry(1).message, body=b"other"))])
+    assert again == [stored]
+    assert outbox.get(message_id(1)) == stored
+
+    # Twice within one put: stored once, both answers the same.
+    twice = outbox.put([entry(2), entry(2)])
+    assert twice[0] == twice[1]
+    assert outbox.stats(NOW_MS).pending == 2
+
+    # A delivered tombstone is not written again either.
+    assert outbox.mark_delivered(message_id(1), receipt(1))
+    (tombstone,) = outbox.put([entry(1)])
+    assert tombstone.state is EntryState.DELIVERED
+    assert tombstone.message.body == b""
+    assert outbox.stats(NOW_MS).pending == 1
+
+
+def test_put_of_nothing_stores_nothing(outbox: Outbox) -> None:
+    assert outbox.put([]) == []
+    assert outbox.stats(NOW_MS).pending == 0
+
+
+# -- claim_due -----------------------------------------------------------------------------------
+
+
+def test_claim_takes_due_entries_soonest_first_and_leases_them(outbox: Outbox) -> None:
+    outbox.put(
+        [
+            entry(1, next_send_time_ms=NOW_MS - 100),
+            entry(2, next_send_time_ms=NOW_MS - 300),
+            entry(3, next_send_time_ms=NOW_MS),
+            entry(4, next_send_time_ms=NOW_MS - 200),
+        ]
+    )
+    claimed = outbox.claim_due(NOW_MS, 10, LEASE_MS, "w1")
+    assert ids(claimed) == [message_id(n) for n in (2, 4, 1, 3)]
+    for c in claimed:
+        assert c.lease_owner == "w1"
+        assert c.lease_until_ms == NOW_MS + LEASE_MS
+        assert outbox.get(c.message_id) == c
+
+
+def test_claim_respects_its_limit(outbox: Outbox) -> None:
+    outbox.put([entry(n, next_send_time_ms=NOW_MS - 10 * n) for n in range(1, 6)])
+    assert claim(outbox, limit=2) == [message_id(5), message_id(4)]
+    assert claim(outbox, limit=2) == [message_id(3), message_id(2)]
+    assert claim(outbox, limit=2) == [message_id(1)]
+    assert claim(outbox, limit=2) == []
+
+
+def test_entry_not_yet_due_is_not_claimed(outbox: Outbox) -> None:
+    outbox.put([entry(1, next_send_time_ms=NOW_MS + 1)])
+    assert claim(outbox, NOW_MS) == []
+    assert claim(outbox, NOW_MS + 1) == [message_id(1)]
+
+
+def test_leased_entry_is_not_claimed_again_until_its_lease_ends(outbox: Outbox) -> None:
+    outbox.put([entry(1)])
+    assert claim(outbox, NOW_MS, owner="w1") == [message_id(1)]
+    assert claim(outbox, NOW_MS, owner="w2") == []
+    assert claim(outbox, NOW_MS + LEASE_MS - 1, owner="w2") == []
+
+    # The lease has ended: another worker takes the entry, and the first lost it.
+    (taken,) = outbox.claim_due(NOW_MS + LEASE_MS, 10, LEASE_MS, "w2")
+    assert taken.lease_owner == "w2"
+    assert taken.lease_until_ms == NOW_MS + 2 * LEASE_MS
+    assert not outbox.reschedule(message_id(1), "w1", NOW_MS + 10**6, "late", NOW_MS + LEASE_MS)
+    assert not outbox.release(message_id(1), "w1")
+    assert outbox.reschedule(message_id(1), "w2", NOW_MS + 10**6, "retry", NOW_MS + LEASE_MS)
+
+
+def test_entry_whose_lease_ran_out_is_due_again_from_the_lease_end(outbox: Outbox) -> None:
+    outbox.put([entry(1, next_send_time_ms=NOW_MS - 300)])
+    assert claim(outbox, NOW_MS, owner="w1") == [message_id(1)]  # leased until NOW_MS + LEASE_MS
+    outbox.put([entry(2, next_send_time_ms=NOW_MS + LEASE_MS - 100)])
+    # 1 is due since NOW_MS - 300 by its next send time, but claimable only since its lease
+    # ended: 2 has waited longer.
+    assert claim(outbox, NOW_MS + LEASE_MS + 10, limit=1, owner="w2") == [message_id(2)]
+    assert claim(outbox, NOW_MS + LEASE_MS + 10, limit=1, owner="w2") == [message_id(1)]
+
+
+def test_entries_due_at_the_same_time_leave_in_seq_order(outbox: Outbox) -> None:
+    # Put in an order their ids do not sort in.
+    outbox.put([entry(n) for n in (7, 3, 9, 1, 5)])
+    assert claim(outbox, limit=10) == [message_id(n) for n in (7, 3, 9, 1, 5)]
+
+
+def test_threads_claiming_at_once_never_get_the_same_entry(outbox: Outbox) -> None:
+    entries_n, threads_n = 300, 6
+    outbox.put([entry(n) for n in range(entries_n)])
+    barrier = threading.Barrier(threads_n)
+    got: dict[int, list[str]] = {}
+    errors: list[BaseException] = []
+
+    def worker(t: int) -> None:
+        try:
+            barrier.wait(timeout=30)
+            mine = got.setdefault(t, [])
+            while batch := claim(outbox, limit=7, owner=f"w{t}"):
+                mine += batch
+        except BaseException as e:  # reported below, with the thread's result
+            errors.append(e)
+
+    workers = [threading.Thread(target=worker, args=(t,)) for t in range(threads_n)]
+    for w in workers:
+        w.start()
+    for w in workers:
+        w.join(timeout=120)
+    assert not errors
+    assert not any(w.is_alive() for w in workers)
+    every = [i for mine in got.values() for i in mine]
+    assert len(every) == len(set(every)), "an entry was claimed twice"
+    assert set(every) == {message_id(n) for n in range(entries_n)}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("backend", SHARED_BACKENDS, indirect=True)
+def test_two_processes_claiming_at_once_never_get_the_same_entry(
+    outbox: Outbox, outbox_url: str
+) -> None:
+    entries_n = 1_200
+    outbox.put([entry(n) for n in range(entries_n)])
+    claimers = [Claimer(outbox_url, f"proc{k}") for k in range(2)]
+    try:
+        for c in claimers:
+            c.wait_ready()
+        for c in claimers:
+            c.go()
+        results = [c.finish() for c in claimers]
+    finally:
+        for c in claimers:
+            c.stop()
+    assert all(results), "both processes must have claimed (they ran at the same time)"
+    every = [i for mine in results for i in mine]
+    assert len(every) == len(set(every)), "an entry was claimed by both processes"
+    assert set(every) == {message_id(n) for n in range(entries_n)}
+
+
+class Claimer:
+    """tests/outbox/claimer.py in a child process: READY, then GO, then CLAIMED lines, DONE."""
+
+    DEADLINE_S = 120.0
+
+    def __init__(self, url: str, owner: str) -> None:
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "tests.outbox.claimer", url, owner, str(NOW_MS), "3"],
+            cwd=REPO_ROOT,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        self._lines: queue.Queue[str | None] = queue.Queue()
+        self._reader = threading.Thread(target=self._read, daemon=True)
+        self._reader.start()
+
+    def _read(self) -> None:
+        assert self.proc.stdout is not None
+        for line in self.proc.stdout:
+            self._lines.put(line.rstrip("\n"))
+        self._lines.put(None)
+
+    def wait_ready(self) -> None:
+        line = self._lines.get(timeout=self.DEADLINE_S)
+        assert line == "READY", self._failure()
+
+    def go(self) -> None:
+        assert self.proc.stdin is not None
+        self.proc.stdin.write("GO\n")
+        self.proc.stdin.close()
+
+    def finish(self) -> list[str]:
+        assert self.proc.wait(timeout=self.DEADLINE_S) == 0, self._failure()
+        self._reader.join(timeout=self.DEADLINE_S)
+        lines = []
+        while (line := self._lines.get_nowait()) is not None:
+            lines.append(line)
+        assert lines[-1:] == ["DONE"], self._failure()
+        return [line.split()[1] for line in lines if line.startswith("CLAIMED ")]
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+        self.proc.wait(timeout=self.DEADLINE_S)
+        self._reader.join(timeout=self.DEADLINE_S)
+        for stream in (self.proc.stdin, self.proc.stdout, self.proc.stderr):
+            if stream is not None:
+                stream.close()
+
+    def _failure(self) -> str:
+        if self.proc.poll() is None:
+            self.proc.kill()
+        self.proc.wait(timeout=self.DEADLINE_S)
+        stderr = self.proc.stderr
+        errors = stderr.read() if stderr is not None and not stderr.closed else ""
+        return f"claimer exited {self.proc.returncode}: {errors}"
+
+
+# -- FIFO groups ---------------------------------------------------------------------------------
+
+
+def test_fifo_group_has_only_its_head_claimable(outbox: Outbox) -> None:
+    outbox.put(
+        [
+            entry(1, group="g"),
+            entry(2, group="g"),
+            entry(3, group="g"),
+            entry(4),  # no group
+            entry(5, group="h"),
+        ]
+    )
+    assert sorted(claim(outbox)) == sorted([message_id(1), message_id(4), message_id(5)])
+    assert claim(outbox) == []  # the heads are in flight; 2 and 3 wait behind 1
+    assert outbox.mark_delivered(message_id(1), receipt(1))
+    assert claim(outbox) == [message_id(2)]
+
+
+def test_fifo_group_leaves_in_order_across_reschedules(outbox: Outbox) -> None:
+    outbox.put([entry(n, group="g") for n in (1, 2, 3)])
+    now = NOW_MS
+    delivered: list[str] = []
+    for round_ in range(6):
+        taken = claim(outbox, now)
+        assert len(taken) <= 1, "a group never has two entries in flight"
+        if not taken:
+            break
+        (head,) = taken
+        if round_ % 2 == 0:
+            # A failed send: the head is due again later, and nothing overtakes it meanwhile.
+            assert outbox.reschedule(head, "w1", now + 500, "busy", now)
+            assert claim(outbox, now + 499) == []
+            now += 500
+        else:
+            assert outbox.mark_delivered(head, receipt(round_, now))
+            delivered.append(head)
+    assert delivered == [message_id(n) for n in (1, 2, 3)]
+
+
+def test_fifo_head_under_an_expired_lease_is_claimed_again_before_the_rest(
+    outbox: Outbox,
+) -> None:
+    outbox.put([entry(1, group="g"), entry(2, group="g")])
+    assert claim(outbox, owner="w1") == [message_id(1)]
+    assert claim(outbox, NOW_MS + LEASE_MS, owner="w2") == [message_id(1)]
+
+
+def test_burying_a_fifo_head_lets_the_next_one_go(outbox: Outbox) -> None:
+    outbox.put([entry(1, group="g"), entry(2, group="g")])
+    assert claim(outbox) == [message_id(1)]
+    assert outbox.bury(message_id(1), "w1", "attempts_max", NOW_MS)
+    assert claim(outbox) == [message_id(2)]
+
+
+def test_entry_delivered_out_of_turn_leaves_its_group_in_order(outbox: Outbox) -> None:
+    outbox.put([entry(n, group="g") for n in (1, 2, 3)])
+    # The broker turned out to hold 2 already (an ambiguous send): it may leave at any time.
+    assert outbox.mark_delivered(message_id(2), receipt(2))
+    assert claim(outbox) == [message_id(1)]
+    assert outbox.mark_delivered(message_id(1), receipt(1))
+    assert claim(outbox) == [message_id(3)]
+
+
+def test_requeued_older_entry_goes_first_but_never_beside_one_in_flight(outbox: Outbox) -> None:
+    outbox.put([entry(1, group="g"), entry(2, group="g")])
+    assert claim(outbox) == [message_id(1)]
+    assert outbox.bury(message_id(1), "w1", "poison", NOW_MS)
+    assert claim(outbox, NOW_MS + 1) == [message_id(2)]  # leased until NOW_MS + 1 + LEASE_MS
+    assert outbox.requeue([message_id(1)], NOW_MS + 2) == 1
+    # 2 is in flight: nothing else of the group is sent beside it.
+    assert claim(outbox, NOW_MS + 2) == []
+    assert claim(outbox, NOW_MS + LEASE_MS) == []
+    # 2's lease has ended: the group resumes at its oldest entry, 1.
+    assert claim(outbox, NOW_MS + 1 + LEASE_MS) == [message_id(1)]
+
+
+def test_has_pending_group_while_the_group_has_pending_entries(outbox: Outbox) -> None:
+    assert not outbox.has_pending_group(TOPIC, "g")
+    outbox.put([entry(1, group="g"), entry(2, group="g"), entry(3, group="other")])
+    assert outbox.has_pending_group(TOPIC, "g")
+    assert not outbox.has_pending_group("OtherTopic", "g")
+    assert claim(outbox) == [message_id(1), message_id(3)]
+    assert outbox.has_pending_group(TOPIC, "g")  # leased is still pending
+    assert outbox.mark_delivered(message_id(1), receipt(1))
+    assert outbox.has_pending_group(TOPIC, "g")
+    assert claim(outbox) == [message_id(2)]
+    assert outbox.bury(message_id(2), "w1", "dead", NOW_MS)
+    assert not outbox.has_pending_group(TOPIC, "g")  # dead entries do not fence the group
+    assert outbox.has_pending_group(TOPIC, "other")
+
+
+# -- reschedule, bury, release, mark_delivered ---------------------------------------------------
+
+
+def test_reschedule_counts_the_attempt_and_sets_the_next_send_time(outbox: Outbox) -> None:
+    outbox.put([entry(1)])
+    claim(outbox)
+    assert not outbox.reschedule(message_id(1), "w2", NOW_MS + 5_000, "x", NOW_MS)
+    assert not outbox.reschedule(message_id(999), "w1", NOW_MS + 5_000, "x", NOW_MS)
+    assert outbox.reschedule(message_id(1), "w1", NOW_MS + 5_000, "SYSTEM_BUSY", NOW_MS)
+    got = outbox.get(message_id(1))
+    assert got is not None
+    assert (got.state, got.attempts, got.last_error) == (EntryState.PENDING, 1, "SYSTEM_BUSY")
+    assert got.next_send_time_ms == NOW_MS + 5_000
+    assert got.lease_owner is None
+    assert claim(outbox, NOW_MS + 4_999) == []
+    assert claim(outbox, NOW_MS + 5_000) == [message_id(1)]
+    assert outbox.reschedule(message_id(1), "w1", NOW_MS + 9_000, "again", NOW_MS + 5_000)
+    got = outbox.get(message_id(1))
+    assert got is not None
+    assert got.attempts == 2
+    # Without a lease there is nothing to act on.
+    assert not outbox.reschedule(message_id(1), "w1", NOW_MS + 9_000, "x", NOW_MS + 5_000)
+
+
+def test_bury_makes_the_entry_dead_with_its_error(outbox: Outbox) -> None:
+    outbox.put([entry(1)])
+    claim(outbox)
+    assert not outbox.bury(message_id(1), "w2", "x", NOW_MS)
+    assert outbox.bury(message_id(1), "w1", "attempts_max reached: SYSTEM_BUSY", NOW_MS + 7)
+    got = outbox.get(message_id(1))
+    assert got is not None
+    assert got.state is EntryState.DEAD
+    assert got.last_error == "attempts_max reached: SYSTEM_BUSY"
+    assert got.state_changed_ms == NOW_MS + 7
+    assert got.lease_owner is None
+    assert got.message.body == entry(1).message.body  # kept for a requeue
+    assert claim(outbox, NOW_MS + 10**9) == []
+    assert not outbox.bury(message_id(1), "w1", "again", NOW_MS)
+    assert not outbox.mark_delivered(message_id(1), receipt(1))
+
+
+def test_release_gives_the_lease_back_unused(outbox: Outbox) -> None:
+    outbox.put([entry(1)])
+    claim(outbox)
+    assert not outbox.release(message_id(1), "w2")
+    assert outbox.release(message_id(1), "w1")
+    got = outbox.get(message_id(1))
+    assert got is not None
+    assert (got.lease_owner, got.attempts, got.next_send_time_ms) == (None, 0, NOW_MS)
+    assert claim(outbox, owner="w2") == [message_id(1)]
+
+
+def test_mark_delivered_leaves_a_tombstone_with_the_receipt(outbox: Outbox) -> None:
+    (stored,) = outbox.put([entry(1)])
+    claim(outbox, owner="w1")
+    weak = DeliveryReceipt(queue_id=3, queue_offset=77, delivered_ms=NOW_MS + 9, durable=False)
+    # Whatever the lease says: the broker has the message.
+    assert outbox.mark_delivered(message_id(1), weak)
+    got = outbox.get(message_id(1))
+    assert got is not None
+    assert got == replace(
+        stored,
+        message=replace(stored.message, body=b""),
+        state=EntryState.DELIVERED,
+        receipt=weak,
+        state_changed_ms=NOW_MS + 9,
+    )
+    assert not outbox.mark_delivered(message_id(1), weak)
+    assert not outbox.mark_delivered(message_id(999), weak)
+    assert claim(outbox, NOW_MS + 10**9) == []
+
+
+def test_mark_delivered_needs_no_lease(outbox: Outbox) -> None:
+    outbox.put([entry(1), entry(2)])
+    assert outbox.mark_delivered(message_id(1), receipt(1))
+    assert claim(outbox) == [message_id(2)]
+
+
+# -- requeue, purge ------------------------------------------------------------------------------
+
+
+def test_requeue_makes_dead_entries_pending_and_due_now(outbox: Outbox) -> None:
+    outbox.put([entry(n) for n in (1, 2, 3)])
+    claim(outbox)
+    for n in (1, 2, 3):
+        assert outbox.reschedule(message_id(n), "w1", NOW_MS, "busy", NOW_MS)
+    claim(outbox)
+    for n in (1, 2):
+        assert outbox.bury(message_id(n), "w1", "dead", NOW_MS)
+    assert outbox.requeue([message_id(1), message_id(3), message_id(999)], NOW_MS + 50) == 1
+    got = outbox.get(message_id(1))
+    assert got is not None
+    assert (got.state, got.attempts, got.next_send_time_ms) == (EntryState.PENDING, 0, NOW_MS + 50)
+    assert got.message.body == entry(1).message.body
+    assert outbox.requeue(None, NOW_MS + 60) == 1  # the other dead one
+    assert outbox.requeue(None, NOW_MS + 60) == 0
+    assert claim(outbox, NOW_MS + 60) == [message_id(1), message_id(2)]
+    assert outbox.stats(NOW_MS + 60).dead == 0
+
+
+def test_purge_deletes_old_tombstones_and_dead_entries_only(outbox: Outbox) -> None:
+    outbox.put([entry(n) for n in range(1, 7)])
+    for n in (1, 2, 3):
+        assert outbox.mark_delivered(message_id(n), receipt(n, delivered_ms=NOW_MS + 1_000 * n))
+    claim(outbox)
+    assert outbox.bury(message_id(4), "w1", "dead", NOW_MS + 1_000)
+    assert outbox.bury(message_id(5), "w1", "dead", NOW_MS + 5_000)
+
+    with pytest.raises(ValueError, match="PENDING"):
+        outbox.purge(EntryState.PENDING, NOW_MS + 10**9)
+
+    # Strictly before: the tombstone of NOW_MS + 2000 stays.
+    assert outbox.purge(EntryState.DELIVERED, NOW_MS + 2_000) == 1
+    assert outbox.get(message_id(1)) is None
+    assert outbox.get(message_id(2)) is not None
+    assert outbox.purge(EntryState.DELIVERED, NOW_MS + 10**9) == 2
+    assert outbox.purge(EntryState.DEAD, NOW_MS + 2_000) == 1
+    assert outbox.get(message_id(4)) is None
+    assert outbox.get(message_id(5)) is not None
+    assert outbox.get(message_id(6)) is not None  # PENDING: never purged
+    stats = outbox.stats(NOW_MS)
+    assert (stats.delivered, stats.dead, stats.pending) == (0, 1, 1)
+    assert stats.bytes == len(entry(5).message.body) + len(entry(6).message.body)
+
+
+# -- stats, scan, export -------------------------------------------------------------------------
+
+
+def test_stats_of_an_empty_outbox(outbox: Outbox) -> None:
+    assert outbox.stats(NOW_MS) == OutboxStats(
+        pending=0,
+        in_flight=0,
+        delivered=0,
+        dead=0,
+        bytes=0,
+        oldest_pending_created_ms=None,
+        next_due_ms=None,
+    )
+
+
+def test_stats_count_states_leases_bytes_and_times(outbox: Outbox) -> None:
+    outbox.put(
+        [
+            entry(1, body=b"a" * 100, created_ms=NOW_MS - 50),
+            entry(2, body=b"b" * 200, created_ms=NOW_MS - 90, next_send_time_ms=NOW_MS - 5),
+            entry(3, body=b"c" * 300, created_ms=NOW_MS - 70),
+            entry(4, body=b"d" * 400, created_ms=NOW_MS - 10, next_send_time_ms=NOW_MS + 800),
+        ]
+    )
+    stats = outbox.stats(NOW_MS)
+    assert (stats.pending, stats.in_flight, stats.bytes) == (4, 0, 1_000)
+    assert stats.oldest_pending_created_ms == NOW_MS - 90
+    assert stats.next_due_ms == NOW_MS - 5
+
+    assert claim(outbox, limit=2) == [message_id(2), message_id(1)]
+    assert outbox.mark_delivered(message_id(1), receipt(1))
+    assert outbox.bury(message_id(2), "w1", "dead", NOW_MS)
+    stats = outbox.stats(NOW_MS)
+    assert (stats.pending, stats.delivered, stats.dead) == (2, 1, 1)
+    assert stats.bytes == 200 + 300 + 400  # the tombstone holds no body; the dead one does
+    assert stats.oldest_pending_created_ms == NOW_MS - 70
+
+    claim(outbox, limit=1)  # 3
+    assert outbox.stats(NOW_MS).in_flight == 1
+    assert outbox.stats(NOW_MS + LEASE_MS).in_flight == 0  # its lease has ended
+
+
+def test_scan_pages_in_seq_order_by_state(outbox: Outbox) -> None:
+    stored = outbox.put([entry(n) for n in range(1, 8)])
+    assert outbox.mark_delivered(message_id(2), receipt(2))
+    assert outbox.mark_delivered(message_id(5), receipt(5))
+    claim(outbox, limit=1)
+    assert outbox.bury(message_id(1), "w1", "dead", NOW_MS)
+
+    page = outbox.scan(None, 0, 3)
+    assert ids(page) == [message_id(n) for n in (1, 2, 3)]
+    assert [e.state for e in page] == [EntryState.DEAD, EntryState.DELIVERED, EntryState.PENDING]
+    assert ids(outbox.scan(None, page[-1].seq, 3)) == [message_id(n) for n in (4, 5, 6)]
+    assert ids(outbox.scan(None, stored[-1].seq, 3)) == []
+    assert ids(outbox.scan(EntryState.PENDING, 0, 10)) == [message_id(n) for n in (3, 4, 6, 7)]
+    assert ids(outbox.scan(EntryState.PENDING, stored[3].seq, 10)) == [message_id(6), message_id(7)]
+    assert ids(outbox.scan(EntryState.DELIVERED, 0, 10)) == [message_id(2), message_id(5)]
+    assert ids(outbox.scan(EntryState.DEAD, 0, 10)) == [message_id(1)]
+    assert outbox.scan(None, 0, 10)[3] == outbox.get(message_id(4))
+
+
+def test_scan_all_pages_through_more_than_one_page(outbox: Outbox) -> None:
+    count = SCAN_PAGE_MAX + 5
+    outbox.put([entry(n, body=b"x") for n in range(count)])
+    assert outbox.mark_delivered(message_id(count - 1), receipt(0))
+    every = list(outbox.scan_all())
+    assert ids(every) == [message_id(n) for n in range(count)]
+    assert [e.seq for e in every] == sorted(e.seq for e in every)
+    assert len(list(outbox.scan_all(EntryState.PENDING))) == count - 1
+    assert ids(list(outbox.scan_all(EntryState.DELIVERED))) == [message_id(count - 1)]
+
+
+def test_export_jsonl_writes_one_line_per_entry_without_bodies(outbox: Outbox) -> None:
+    outbox.put([entry(1), entry(2, group="g")])
+    assert outbox.mark_delivered(message_id(1), receipt(1))
+    out = io.StringIO()
+    assert export_jsonl(outbox, out) == 2
+    rows = [json.loads(line) for line in out.getvalue().splitlines()]
+    assert [r["message_id"] for r in rows] == [message_id(1), message_id(2)]
+    assert all("body" not in r for r in rows)
+    assert (rows[0]["state"], rows[0]["queue_offset"]) == ("DELIVERED", receipt(1).queue_offset)
+    assert (rows[1]["state"], rows[1]["message_group"]) == ("PENDING", "g")
+    assert rows[1]["body_size"] == len(entry(2).message.body)
+    dead_only = io.StringIO()
+    assert export_jsonl(outbox, dead_only, EntryState.DEAD) == 0
+
+
+# -- the bound -----------------------------------------------------------------------------------
+
+
+def test_bound_on_entries_refuses_the_whole_put_and_writes_none_of_it(
+    open_ob: OpenOutbox,
+) -> None:
+    limits = OutboxLimits(outbox_entries_max=3, full_retry_after_ms=1_234)
+    ob = open_ob(limits)
+    ob.put([entry(1), entry(2)])
+    with pytest.raises(OutboxFullError) as refused:
+        ob.put([entry(3), entry(4)])
+    assert refused.value.retry_after_ms == 1_234
+    assert refused.value.retriable
+    assert ob.get(message_id(3)) is None
+    assert ob.get(message_id(4)) is None
+    assert ob.stats(NOW_MS).pending == 2
+
+    ob.put([entry(3), entry(1)])  # only 3 is new: exactly at the bound
+    assert ob.stats(NOW_MS).pending == 3
+    ob.put([entry(2)])  # already stored: costs nothing
+    with pytest.raises(OutboxFullError):
+        ob.put([entry(4)])
+
+    # A tombstone does not count; a dead entry does.
+    assert ob.mark_delivered(message_id(1), receipt(1))
+    ob.put([entry(4)])
+    claim(ob, limit=1)
+    assert ob.bury(message_id(2), "w1", "dead", NOW_MS)
+    with pytest.raises(OutboxFullError):
+        ob.put([entry(5)])
+
+
+def test_bound_on_bytes_counts_bodies_of_pending_and_dead_entries(open_ob: OpenOutbox) -> None:
+    ob = open_ob(OutboxLimits(outbox_bytes_max=100))
+    ob.put([entry(1, body=b"a" * 60)])
+    with pytest.raises(OutboxFullError):
+        ob.put([entry(2, body=b"b" * 20), entry(3, body=b"c" * 21)])
+    assert ob.get(message_id(2)) is None
+    assert ob.get(message_id(3)) is None
+    ob.put([entry(2, body=b"b" * 40)])  # exactly 100
+    assert ob.stats(NOW_MS).bytes == 100
+    assert ob.mark_delivered(message_id(1), receipt(1))
+    ob.put([entry(3, body=b"c" * 60)])
+    assert ob.stats(NOW_MS).bytes == 100
+
+
+def test_a_refused_put_does_not_refuse_its_concurrent_neighbours(open_ob: OpenOutbox) -> None:
+    ob = open_ob(OutboxLimits(outbox_entries_max=50))
+    ob.put([entry(n) for n in range(45)])
+    # Whatever order they are committed in, the five single entries fit (45 + 5) and the put of
+    # ten never does (at least 55): each answer must be its own.
+    requests = {"big": [entry(1_000 + k) for k in range(10)]}
+    requests |= {f"single-{n}": [entry(100 + n)] for n in range(5)}
+    barrier = threading.Barrier(len(requests))
+    results: dict[str, str] = {}
+
+    def put(name: str) -> None:
+        barrier.wait(timeout=30)
+        try:
+            ob.put(requests[name])
+            results[name] = "stored"
+        except OutboxFullError:
+            results[name] = "full"
+
+    threads = [threading.Thread(target=put, args=(name,)) for name in requests]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=60)
+    assert results == {name: "full" if name == "big" else "stored" for name in requests}
+    assert ob.stats(NOW_MS).pending == 50
+    assert all(ob.get(e.message_id) is None for e in requests["big"])
+
+
+# -- lifecycle and the factory -------------------------------------------------------------------
+
+
+def test_check_writable_until_closed(outbox: Outbox) -> None:
+    outbox.check_writable()
+    outbox.close()
+    with pytest.raises(OutboxUnavailableError):
+        outbox.check_writable()
+    with pytest.raises(OutboxUnavailableError):
+        outbox.put([entry(1)])
+    outbox.close()  # twice is fine
+
+
+@pytest.mark.parametrize(
+    ("url", "hint"),
+    [
+        ("rocksd:///tmp/x", "did you mean 'rocksdb'"),
+        ("redsi://127.0.0.1:6379/0", "did you mean 'redis'"),
+        ("memroy://", "did you mean 'memory'"),
+        ("mysql+pymsql://root@127.0.0.1/test", "did you mean 'mysql+pymysql'"),
+    ],
+)
+def test_factory_refuses_an_unknown_scheme_with_a_suggestion(url: str, hint: str) -> None:
+    with pytest.raises(OutboxConfigError, match=re.escape(hint)) as refused:
+        open_outbox(url)
+    assert not refused.value.retriable
+    assert "known: memory, mysql+pymysql, redis, rediss, rocksdb" in str(refused.value)
+
+
+def test_factory_hides_the_password_of_a_refused_url() -> None:
+    with pytest.raises(OutboxConfigError) as refused:
+        open_outbox("ftp://user:s3cret@host/x")
+    assert "s3cret" not in str(refused.value)
+    assert "did you mean" not in str(refused.value)
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "memory://x",
+        "memory://?a=1",
+        "rocksdb://",
+        "rocksdb://host/path",
+        "rocksdb:///x?y=1",
+        "redis://127.0.0.1:notaport/0",
+        "redis://127.0.0.1:6379/zero",
+        "redis://127.0.0.1:6379/0?prefix=",
+        "redis://127.0.0.1:6379/0?socket_timeout=soon",
+    ],
+)
+def test_backends_refuse_urls_they_cannot_use(url: str) -> None:
+    with pytest.raises(OutboxConfigError):
+        open_outbox(url)
+
+
+def test_put_refuses_entries_that_are_not_new(outbox: Outbox) -> None:
+    with pytest.raises(ValueError, match="PENDING"):
+        outbox.put([replace(entry(1), state=EntryState.DEAD)])
+    with pytest.raises(ValueError, match="leased"):
+        outbox.put([replace(entry(1), lease_owner="w1", lease_until_ms=NOW_MS)])
+    assert outbox.get(message_id(1)) is None
+
+
+# -- every backend against the reference ---------------------------------------------------------
+
+
+def test_random_operations_agree_with_the_reference(open_ob: OpenOutbox) -> None:
+    """A seeded run of every operation on this backend and on MemoryOutbox side by side: each
+    answer, and the whole outbox at the end, must be the same (seqs aside: a database may skip
+    some). Requeues are of entries in no FIFO group: a requeued entry older than a group's
+    leased head may become due at that lease's end rather than at once (backend docstrings)."""
+    limits = OutboxLimits(outbox_entries_max=40, outbox_bytes_max=40 * 200)
+    subject, reference = open_ob(limits), MemoryOutbox(limits)
+    rng = random.Random(20_240_611)
+    now = NOW_MS
+    known: list[int] = []
+    # What the run did, to be sure it did something of each kind.
+    events: Counter[str] = Counter()
+    history: list[str] = []  # for the failure message
+
+    for step in range(400):
+        now += rng.choice([0, 0, 1, 10, 100, LEASE_MS // 2])
+        op = rng.choice(["put", "put", "claim", "claim", "done", "done", "requeue", "purge"])
+        call: Callable[[Outbox], object]
+        if op == "put":
+            batch = []
+            for _ in range(rng.randint(1, 3)):
+                if known and rng.random() < 0.2:
+                    batch.append(entry(rng.choice(known)))  # already stored
+                    continue
+                known.append(len(known) + 1)
+                batch.append(
+                    entry(
+                        known[-1],
+                        next_send_time_ms=now + rng.choice([-50, 0, 30, 200]),
+                        group=rng.choice([None, None, "g1", "g2"]),
+                        body=bytes(rng.randint(1, 300)),
+                        created_ms=now - rng.randint(0, 1_000),
+                    )
+                )
+            call = methodcaller("put", batch)
+        elif op == "claim":
+            owner = rng.choice(["w1", "w2"])
+            call = methodcaller("claim_due", now, rng.randint(1, 4), LEASE_MS, owner)
+        elif op == "done":
+            action = rng.choice(["delivered", "reschedule", "bury", "release"])
+            target = message_id(rng.choice(known)) if known else message_id(0)
+            call = partial(
+                finish, action=action, message_id=target, owner=rng.choice(["w1", "w2"]), now_ms=now
+            )
+        elif op == "requeue":
+            dead = [
+                e.message_id for e in reference.scan_all(EntryState.DEAD) if e.fifo_group is None
+            ]
+            call = methodcaller("requeue", dead[:2], now)
+        else:
+            state = rng.choice([EntryState.DELIVERED, EntryState.DEAD])
+            call = methodcaller("purge", state, now - rng.randint(0, 500))
+        for check in (
+            call,
+            methodcaller("has_pending_group", TOPIC, "g1"),
+            partial(stats_but_next_due, now_ms=now),
+        ):
+            expected, got = answer(check, reference), answer(check, subject)
+            history.append(f"{step} {describe(check)} -> {brief(expected)}")
+            if check is call:
+                events[f"{op}:{event(expected)}"] += 1
+            assert got == expected, "\n".join(
+                [*history[-12:], f"{brief(got)} from {subject.name}, not {brief(expected)}"]
+            )
+    everything = partial(scan_everything)
+    final = answer(everything, subject)
+    assert final == answer(everything, reference)
+    assert isinstance(final, list)
+    assert final
+    for seen in ("put:full", "put:done", "claim:done", "done:done", "requeue:done", "purge:done"):
+        assert events[seen] > 0, (seen, events)
+
+
+def describe(call: Callable[[Outbox], object]) -> str:
+    if isinstance(call, methodcaller):
+        return repr(call).replace("operator.methodcaller", "")
+    assert isinstance(call, partial)
+    return f"{call.func.__name__}{call.keywords}"
+
+
+def brief(result: object) -> object:
+    """Entries by id and lease, the rest as it is: enough to follow a failing run."""
+    if isinstance(result, list):
+        return [
+            (e.message_id[-4:], e.state.value, e.lease_owner, e.next_send_time_ms % 1_000_000)
+            if isinstance(e, OutboxEntry)
+            else e
+            for e in result
+        ]
+    return result
+
+
+def event(result: object) -> str:
+    """done: the call did something; nothing: it did not; full: the bound refused it."""
+    if result == "OutboxFullError":
+        return "full"
+    return "done" if result else "nothing"
+
+
+def finish(outbox: Outbox, action: str, message_id: str, owner: str, now_ms: int) -> bool:
+    """What a resend worker does with an entry it holds (or believes it holds)."""
+    if action == "delivered":
+        return outbox.mark_delivered(message_id, receipt(0, now_ms))
+    if action == "reschedule":
+        return outbox.reschedule(message_id, owner, now_ms + 40, "busy", now_ms)
+    if action == "bury":
+        return outbox.bury(message_id, owner, "dead", now_ms)
+    return outbox.release(message_id, owner)
+
+
+def stats_but_next_due(outbox: Outbox, now_ms: int) -> OutboxStats:
+    # next_due_ms is left out: backends may count a leased or waiting FIFO entry differently.
+    return replace(outbox.stats(now_ms), next_due_ms=None)
+
+
+def scan_everything(outbox: Outbox) -> list[OutboxEntry]:
+    return list(outbox.scan_all())
+
+
+def answer(call: Callable[[Outbox], object], outbox: Outbox) -> object:
+    """The call's result with seqs zeroed, or the name of the error it raised."""
+    try:
+        result = call(outbox)
+    except OutboxFullError:
+        return "OutboxFullError"
+    if isinstance(result, list):
+        return [replace(e, seq=0) if isinstance(e, OutboxEntry) else e for e in result]
+    return result

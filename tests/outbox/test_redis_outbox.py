@@ -1,0 +1,187 @@
+"""What the Redis outbox promises beyond the contract (outbox/redis_outbox.py):
+
+- the key prefix isolates outboxes in one database, and two instances on one prefix (two
+  sidecars) are one outbox: idempotency, claims and the bound hold across them;
+- every server refusal reaches the caller as OutboxUnavailableError, chained to redis-py's error:
+  no server listening, a read-only replica (READONLY), a server at its maxmemory (OOM) — and a
+  put refused by the server wrote nothing. The last two run a private redis-server.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import socket
+import subprocess
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import redis
+import redis.exceptions as rex
+
+from outbox import OutboxFullError, OutboxLimits, OutboxUnavailableError, open_outbox
+from outbox.redis_outbox import PREFIX_DEFAULT, RedisOutbox
+from tests.outbox.conftest import OpenOutbox
+from tests.outbox.entries import LEASE_MS, NOW_MS, entry, ids, message_id, receipt
+from tests.services import redis_url
+
+START_DEADLINE_S = 30.0
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@contextlib.contextmanager
+def private_redis(tmp_path: Path, *args: str) -> Iterator[str]:
+    """A redis-server of this test's own (on a free port, in tmp_path), stopped afterwards."""
+    port = free_port()
+    proc = subprocess.Popen(
+        ["redis-server", "--port", str(port), "--bind", "127.0.0.1", "--save", "",
+         "--appendonly", "no", "--dir", str(tmp_path), *args],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )  # fmt: skip
+    url = f"redis://127.0.0.1:{port}/0"
+    try:
+        client = redis.Redis.from_url(url, socket_timeout=1.0)
+        deadline = time.monotonic() + START_DEADLINE_S
+        while True:
+            try:
+                client.ping()
+                break
+            except rex.ConnectionError:
+                assert proc.poll() is None, "the private redis-server exited"
+                assert time.monotonic() < deadline, "the private redis-server did not answer"
+                time.sleep(0.05)
+        client.close()
+        yield url
+    finally:
+        proc.terminate()
+        proc.wait(timeout=START_DEADLINE_S)
+
+
+@pytest.fixture
+def redis_pair(outbox_url: str) -> Iterator[tuple[RedisOutbox, RedisOutbox]]:
+    """Two instances on one prefix, as two sidecars sharing one outbox would have."""
+    a = RedisOutbox.from_url(outbox_url, OutboxLimits(outbox_entries_max=5))
+    b = RedisOutbox.from_url(outbox_url, OutboxLimits(outbox_entries_max=5))
+    try:
+        yield a, b
+    finally:
+        a.close()
+        b.close()
+
+
+@pytest.fixture
+def backend() -> str:
+    """Every outbox_url of this module is a Redis one."""
+    return "redis"
+
+
+def test_prefix_isolates_outboxes_in_one_database(open_ob: OpenOutbox, outbox_url: str) -> None:
+    ob = open_ob()
+    other = RedisOutbox.from_url(outbox_url.replace("prefix=", "prefix=other_"), OutboxLimits())
+    try:
+        ob.put([entry(1)])
+        assert other.get(message_id(1)) is None
+        assert other.claim_due(NOW_MS, 10, LEASE_MS, "w") == []
+        (own,) = other.put([entry(1)])
+        assert own.seq == 1
+        assert other.stats(NOW_MS).pending == 1
+    finally:
+        other.close()
+        admin = redis.Redis.from_url(redis_url())
+        keys = list(admin.scan_iter(match=f"{other.prefix}:*"))
+        if keys:
+            admin.delete(*keys)
+        admin.close()
+
+
+def test_prefix_defaults_to_rocketbox_outbox() -> None:
+    outbox = RedisOutbox.from_url(redis_url(), OutboxLimits())  # connects lazily: writes nothing
+    try:
+        assert outbox.prefix == PREFIX_DEFAULT == "rocketbox:outbox"
+    finally:
+        outbox.close()
+
+
+def test_two_instances_on_one_prefix_are_one_outbox(
+    redis_pair: tuple[RedisOutbox, RedisOutbox],
+) -> None:
+    a, b = redis_pair
+    a.put([entry(1), entry(2, group="g"), entry(3, group="g")])
+    assert b.put([entry(1)])[0] == a.get(message_id(1))
+    assert ids(b.claim_due(NOW_MS, 10, LEASE_MS, "sidecar-b")) == [message_id(1), message_id(2)]
+    assert a.claim_due(NOW_MS, 10, LEASE_MS, "sidecar-a") == []
+    assert a.mark_delivered(message_id(2), receipt(2))
+    assert ids(a.claim_due(NOW_MS, 10, LEASE_MS, "sidecar-a")) == [message_id(3)]
+    b.put([entry(4), entry(5)])
+    with pytest.raises(OutboxFullError):
+        a.put([entry(6), entry(7)])  # 4 pending + 2 > 5, whoever asks
+    assert b.get(message_id(6)) is None
+
+
+def test_no_server_is_unavailable(tmp_path: Path) -> None:
+    outbox = open_outbox(f"redis://127.0.0.1:{free_port()}/0?prefix=nobody")
+    try:
+        for call in (
+            outbox.check_writable,
+            lambda: outbox.put([entry(1)]),
+            lambda: outbox.claim_due(NOW_MS, 1, LEASE_MS, "w"),
+            lambda: outbox.stats(NOW_MS),
+        ):
+            with pytest.raises(OutboxUnavailableError) as refused:
+                call()
+            assert refused.value.retriable
+            assert isinstance(refused.value.__cause__, rex.ConnectionError)
+    finally:
+        outbox.close()
+
+
+@pytest.mark.slow
+def test_read_only_replica_is_unavailable(tmp_path: Path) -> None:
+    # A replica of a master that is not there: it answers, and refuses every write.
+    with private_redis(tmp_path, "--replicaof", "127.0.0.1", str(free_port())) as url:
+        outbox = open_outbox(f"{url}?prefix=ro")
+        try:
+            with pytest.raises(OutboxUnavailableError, match=r"READONLY|ReadOnly"):
+                outbox.check_writable()
+            with pytest.raises(OutboxUnavailableError) as refused:
+                outbox.put([entry(1)])
+            assert isinstance(refused.value.__cause__, rex.ReadOnlyError)
+            assert outbox.get(message_id(1)) is None
+        finally:
+            outbox.close()
+
+
+@pytest.mark.slow
+def test_server_at_maxmemory_is_unavailable_and_the_put_wrote_nothing(tmp_path: Path) -> None:
+    with private_redis(tmp_path, "--maxmemory-policy", "noeviction") as url:
+        admin = redis.Redis.from_url(url)
+        outbox = open_outbox(f"{url}?prefix=oom")
+        try:
+            outbox.put([entry(0)])  # scripts loaded, keys created
+            used_bytes = int(admin.info("memory")["used_memory"])
+            admin.config_set("maxmemory", used_bytes + 512 * 1024)
+            refused: OutboxUnavailableError | None = None
+            refused_at = 0
+            while refused is None:
+                refused_at += 1
+                assert refused_at < 200, "maxmemory never refused a put"
+                try:
+                    outbox.put([entry(refused_at, body=bytes(16 * 1024))])
+                except OutboxUnavailableError as e:
+                    refused = e
+            assert refused.retriable
+            assert isinstance(refused.__cause__, rex.OutOfMemoryError)
+            assert outbox.get(message_id(refused_at)) is None
+            assert outbox.stats(NOW_MS).pending == refused_at  # entry(0) and the ones before
+            admin.config_set("maxmemory", 0)
+            outbox.put([entry(refused_at)])
+        finally:
+            outbox.close()
+            admin.close()
