@@ -32,7 +32,7 @@ import pytest
 
 from rocketbox_api.admin.v1 import broker_admin_pb2, broker_admin_pb2_grpc
 from tests.broker.broker_process import BrokerProcess
-from tests.sidecar.sidecar_process import CALL_DEADLINE_S, SidecarProcess, stored_copies
+from tests.sidecar.sidecar_process import CALL_DEADLINE_S, SidecarProcess, wait_stored
 
 pytestmark = pytest.mark.slow
 
@@ -126,7 +126,7 @@ def only_copy(
 ) -> broker_admin_pb2.StoredMessage:
     """The one copy the broker holds of a STORED answer's message, at the offset answered."""
     message_id = result["messageId"]
-    copies = stored_copies(broker.endpoint, message_id)
+    copies = wait_stored(broker.endpoint, message_id)
     assert len(copies) == 1, f"{what}: {len(copies)} copies of {message_id}, expected 1"
     copy = copies[0]
     assert copy.message_id == message_id, what

@@ -13,7 +13,7 @@ from google.protobuf import timestamp_pb2
 from rocketbox_api.admin.v1 import broker_admin_pb2, broker_admin_pb2_grpc
 from rocketbox_api.v1 import sidecar_pb2 as api
 from rocketbox_api.v1 import sidecar_pb2_grpc
-from tests.rocketbox_process import RocketboxProcess
+from tests.rocketbox_process import RocketboxProcess, wait_until
 
 READY_LINE = re.compile(r"^sidecar listening on [^\s]+:(\d+)")
 CALL_DEADLINE_S = 30.0
@@ -70,6 +70,19 @@ def stored_copies(broker_endpoint: str, message_id: str) -> list[broker_admin_pb
                 return []
             raise
         return list(response.messages)
+
+
+def wait_stored(broker_endpoint: str, message_id: str) -> list[broker_admin_pb2.StoredMessage]:
+    """The copies of a message the broker answered STORED for. Its index is built just after the
+    store answers (the dispatcher), so a query right after a send may come too early."""
+    copies: list[broker_admin_pb2.StoredMessage] = []
+
+    def found() -> bool:
+        copies[:] = stored_copies(broker_endpoint, message_id)
+        return bool(copies)
+
+    wait_until(found, CALL_DEADLINE_S, f"{message_id} in the broker's index")
+    return copies
 
 
 def set_flow_control(broker_endpoint: str, on: bool) -> None:

@@ -35,7 +35,7 @@ from sidecar.message_id import MessageIdGenerator
 from sidecar.producer import Producer, ProducerConfig
 from sidecar.send_status import check_send_status
 from tests.broker.broker_process import BrokerProcess
-from tests.sidecar.sidecar_process import stored_copies
+from tests.sidecar.sidecar_process import wait_stored
 
 
 def test_message_ids_are_v1_and_unique() -> None:
@@ -173,7 +173,7 @@ def test_a_failed_send_is_retried_on_another_broker_then_avoided(broker: BrokerP
             await server.stop(None)
 
     asyncio.run(scenario())
-    assert len(stored_copies(broker.endpoint, outbox_message(1).message_id)) == 1
+    assert len(wait_stored(broker.endpoint, outbox_message(1).message_id)) == 1
 
 
 def test_every_broker_down_ends_as_one_unavailable_failure() -> None:
