@@ -65,6 +65,12 @@ def _listen(_ctx: click.Context, _param: click.Parameter, value: str) -> Endpoin
 @click.option("--send-msg-timeout-ms", default=3_000, type=click.IntRange(min=1))
 @click.option("--send-latency-fault-enable/--no-send-latency-fault-enable", default=True)
 @click.option("--route-refresh-interval-ms", default=30_000, type=click.IntRange(min=1))
+@click.option(
+    "--outbox-threads",
+    default=64,
+    type=click.IntRange(1, 1024),
+    help="Threads for the outbox's blocking calls; concurrent spools share commits.",
+)
 @click.option("--outbox-entries-max", default=1_000_000, type=click.IntRange(min=1))
 @click.option("--outbox-bytes-max", default=1024**3, type=click.IntRange(min=1))
 @click.option("--resend-concurrency-max", default=64, type=click.IntRange(min=1))
@@ -93,6 +99,7 @@ def sidecar_command(
     send_msg_timeout_ms: int,
     send_latency_fault_enable: bool,
     route_refresh_interval_ms: int,
+    outbox_threads: int,
     outbox_entries_max: int,
     outbox_bytes_max: int,
     resend_concurrency_max: int,
@@ -120,6 +127,7 @@ def sidecar_command(
                 route_refresh_interval_ms=route_refresh_interval_ms,
             ),
             outbox_url=outbox_url,
+            outbox_threads=outbox_threads,
             outbox_limits=OutboxLimits(
                 outbox_entries_max=outbox_entries_max, outbox_bytes_max=outbox_bytes_max
             ),

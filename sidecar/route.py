@@ -71,7 +71,7 @@ class TopicRouteCache:
             return route
         failed = self._failed.get(topic)
         if failed is not None and route is None and time.monotonic() < failed[0]:
-            raise failed[1]
+            raise _again(failed[1])
         lock = self._locks.setdefault(topic, asyncio.Lock())
         async with lock:
             route = self._routes.get(topic)
@@ -79,7 +79,7 @@ class TopicRouteCache:
                 return route
             failed = self._failed.get(topic)
             if failed is not None and route is None and time.monotonic() < failed[0]:
-                raise failed[1]
+                raise _again(failed[1])
             try:
                 route = await self._query(topic, deadline_s)
             except SendFailedError as e:
@@ -157,3 +157,9 @@ def _endpoint_of(q: definition_pb2.MessageQueue, access_point: Endpoint) -> Endp
     if not addresses:
         return access_point
     return Endpoint(addresses[0].host, addresses[0].port)
+
+
+def _again(failure: SendFailedError) -> SendFailedError:
+    """A fresh copy of a held failure: raising one exception object again and again would chain
+    every raise's traceback onto it, and with them the frames (and messages) of every send."""
+    return SendFailedError(failure.cause, failure.detail, failure.maybe_stored)

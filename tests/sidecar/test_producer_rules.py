@@ -18,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import re
 import socket
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -28,11 +29,12 @@ from rocketmq.grpc_protocol import Code, definition_pb2, service_pb2, service_pb
 
 from outbox.entry import OutboxMessage, SpoolCause
 from sidecar.backoff import Backoff
-from sidecar.channels import Endpoint
+from sidecar.channels import Channels, Endpoint
 from sidecar.errors import SendFailedError, SendRejectedError
 from sidecar.latency_fault import LatencyFaultTolerance, not_available_duration_ms
 from sidecar.message_id import MessageIdGenerator
 from sidecar.producer import Producer, ProducerConfig
+from sidecar.route import TopicRouteCache
 from sidecar.send_status import check_send_status
 from tests.broker.broker_process import BrokerProcess
 from tests.sidecar.sidecar_process import wait_stored
@@ -202,5 +204,34 @@ def test_a_fifo_group_always_gets_the_same_queue(broker: BrokerProcess) -> None:
         finally:
             await producer.close()
             await server.stop(None)
+
+    asyncio.run(scenario())
+
+
+def test_a_held_route_failure_is_raised_fresh_each_time() -> None:
+    """With the broker down every send meets the held route failure. Raising one exception
+    object again and again chained each raise's traceback onto it, keeping every send's frames
+    and message alive: the sidecar's memory grew by ~3.5 KB per spooled message."""
+
+    async def scenario() -> None:
+        channels = Channels()
+        routes = TopicRouteCache(
+            channels, (Endpoint("127.0.0.1", closed_port()),), "", 30_000, 2_000
+        )
+        raised: list[SendFailedError] = []
+        try:
+            for _ in range(50):
+                with pytest.raises(SendFailedError) as failed:
+                    await routes.get("Orders", time.monotonic() + 2)
+                raised.append(failed.value)
+        finally:
+            await channels.close()
+        assert len({id(e) for e in raised}) == len(raised)
+        depth = 0
+        tb = raised[-1].__traceback__
+        while tb is not None:
+            depth += 1
+            tb = tb.tb_next
+        assert depth < 10, f"a traceback {depth} frames deep"
 
     asyncio.run(scenario())
