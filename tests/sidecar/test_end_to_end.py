@@ -14,7 +14,6 @@ REJECTED, and nothing STORED or SPOOLED is lost or sent twice:
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import grpc
@@ -31,6 +30,7 @@ from tests.sidecar.sidecar_process import (
     message,
     now_ms,
     outcome,
+    restart,
     send,
     set_flow_control,
     stored_copies,
@@ -38,21 +38,6 @@ from tests.sidecar.sidecar_process import (
 )
 
 DELIVERY_DEADLINE_S = 30.0
-
-
-@pytest.fixture
-def broker(tmp_path: Path) -> Iterator[BrokerProcess]:
-    b = BrokerProcess(tmp_path / "broker", "--auto-create-topic", "--topic", "Fifo:4:FIFO")
-    yield b
-    b.kill()
-
-
-def restart(broker: BrokerProcess) -> BrokerProcess:
-    """The broker back on its old port, over its old store."""
-    return BrokerProcess(
-        broker.data_dir, "--auto-create-topic", "--topic", "Fifo:4:FIFO",
-        "--listen-port", str(broker.port),
-    )  # fmt: skip
 
 
 def delivered_once(broker_endpoint: str, message_ids: list[str]) -> bool:

@@ -10,7 +10,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 
 import grpc
@@ -31,18 +30,12 @@ from tests.sidecar.sidecar_process import (
     message,
     now_ms,
     outcome,
+    restart,
     send,
     stored_copies,
 )
 
 DEADLINE_S = 30.0
-
-
-@pytest.fixture
-def broker(tmp_path: Path) -> Iterator[BrokerProcess]:
-    b = BrokerProcess(tmp_path / "broker", "--auto-create-topic")
-    yield b
-    b.kill()
 
 
 def test_a_full_outbox_answers_resource_exhausted_and_keeps_what_it_has(
@@ -66,7 +59,7 @@ def test_a_full_outbox_answers_resource_exhausted_and_keeps_what_it_has(
         retry = error_details_pb2.RetryInfo()
         assert any(d.Unpack(retry) for d in status.details)
         assert retry.retry_delay.ToMilliseconds() > 0
-        back = BrokerProcess(broker.data_dir, "--auto-create-topic", "--listen-port", str(port))
+        back = restart(broker)
         try:
             wait_until(
                 lambda: all(stored_copies(back.endpoint, r.message_id) for r in kept),
@@ -103,7 +96,7 @@ def test_an_entry_that_keeps_failing_is_buried_then_can_be_requeued(
         assert entry.attempts == 2, "buried at the third failed resend"
         assert "3 resends failed" in entry.last_error
         assert outbox.requeue([result.message_id], now_ms()) == 1
-    back = BrokerProcess(broker.data_dir, "--auto-create-topic", "--listen-port", str(port))
+    back = restart(broker)
     again = SidecarProcess(back.endpoint, url)
     try:
         wait_until(

@@ -16,7 +16,6 @@ import json
 import socket
 import subprocess
 import threading
-from collections.abc import Iterator
 from pathlib import Path
 
 import grpc
@@ -35,18 +34,12 @@ from tests.sidecar.sidecar_process import (
     message,
     now_ms,
     outcome,
+    restart,
     send,
     stored_copies,
 )
 
 DELIVERY_DEADLINE_S = 30.0
-
-
-@pytest.fixture
-def broker(tmp_path: Path) -> Iterator[BrokerProcess]:
-    b = BrokerProcess(tmp_path / "broker", "--auto-create-topic")
-    yield b
-    b.kill()
 
 
 def rocksdb_url(tmp_path: Path) -> str:
@@ -64,7 +57,7 @@ def test_a_sigkilled_sidecar_delivers_its_rocksdb_entries_after_restart(
     sidecar.kill()
     assert {outcome(r) for r in results} == {"spooled"}
     ids = [r.message_id for r in results]
-    back = BrokerProcess(broker.data_dir, "--auto-create-topic", "--listen-port", str(port))
+    back = restart(broker)
     restarted = SidecarProcess(back.endpoint, rocksdb_url(tmp_path))
     try:
         wait_until(
