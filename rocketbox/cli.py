@@ -24,10 +24,22 @@ from broker.group_config import RETRY_MAX_TIMES_DEFAULT
 from broker.store.config import FlushDiskType, MessageStoreConfig
 from broker.store.errors import StoreError
 from broker.topic_config import TopicMessageType
+from outbox.errors import OutboxError
+from outbox.factory import redact
 from rocketbox import admin_client as admin
 from rocketbox.sidecar_cli import sidecar_command
+from sidecar.channels import Endpoint
+from sidecar.config import SidecarConfig
+from sidecar.producer import ProducerConfig
+from sidecar.sidecar import Sidecar
 
 LOG = logging.getLogger("rocketbox")
+# `rocketbox up --profile`: where the embedded default keeps its outbox.
+UP_PROFILES = {
+    "rocksdb": "rocksdb://{outbox_dir}",
+    "redis": "redis://127.0.0.1:6379/0?prefix=rocketbox:outbox",
+    "mysql": "mysql+pymysql://root@127.0.0.1:3306/test?table=rocketbox_outbox",
+}
 
 
 @click.group(context_settings={"auto_envvar_prefix": "ROCKETBOX", "show_default": True})
@@ -69,6 +81,14 @@ def store_geometry_options(command: Callable[..., None]) -> Callable[..., None]:
 )
 @store_geometry_options
 @click.option("--file-reserved-hours", default=72.0, type=click.FloatRange(min=0.01))
+@click.option("--sidecar-port", default=8980, type=click.IntRange(0, 65535), help="0: a free port.")
+@click.option(
+    "--profile",
+    type=click.Choice(sorted(UP_PROFILES)),
+    default="rocksdb",
+    help="The outbox: RocksDB under DATA_DIR/outbox, or this machine's Redis or MySQL.",
+)
+@click.option("--outbox", "outbox_url", default=None, metavar="URL", help="Overrides --profile.")
 def up(
     data_dir: Path,
     listen_port: int,
@@ -77,9 +97,13 @@ def up(
     max_hash_slot_num: int,
     max_index_num: int,
     file_reserved_hours: float,
+    sidecar_port: int,
+    profile: str,
+    outbox_url: str | None,
 ) -> None:
-    """Run rocketbox's embedded default on this machine, data under DATA_DIR: today the broker
-    (apache.rocketmq.v2 on 127.0.0.1:8081, topics created on first use), until SIGINT/SIGTERM."""
+    """Run rocketbox's embedded default on this machine, data under DATA_DIR: the broker
+    (apache.rocketmq.v2 on 127.0.0.1:8081, topics created on first use) and the sidecar
+    (rocketbox.v1 on 127.0.0.1:8980) with its outbox, until SIGINT/SIGTERM."""
     store_config = MessageStoreConfig(
         store_path_root_dir=(data_dir / "broker").resolve(),
         mapped_file_size_commit_log_bytes=segment_size_mib * 1024 * 1024,
@@ -92,7 +116,16 @@ def up(
     config = BrokerConfig(
         store=store_config, listen_port=listen_port, auto_create_topic_enable=True
     )
-    asyncio.run(_run_broker(config, [], []))
+    url = outbox_url or UP_PROFILES[profile].format(outbox_dir=(data_dir / "outbox").resolve())
+
+    def sidecar_config(broker_port: int) -> SidecarConfig:
+        return SidecarConfig(
+            producer=ProducerConfig(access_points=(Endpoint("127.0.0.1", broker_port),)),
+            outbox_url=url,
+            listen_port=sidecar_port,
+        )
+
+    asyncio.run(_run_broker(config, [], [], sidecar_config))
 
 
 @main.command()
@@ -215,7 +248,10 @@ async def _run_broker(
     config: BrokerConfig,
     topic_specs: list[tuple[str, int | None, TopicMessageType]],
     group_specs: list[tuple[str, bool, int]],
+    sidecar_config: Callable[[int], SidecarConfig] | None = None,
 ) -> None:
+    """The broker, and with ``sidecar_config`` (``rocketbox up``) a sidecar in front of it in the
+    same process: started after the broker, stopped before it, so its last sends still land."""
     controller = BrokerController(config)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
@@ -232,8 +268,25 @@ async def _run_broker(
             controller.groups.create(name, orderly, retries, replace=True)
         assert controller.recovery_report is not None
         click.echo(f"recovery: {controller.recovery_report.summary()}")
+        sidecar = None
+        if sidecar_config is not None:
+            sidecar = Sidecar(sidecar_config(port))
+            try:
+                await sidecar.start()
+            except (OutboxError, OSError, ValueError) as e:
+                raise click.ClickException(f"the sidecar cannot start: {e}") from e
+            c = sidecar.config
+            click.echo(
+                f"sidecar listening on {c.listen_host}:{sidecar.port} (apps send here: "
+                f"rocketbox.v1.SidecarService), outbox {redact(c.outbox_url)}"
+            )
         click.echo(f"broker listening on {config.listen_host}:{port}; Ctrl-C stops cleanly")
-        await stop.wait()
+        try:
+            await stop.wait()
+        finally:
+            if sidecar is not None:
+                LOG.info("stopping the sidecar")
+                await sidecar.stop()
         LOG.info("stopping the broker")
     finally:
         await controller.shutdown()

@@ -43,6 +43,8 @@ def start_up(data_dir: Path) -> subprocess.Popen[str]:
             str(data_dir),
             "--listen-port",
             "0",
+            "--sidecar-port",
+            "0",
             *SMALL_STORE_ARGS,
         ],
         stdout=subprocess.PIPE,
