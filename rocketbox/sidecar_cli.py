@@ -35,6 +35,12 @@ def _listen(_ctx: click.Context, _param: click.Parameter, value: str) -> Endpoin
         raise click.BadParameter(str(e)) from e
 
 
+def _optional_listen(
+    ctx: click.Context, param: click.Parameter, value: str | None
+) -> Endpoint | None:
+    return _listen(ctx, param, value) if value else None
+
+
 @click.command("sidecar")
 @click.option(
     "--broker",
@@ -59,6 +65,19 @@ def _listen(_ctx: click.Context, _param: click.Parameter, value: str) -> Endpoin
     callback=_listen,
     metavar="HOST:PORT",
     help="Where apps connect (port 0: a free port).",
+)
+@click.option(
+    "--metrics-listen",
+    default=None,
+    callback=lambda c, p, v: _listen(c, p, v) if v else None,
+    metavar="HOST:PORT",
+    help="Serve Prometheus metrics here (off by default).",
+)
+@click.option(
+    "--outbox-stats-interval-ms",
+    default=5_000,
+    type=click.IntRange(min=10),
+    help="How often the outbox gauges are refreshed.",
 )
 @click.option("--namespace", default="", help="RocketMQ namespace of the topics.")
 @click.option("--retry-times-when-send-failed", default=2, type=click.IntRange(0, 16))
@@ -94,6 +113,8 @@ def sidecar_command(
     brokers: tuple[Endpoint, ...],
     outbox_url: str,
     listen: Endpoint,
+    metrics_listen: Endpoint | None,
+    outbox_stats_interval_ms: int,
     namespace: str,
     retry_times_when_send_failed: int,
     send_msg_timeout_ms: int,
@@ -144,6 +165,9 @@ def sidecar_command(
             ),
             listen_host=listen.host,
             listen_port=listen.port,
+            metrics_host=metrics_listen.host if metrics_listen else None,
+            metrics_port=metrics_listen.port if metrics_listen else 0,
+            outbox_stats_interval_ms=outbox_stats_interval_ms,
             shutdown_grace_ms=shutdown_grace_ms,
             ack_ledger_path=ack_ledger_path,
         )
@@ -163,6 +187,8 @@ async def run_sidecar(config: SidecarConfig, stop: asyncio.Event | None = None) 
         await sidecar.start()
     except (OutboxError, OSError, ValueError) as e:
         raise click.ClickException(f"the sidecar cannot start: {e}") from e
+    if sidecar.metrics_port:
+        click.echo(f"sidecar metrics on {config.metrics_host}:{sidecar.metrics_port}")
     click.echo(f"sidecar listening on {config.listen_host}:{sidecar.port}")
     try:
         await stop.wait()

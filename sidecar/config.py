@@ -62,5 +62,10 @@ class SidecarConfig:
     shutdown_grace_ms: int = 10_000
     # How often readiness re-checks that the outbox is writable.
     readiness_interval_ms: int = 1_000
+    # Prometheus endpoint (sidecar/metrics.py); None: off. Port 0: a free port.
+    metrics_host: str | None = None
+    metrics_port: int = 0
+    # How often the outbox gauges are refreshed from the outbox's stats.
+    outbox_stats_interval_ms: int = 5_000
     # Optional acknowledgement ledger (JSON lines): what each app was told, for reconciliation.
     ack_ledger_path: Path | None = None

@@ -26,6 +26,7 @@ from outbox.entry import OutboxEntry, OutboxMessage, SpoolCause
 from sidecar.async_outbox import AsyncOutbox
 from sidecar.backoff import Backoff
 from sidecar.errors import SendFailedError
+from sidecar.metrics import SidecarMetrics
 from sidecar.producer import Producer, SendReceipt
 from sidecar.validation import validate_message
 
@@ -56,11 +57,13 @@ class Intake:
         outbox: AsyncOutbox,
         backoff: Backoff,
         on_spooled: Callable[[], None],
+        metrics: SidecarMetrics | None = None,
     ) -> None:
         self._producer = producer
         self._outbox = outbox
         self._backoff = backoff
         self._on_spooled = on_spooled
+        self._metrics = metrics or SidecarMetrics()
         # One lock per FIFO group with messages in intake, and how many hold or await it.
         self._group_locks: dict[tuple[str, str], tuple[asyncio.Lock, int]] = {}
 
@@ -125,7 +128,8 @@ class Intake:
             last_error=f"{cause.value}: {detail}",
             state_changed_ms=created_ms,
         )
-        stored = await self._outbox.call(self._outbox.outbox.put, [entry])
+        with self._metrics.put_seconds.time():
+            stored = await self._outbox.call(self._outbox.outbox.put, [entry])
         LOG.debug(
             "spooled %s to %s: %s (%s)", message.message_id, message.topic, cause.value, detail
         )

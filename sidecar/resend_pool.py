@@ -35,6 +35,7 @@ from sidecar.async_outbox import AsyncOutbox
 from sidecar.backoff import Backoff
 from sidecar.config import ResendConfig
 from sidecar.errors import SendFailedError, SendRejectedError
+from sidecar.metrics import SidecarMetrics
 from sidecar.producer import Producer
 
 LOG = logging.getLogger(__name__)
@@ -83,12 +84,18 @@ def resend_jobs(claimed: list[OutboxEntry]) -> list[list[OutboxEntry]]:
 
 class ResendPool:
     def __init__(
-        self, config: ResendConfig, producer: Producer, outbox: AsyncOutbox, backoff: Backoff
+        self,
+        config: ResendConfig,
+        producer: Producer,
+        outbox: AsyncOutbox,
+        backoff: Backoff,
+        metrics: SidecarMetrics | None = None,
     ) -> None:
         self.config = config
         self._producer = producer
         self._outbox = outbox
         self._backoff = backoff
+        self._metrics = metrics or SidecarMetrics()
         self.owner = f"sidecar-{uuid.uuid4().hex[:12]}"
         self._wake = asyncio.Event()
         self._slots = asyncio.Semaphore(config.resend_concurrency_max)
@@ -190,6 +197,7 @@ class ResendPool:
                 lambda: [outbox.mark_delivered(message_id, r) for message_id, r in delivered]
             )
             self.delivered_total += len(delivered)
+            self._metrics.resends.labels("DELIVERED").inc(len(delivered))
 
     async def _resend_one(self, entry: OutboxEntry) -> None:
         m = entry.message
@@ -218,6 +226,7 @@ class ResendPool:
     async def _delivered(self, entry: OutboxEntry, receipt: DeliveryReceipt) -> None:
         await self._outbox.call(self._outbox.outbox.mark_delivered, entry.message_id, receipt)
         self.delivered_total += 1
+        self._metrics.resends.labels("DELIVERED").inc()
         if entry.fifo_group is not None:
             self.wake()  # its successor is the group's head now
 
@@ -238,6 +247,7 @@ class ResendPool:
         )
         if done:
             self.rescheduled_total += 1
+            self._metrics.resends.labels("RESCHEDULED").inc()
         else:
             LOG.warning("lease of %s was lost before its reschedule", entry.message_id)
 
@@ -247,6 +257,7 @@ class ResendPool:
         )
         if done:
             self.buried_total += 1
+            self._metrics.resends.labels("BURIED").inc()
             LOG.error("buried %s to %s: %s", entry.message_id, entry.message.topic, error)
 
     async def _purge(self) -> None:

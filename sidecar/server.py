@@ -30,6 +30,7 @@ from sidecar.converter import duration_from_ms, to_outbox_message, to_rejected, 
 from sidecar.errors import SendRejectedError
 from sidecar.intake import Accepted, Intake, Stored
 from sidecar.message_id import MessageIdGenerator
+from sidecar.metrics import SidecarMetrics
 
 LOG = logging.getLogger(__name__)
 UNAVAILABLE_RETRY_AFTER_MS = 1_000
@@ -56,6 +57,7 @@ class SidecarService(sidecar_pb2_grpc.SidecarServiceServicer):  # type: ignore[m
         send_batch_bytes_max: int,
         send_stream_in_flight_max: int,
         on_answer: Callable[[str, str, Accepted], None] | None = None,
+        metrics: SidecarMetrics | None = None,
     ) -> None:
         self._intake = intake
         self._ids = MessageIdGenerator()
@@ -63,13 +65,31 @@ class SidecarService(sidecar_pb2_grpc.SidecarServiceServicer):  # type: ignore[m
         self._batch_bytes_max = send_batch_bytes_max
         self._stream_in_flight_max = send_stream_in_flight_max
         self._on_answer = on_answer
+        self._metrics = metrics or SidecarMetrics()
         self.accepting = True
 
     def _intake_message(self, m: api.Message) -> OutboxMessage:
         return to_outbox_message(m, self._ids, int(time.time() * 1000))
 
     async def _accept(self, message: OutboxMessage) -> api.SendResult:
-        """One message's result; raises Rejected."""
+        """One message's result; raises Rejected. Every answer is counted."""
+        started_s = time.monotonic()
+        try:
+            result = await self._answer(message)
+        except Rejected as r:
+            self._count("REJECTED", r.code.name, started_s)
+            raise
+        if isinstance(result[1], Stored):
+            self._count("STORED", "", started_s)
+        else:
+            self._count("SPOOLED", result[1].entry.cause.value, started_s)
+        return result[0]
+
+    def _count(self, state: str, cause: str, started_s: float) -> None:
+        self._metrics.sends.labels(state, cause).inc()
+        self._metrics.send_seconds.labels(state).observe(time.monotonic() - started_s)
+
+    async def _answer(self, message: OutboxMessage) -> tuple[api.SendResult, Accepted]:
         if not self.accepting:
             raise Rejected(
                 grpc.StatusCode.UNAVAILABLE, "", "the sidecar is shutting down",
@@ -90,7 +110,7 @@ class SidecarService(sidecar_pb2_grpc.SidecarServiceServicer):  # type: ignore[m
             ) from e  # fmt: skip
         if self._on_answer is not None:
             self._on_answer(message.message_id, message.topic, accepted)
-        return to_result(message.message_id, accepted)
+        return to_result(message.message_id, accepted), accepted
 
     async def _result_or_rejection(self, m: api.Message) -> api.SendResult:
         message = self._intake_message(m)

@@ -18,10 +18,12 @@ import contextlib
 import logging
 import time
 from typing import Any
+from wsgiref.simple_server import WSGIServer
 
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
+from prometheus_client import start_http_server
 
 from outbox.errors import OutboxError
 from outbox.factory import open_outbox, redact
@@ -31,6 +33,7 @@ from sidecar.backoff import Backoff
 from sidecar.config import SidecarConfig
 from sidecar.intake import Accepted, Intake, Stored
 from sidecar.ledger import AckLedger
+from sidecar.metrics import SidecarMetrics
 from sidecar.producer import Producer
 from sidecar.resend_pool import ResendPool
 from sidecar.server import SidecarService
@@ -47,6 +50,9 @@ class Sidecar:
         self._tasks: list[asyncio.Task[None]] = []
         self._ledger: AckLedger | None = None
         self._server: grpc.aio.Server | None = None
+        self.metrics = SidecarMetrics()
+        self.metrics_port = 0
+        self._metrics_server: WSGIServer | None = None
 
     async def start(self) -> None:
         c = self.config
@@ -55,8 +61,10 @@ class Sidecar:
         self.outbox = AsyncOutbox(outbox, c.outbox_threads)
         self.producer = Producer(c.producer)
         backoff = Backoff(c.resend.backoff_initial_ms, c.resend.backoff_max_ms)
-        self.pool = ResendPool(c.resend, self.producer, self.outbox, backoff)
-        intake = Intake(self.producer, self.outbox, backoff, on_spooled=self.pool.wake)
+        self.pool = ResendPool(c.resend, self.producer, self.outbox, backoff, self.metrics)
+        intake = Intake(
+            self.producer, self.outbox, backoff, on_spooled=self.pool.wake, metrics=self.metrics
+        )
         if c.ack_ledger_path is not None:
             self._ledger = AckLedger(c.ack_ledger_path)
         self.service = SidecarService(
@@ -65,6 +73,7 @@ class Sidecar:
             c.send_batch_bytes_max,
             c.send_stream_in_flight_max,
             on_answer=self._record if self._ledger else None,
+            metrics=self.metrics,
         )
         self._health = health.aio.HealthServicer()
         server = grpc.aio.server(
@@ -84,12 +93,18 @@ class Sidecar:
         if self.port == 0:
             raise OSError(f"cannot listen on {c.listen_host}:{c.listen_port}")
         await self._check_ready()
+        if c.metrics_host is not None:
+            self._metrics_server, _ = start_http_server(
+                c.metrics_port, c.metrics_host, registry=self.metrics.registry
+            )
+            self.metrics_port = self._metrics_server.server_port
         await server.start()
         self._server = server
         self._tasks = [
             asyncio.create_task(self.pool.run(), name="resend pool"),
             asyncio.create_task(self._readiness_loop(), name="readiness"),
         ]
+        self._tasks.append(asyncio.create_task(self._stats_loop(), name="outbox stats"))
         if self._ledger is not None:
             self._tasks.append(asyncio.create_task(self._ledger_loop(), name="ledger"))
         LOG.info(
@@ -115,6 +130,9 @@ class Sidecar:
                 LOG.error("a sidecar task failed", exc_info=r)
         await self.producer.close()
         await self.outbox.close()
+        if self._metrics_server is not None:
+            self._metrics_server.shutdown()
+            self._metrics_server.server_close()
         if self._ledger is not None:
             self._ledger.close()
         LOG.info(
@@ -144,6 +162,17 @@ class Sidecar:
             await asyncio.sleep(self.config.readiness_interval_ms / 1000.0)
             with contextlib.suppress(Exception):
                 await self._check_ready()
+
+    async def _stats_loop(self) -> None:
+        while True:
+            now = int(time.time() * 1000)
+            try:
+                stats = await self.outbox.call(self.outbox.outbox.stats, now)
+            except OutboxError as e:
+                LOG.debug("outbox stats unavailable: %s", e)
+            else:
+                self.metrics.observe_stats(stats, now)
+            await asyncio.sleep(self.config.outbox_stats_interval_ms / 1000.0)
 
     async def _ledger_loop(self) -> None:
         assert self._ledger is not None

@@ -1,0 +1,63 @@
+"""The sidecar's Prometheus metrics, served on ``--metrics-listen`` (off by default).
+
+- ``rocketbox_sidecar_sends_total{state, cause}``: every answer given to an app (state STORED,
+  SPOOLED or REJECTED; cause the spool cause, the rejection's gRPC code, or "" when stored).
+- ``rocketbox_sidecar_send_seconds{state}``: intake to answer.
+- ``rocketbox_sidecar_resends_total{outcome}``: the resend pool's DELIVERED, RESCHEDULED, BURIED.
+- ``rocketbox_outbox_put_seconds``: a spool's durable write.
+- ``rocketbox_outbox_entries{state}``: depth by PENDING, IN_FLIGHT, DELIVERED, DEAD.
+- ``rocketbox_outbox_bytes``: body bytes counted against ``outbox_bytes_max``.
+- ``rocketbox_outbox_oldest_pending_age_seconds``: 0 when nothing is pending.
+
+The outbox gauges are refreshed every ``outbox_stats_interval_ms``: ``stats`` may scan (MySQL),
+so it is not called per scrape.
+"""
+
+from __future__ import annotations
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+
+from outbox.entry import OutboxStats
+
+# Seconds: a local send takes about a millisecond; a spool after retries up to the send timeout.
+LATENCY_BUCKETS_S = (0.0005, 0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5)
+
+
+class SidecarMetrics:
+    def __init__(self, registry: CollectorRegistry | None = None) -> None:
+        self.registry = registry or CollectorRegistry()
+        r = self.registry
+        self.sends = Counter(
+            "rocketbox_sidecar_sends", "Messages answered, by state and cause.",
+            ["state", "cause"], registry=r,
+        )  # fmt: skip
+        self.send_seconds = Histogram(
+            "rocketbox_sidecar_send_seconds", "Intake to answer.", ["state"],
+            buckets=LATENCY_BUCKETS_S, registry=r,
+        )  # fmt: skip
+        self.resends = Counter(
+            "rocketbox_sidecar_resends", "Resend outcomes.", ["outcome"], registry=r
+        )
+        self.put_seconds = Histogram(
+            "rocketbox_outbox_put_seconds", "A spool's durable write.",
+            buckets=LATENCY_BUCKETS_S, registry=r,
+        )  # fmt: skip
+        self.entries = Gauge(
+            "rocketbox_outbox_entries", "Outbox entries by state.", ["state"], registry=r
+        )
+        self.bytes = Gauge(
+            "rocketbox_outbox_bytes", "Body bytes of pending and dead entries.", registry=r
+        )
+        self.oldest_pending_age = Gauge(
+            "rocketbox_outbox_oldest_pending_age_seconds",
+            "Age of the oldest pending entry (0: none).", registry=r,
+        )  # fmt: skip
+
+    def observe_stats(self, stats: OutboxStats, now_ms: int) -> None:
+        self.entries.labels("PENDING").set(stats.pending)
+        self.entries.labels("IN_FLIGHT").set(stats.in_flight)
+        self.entries.labels("DELIVERED").set(stats.delivered)
+        self.entries.labels("DEAD").set(stats.dead)
+        self.bytes.set(stats.bytes)
+        oldest = stats.oldest_pending_created_ms
+        self.oldest_pending_age.set(0 if oldest is None else max(0, now_ms - oldest) / 1000.0)

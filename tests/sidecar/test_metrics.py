@@ -1,0 +1,72 @@
+"""The sidecar's Prometheus endpoint counts what it did: every answer by state and cause, the
+resend pool's deliveries, and the outbox's depth; scraped over HTTP from a real process."""
+
+from __future__ import annotations
+
+import re
+import urllib.request
+from pathlib import Path
+
+from prometheus_client.parser import text_string_to_metric_families
+
+from rocketbox_api.v1 import sidecar_pb2 as api
+from tests.broker.broker_process import BrokerProcess, wait_until
+from tests.sidecar.sidecar_process import SidecarProcess, message, outcome, restart, send
+
+METRICS_LINE = re.compile(r"sidecar metrics on [^\s]+:(\d+)")
+DEADLINE_S = 30.0
+Samples = dict[tuple[str, tuple[tuple[str, str], ...]], float]
+
+
+def scrape(port: int) -> Samples:
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as response:
+        text = response.read().decode()
+    return {
+        (sample.name, tuple(sorted(sample.labels.items()))): sample.value
+        for family in text_string_to_metric_families(text)
+        for sample in family.samples
+    }
+
+
+def sends(samples: Samples, state: str, cause: str) -> float:
+    key = ("rocketbox_sidecar_sends_total", (("cause", cause), ("state", state)))
+    return samples.get(key, 0.0)
+
+
+def test_counters_move_by_what_was_sent(broker: BrokerProcess, tmp_path: Path) -> None:
+    sidecar = SidecarProcess(
+        broker.endpoint, f"rocksdb://{tmp_path / 'outbox'}", "--metrics-listen=127.0.0.1:0",
+        "--outbox-stats-interval-ms=50", "--backoff-initial-ms=2000", "--backoff-max-ms=2000",
+    )  # fmt: skip
+    [port] = [int(p) for p in METRICS_LINE.findall(sidecar.output())]
+    back: BrokerProcess | None = None
+    try:
+        with sidecar.client() as stub:
+            assert {outcome(send(stub, message("Orders"))) for _ in range(3)} == {"stored"}
+            batch = stub.SendBatch(api.SendBatchRequest(messages=[message("Orders", b"")]))
+            assert outcome(batch.results[0]) == "rejected"
+            broker.stop()
+            assert {outcome(send(stub, message("Orders"))) for _ in range(2)} == {"spooled"}
+        samples = scrape(port)
+        assert sends(samples, "STORED", "") == 3
+        assert sends(samples, "REJECTED", "INVALID_ARGUMENT") == 1
+        assert sends(samples, "SPOOLED", "UNAVAILABLE") == 2
+        assert samples[("rocketbox_outbox_put_seconds_count", ())] == 2
+        wait_until(
+            lambda: scrape(port).get(("rocketbox_outbox_entries", (("state", "PENDING"),))) == 2,
+            DEADLINE_S, "the outbox gauge to show the two pending entries",
+        )  # fmt: skip
+        back = restart(broker)
+        delivered = ("rocketbox_sidecar_resends_total", (("outcome", "DELIVERED"),))
+        wait_until(
+            lambda: scrape(port).get(delivered) == 2,
+            DEADLINE_S, "the pool's two deliveries counted",
+        )  # fmt: skip
+        wait_until(
+            lambda: scrape(port).get(("rocketbox_outbox_entries", (("state", "DELIVERED"),))) == 2,
+            DEADLINE_S, "the outbox gauge to show two tombstones",
+        )  # fmt: skip
+    finally:
+        sidecar.stop()
+        if back is not None:
+            back.kill()
