@@ -21,6 +21,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from outbox.errors import OutboxFullError
+
 # A lease long enough for a send with its whole timeout budget and retries; the resend pool
 # passes its own.
 LEASE_MS_DEFAULT = 30_000
@@ -214,6 +216,20 @@ class OutboxLimits:
             raise ValueError(f"outbox_entries_max must be >= 1, got {self.outbox_entries_max}")
         if self.outbox_bytes_max < 1:
             raise ValueError(f"outbox_bytes_max must be >= 1, got {self.outbox_bytes_max}")
+
+    def refusal(self, entries_after: int, bytes_after: int) -> OutboxFullError | None:
+        """The error refusing a put after which the outbox would hold this much, or None when
+        it fits: the one bound check every backend makes."""
+        if entries_after > self.outbox_entries_max or bytes_after > self.outbox_bytes_max:
+            return self.full_error(entries_after, bytes_after)
+        return None
+
+    def full_error(self, entries_after: int, bytes_after: int) -> OutboxFullError:
+        return OutboxFullError(
+            f"outbox full: {entries_after} entries / {bytes_after} bytes would pass "
+            f"{self.outbox_entries_max} / {self.outbox_bytes_max}",
+            self.full_retry_after_ms,
+        )
 
 
 @dataclass(frozen=True, slots=True)

@@ -19,7 +19,7 @@ from dataclasses import replace
 from urllib.parse import urlsplit
 
 from outbox.entry import DeliveryReceipt, EntryState, OutboxEntry, OutboxLimits, OutboxStats
-from outbox.errors import OutboxConfigError, OutboxFullError, OutboxUnavailableError
+from outbox.errors import OutboxConfigError, OutboxUnavailableError
 from outbox.outbox import Outbox
 
 
@@ -54,15 +54,9 @@ class MemoryOutbox(Outbox):
                     new.setdefault(entry.message_id, entry)
             entries_after = self._held_entries + len(new)
             bytes_after = self._held_bytes + sum(e.body_bytes for e in new.values())
-            if (
-                entries_after > self.limits.outbox_entries_max
-                or bytes_after > self.limits.outbox_bytes_max
-            ):
-                raise OutboxFullError(
-                    f"outbox full: {entries_after} entries / {bytes_after} bytes would pass "
-                    f"{self.limits.outbox_entries_max} / {self.limits.outbox_bytes_max}",
-                    self.limits.full_retry_after_ms,
-                )
+            full = self.limits.refusal(entries_after, bytes_after)
+            if full is not None:
+                raise full
             for entry in new.values():
                 self._last_seq += 1
                 self._store(replace(entry, seq=self._last_seq))

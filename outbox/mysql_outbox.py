@@ -230,21 +230,10 @@ class MySQLOutbox(Outbox):
                     if entry.message_id not in stored and entry.message_id not in new:
                         adding.setdefault(entry.message_id, entry)
                 adding_bytes = sum(e.body_bytes for e in adding.values())
-                if (
-                    entries_total + len(adding) > self.limits.outbox_entries_max
-                    or bytes_total + adding_bytes > self.limits.outbox_bytes_max
-                ):
-                    verdicts.append(
-                        OutboxFullError(
-                            f"MySQL outbox {self._where} is full: it holds {entries_total} "
-                            f"entries and {bytes_total} body bytes (limits "
-                            f"{self.limits.outbox_entries_max} and {self.limits.outbox_bytes_max});"
-                            f" {len(adding)} entries of {adding_bytes} bytes refused",
-                            retry_after_ms=self.limits.full_retry_after_ms,
-                        )
-                    )
+                full = self.limits.refusal(entries_total + len(adding), bytes_total + adding_bytes)
+                verdicts.append(full)
+                if full is not None:
                     continue
-                verdicts.append(None)
                 entries_total += len(adding)
                 bytes_total += adding_bytes
                 new.update(adding)

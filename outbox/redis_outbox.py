@@ -69,7 +69,7 @@ from outbox.entry import (
     OutboxStats,
     SpoolCause,
 )
-from outbox.errors import OutboxConfigError, OutboxError, OutboxFullError, OutboxUnavailableError
+from outbox.errors import OutboxConfigError, OutboxError, OutboxUnavailableError
 from outbox.factory import redact
 from outbox.group_commit import GroupCommitter, Result
 from outbox.memory_outbox import (
@@ -283,13 +283,7 @@ class RedisOutbox(Outbox):
         for entries, answer in zip(requests, summary.split(b";"), strict=True):
             if answer[:1] == b"F":
                 held, held_bytes = answer[1:].decode().split(",")
-                results.append(
-                    OutboxFullError(
-                        f"outbox full: {held} entries / {held_bytes} bytes would pass "
-                        f"{self.limits.outbox_entries_max} / {self.limits.outbox_bytes_max}",
-                        self.limits.full_retry_after_ms,
-                    )
-                )
+                results.append(self.limits.full_error(int(held), int(held_bytes)))
                 continue
             assert answer[:1] == b"S", answer
             results.append(

@@ -43,7 +43,7 @@ from urllib.parse import parse_qs, urlsplit
 import rocksdict
 
 from outbox.entry import DeliveryReceipt, EntryState, OutboxEntry, OutboxLimits, OutboxStats
-from outbox.errors import OutboxConfigError, OutboxFullError, OutboxUnavailableError
+from outbox.errors import OutboxConfigError, OutboxUnavailableError
 from outbox.group_commit import GroupCommitter, Result
 from outbox.memory_outbox import (
     check_claim_args,
@@ -434,15 +434,9 @@ class RocksDBOutbox(Outbox):
         state = self._state
         entries_after = state.pending + state.dead + len(new)
         bytes_after = state.body_bytes + sum(len(e.message.body) for e in new.values())
-        if (
-            entries_after > self.limits.outbox_entries_max
-            or bytes_after > self.limits.outbox_bytes_max
-        ):
-            return OutboxFullError(
-                f"outbox full: {entries_after} entries / {bytes_after} bytes would pass "
-                f"{self.limits.outbox_entries_max} / {self.limits.outbox_bytes_max}",
-                self.limits.full_retry_after_ms,
-            )
+        full = self.limits.refusal(entries_after, bytes_after)
+        if full is not None:
+            return full
         for message_id, entry in new.items():
             state.last_seq += 1
             stored[message_id] = self._stage_new(txn, with_seq(entry, state.last_seq))
