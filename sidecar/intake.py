@@ -18,13 +18,13 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
 from outbox.entry import OutboxEntry, OutboxMessage, SpoolCause
 from sidecar.async_outbox import AsyncOutbox
 from sidecar.backoff import Backoff
+from sidecar.clock import now_ms
 from sidecar.errors import SendFailedError
 from sidecar.metrics import SidecarMetrics
 from sidecar.producer import Producer, SendReceipt
@@ -44,10 +44,6 @@ class Spooled:
 
 
 Accepted = Stored | Spooled
-
-
-def now_ms() -> int:
-    return int(time.time() * 1000)
 
 
 class Intake:

@@ -33,6 +33,7 @@ from rocketmq.grpc_protocol import definition_pb2, service_pb2
 from outbox.entry import OutboxMessage, SpoolCause
 from rocketbox_api.admin.v1 import broker_admin_pb2, broker_admin_pb2_grpc
 from sidecar.channels import Channels, Endpoint
+from sidecar.clock import now_ms
 from sidecar.errors import SendFailedError, SendRejectedError, SidecarError
 from sidecar.latency_fault import LatencyFaultTolerance
 from sidecar.route import TopicRoute, TopicRouteCache, WritableQueue
@@ -240,7 +241,7 @@ class Producer:
 
     def _to_wire(self, m: OutboxMessage, queue: WritableQueue) -> definition_pb2.Message:
         born = timestamp_pb2.Timestamp()
-        born.FromMilliseconds(m.born_timestamp_ms or int(time.time() * 1000))
+        born.FromMilliseconds(m.born_timestamp_ms or now_ms())
         system = definition_pb2.SystemProperties(
             keys=list(m.keys),
             message_id=m.message_id,

@@ -1,10 +1,9 @@
 """The resend pool: drains the outbox into the broker.
 
-One claimer loop leases due entries (``claim_batch_max`` at a time) and hands each to a resend
-task; at most ``resend_concurrency_max`` resends run at once. A resend:
-
-Plain messages of one topic are resent together, up to ``RESEND_BATCH_MESSAGES_MAX`` per
-SendMessage request (one result per message), and marked delivered in one trip to the outbox.
+One claimer loop leases due entries (``claim_batch_max`` at a time) and hands them to resend
+tasks; at most ``resend_concurrency_max`` resends run at once. Plain messages of one topic are
+resent together, up to ``RESEND_BATCH_MESSAGES_MAX`` per SendMessage request (one result per
+message), and marked delivered in one trip to the outbox. A resend:
 
 1. checks the broker's index first when the entry may already be stored (an ambiguous send, or
    a resend that failed ambiguously): found → delivered, without sending it twice;
@@ -33,6 +32,7 @@ import uuid
 from outbox.entry import DeliveryReceipt, EntryState, OutboxEntry, SpoolCause
 from sidecar.async_outbox import AsyncOutbox
 from sidecar.backoff import Backoff
+from sidecar.clock import now_ms
 from sidecar.config import ResendConfig
 from sidecar.errors import SendFailedError, SendRejectedError
 from sidecar.metrics import SidecarMetrics
@@ -40,16 +40,13 @@ from sidecar.producer import Producer
 
 LOG = logging.getLogger(__name__)
 HOUR_MS = 3_600_000
+RESEND_OUTCOMES = ("DELIVERED", "RESCHEDULED", "BURIED")
 
 
 # A resend batch: one SendMessage request (RocketMQ stores it on one queue). The broker's
 # limit on a request is 4 MiB of bodies; the count keeps one failed request's blast small.
 RESEND_BATCH_MESSAGES_MAX = 32
 RESEND_BATCH_BYTES_MAX = 4 * 1024 * 1024
-
-
-def now_ms() -> int:
-    return int(time.time() * 1000)
 
 
 def resend_jobs(claimed: list[OutboxEntry]) -> list[list[OutboxEntry]]:
@@ -60,13 +57,7 @@ def resend_jobs(claimed: list[OutboxEntry]) -> list[list[OutboxEntry]]:
     open_batches: dict[str, list[OutboxEntry]] = {}
     for entry in claimed:
         m = entry.message
-        alone = (
-            m.message_group
-            or m.delivery_timestamp_ms is not None
-            or entry.maybe_stored
-            or entry.last_error.startswith(SpoolCause.AMBIGUOUS.value)
-        )
-        if alone:
+        if m.message_group or m.delivery_timestamp_ms is not None or may_be_stored(entry):
             jobs.append([entry])
             continue
         batch = open_batches.get(m.topic)
@@ -80,6 +71,12 @@ def resend_jobs(claimed: list[OutboxEntry]) -> list[list[OutboxEntry]]:
             jobs.append(batch)
         batch.append(entry)
     return jobs
+
+
+def may_be_stored(entry: OutboxEntry) -> bool:
+    """Its spool or a later resend timed out after the request went out (last errors start with
+    their cause): the broker's index is asked before it is sent again."""
+    return entry.maybe_stored or entry.last_error.startswith(SpoolCause.AMBIGUOUS.value)
 
 
 class ResendPool:
@@ -101,9 +98,8 @@ class ResendPool:
         self._slots = asyncio.Semaphore(config.resend_concurrency_max)
         self._tasks: set[asyncio.Task[None]] = set()
         self._stopping = False
-        self.delivered_total = 0
-        self.rescheduled_total = 0
-        self.buried_total = 0
+        # What the pool did (DELIVERED, RESCHEDULED, BURIED), also counted in the metrics.
+        self.totals = dict.fromkeys(RESEND_OUTCOMES, 0)
 
     def wake(self) -> None:
         """Something may be due now (a spool, a delivered FIFO head)."""
@@ -166,10 +162,9 @@ class ResendPool:
 
     async def _resend(self, job: list[OutboxEntry]) -> None:
         try:
-            if len(job) == 1:
-                await self._resend_one(job[0])
-            else:
-                await self._resend_batch(job)
+            if len(job) == 1 and may_be_stored(job[0]) and await self._settled_by_index(job[0]):
+                return
+            await self._send(job)
         except Exception:
             # The outbox call after the send failed: the lease expires and the entry comes
             # again (checked against the index first if it may be stored).
@@ -177,9 +172,26 @@ class ResendPool:
         finally:
             self._slots.release()
 
-    async def _resend_batch(self, job: list[OutboxEntry]) -> None:
+    async def _settled_by_index(self, entry: OutboxEntry) -> bool:
+        """Ask the broker's index: True when that settled the entry (found, so delivered; or the
+        lookup itself failed, so rescheduled); False when it must be sent."""
+        m = entry.message
+        try:
+            lookup = await self._producer.lookup_stored(m.message_id, m.topic)
+        except SendFailedError as e:
+            await self._failed(entry, e)
+            return True
+        if not lookup.offered or lookup.copy is None:
+            return False
+        LOG.info("%s to %s was already stored; not resent", m.message_id, m.topic)
+        receipt = DeliveryReceipt(lookup.copy.queue_id, lookup.copy.queue_offset, now_ms())
+        await self._delivered([(entry, receipt)])
+        return True
+
+    async def _send(self, job: list[OutboxEntry]) -> None:
+        """One SendMessage request for the job (the producer retries), then each entry settled."""
         outcomes = await self._producer.send_many([e.message for e in job])
-        delivered: list[tuple[str, DeliveryReceipt]] = []
+        delivered: list[tuple[OutboxEntry, DeliveryReceipt]] = []
         for entry, outcome in zip(job, outcomes, strict=True):
             if isinstance(outcome, SendRejectedError):
                 await self._bury(entry, f"rejected by the broker: {outcome}")
@@ -189,46 +201,23 @@ class ResendPool:
                 receipt = DeliveryReceipt(
                     outcome.queue_id, outcome.queue_offset, now_ms(), outcome.durable
                 )
-                delivered.append((entry.message_id, receipt))
+                delivered.append((entry, receipt))
         if delivered:
-            # One trip to the outbox's threads for the whole batch.
-            outbox = self._outbox.outbox
-            await self._outbox.call(
-                lambda: [outbox.mark_delivered(message_id, r) for message_id, r in delivered]
-            )
-            self.delivered_total += len(delivered)
-            self._metrics.resends.labels("DELIVERED").inc(len(delivered))
+            await self._delivered(delivered)
 
-    async def _resend_one(self, entry: OutboxEntry) -> None:
-        m = entry.message
-        if entry.maybe_stored or entry.last_error.startswith(SpoolCause.AMBIGUOUS.value):
-            try:
-                lookup = await self._producer.lookup_stored(m.message_id, m.topic)
-            except SendFailedError as e:
-                await self._failed(entry, e)
-                return
-            if lookup.offered and lookup.copy is not None:
-                LOG.info("%s to %s was already stored; not resent", m.message_id, m.topic)
-                receipt = DeliveryReceipt(lookup.copy.queue_id, lookup.copy.queue_offset, now_ms())
-                await self._delivered(entry, receipt)
-                return
-        try:
-            sent = await self._producer.send(m)
-        except SendRejectedError as e:
-            await self._bury(entry, f"rejected by the broker: {e}")
-            return
-        except SendFailedError as e:
-            await self._failed(entry, e)
-            return
-        receipt = DeliveryReceipt(sent.queue_id, sent.queue_offset, now_ms(), sent.durable)
-        await self._delivered(entry, receipt)
+    async def _delivered(self, delivered: list[tuple[OutboxEntry, DeliveryReceipt]]) -> None:
+        """Tombstones for the entries, in one trip to the outbox's threads."""
+        outbox = self._outbox.outbox
+        await self._outbox.call(
+            lambda: [outbox.mark_delivered(e.message_id, r) for e, r in delivered]
+        )
+        self._count("DELIVERED", len(delivered))
+        if any(e.fifo_group is not None for e, _ in delivered):
+            self.wake()  # a successor is its group's head now
 
-    async def _delivered(self, entry: OutboxEntry, receipt: DeliveryReceipt) -> None:
-        await self._outbox.call(self._outbox.outbox.mark_delivered, entry.message_id, receipt)
-        self.delivered_total += 1
-        self._metrics.resends.labels("DELIVERED").inc()
-        if entry.fifo_group is not None:
-            self.wake()  # its successor is the group's head now
+    def _count(self, outcome: str, n: int = 1) -> None:
+        self.totals[outcome] += n
+        self._metrics.resends.labels(outcome).inc(n)
 
     async def _failed(self, entry: OutboxEntry, failure: SendFailedError) -> None:
         attempts = entry.attempts + 1
@@ -246,8 +235,7 @@ class ResendPool:
             outbox.reschedule, entry.message_id, self.owner, next_send_time_ms, error, now
         )
         if done:
-            self.rescheduled_total += 1
-            self._metrics.resends.labels("RESCHEDULED").inc()
+            self._count("RESCHEDULED")
         else:
             LOG.warning("lease of %s was lost before its reschedule", entry.message_id)
 
@@ -256,8 +244,7 @@ class ResendPool:
             self._outbox.outbox.bury, entry.message_id, self.owner, error, now_ms()
         )
         if done:
-            self.buried_total += 1
-            self._metrics.resends.labels("BURIED").inc()
+            self._count("BURIED")
             LOG.error("buried %s to %s: %s", entry.message_id, entry.message.topic, error)
 
     async def _purge(self) -> None:

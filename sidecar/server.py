@@ -26,6 +26,7 @@ from outbox.entry import OutboxMessage
 from outbox.errors import OutboxError, OutboxFullError
 from rocketbox_api.v1 import sidecar_pb2 as api
 from rocketbox_api.v1 import sidecar_pb2_grpc
+from sidecar.clock import now_ms
 from sidecar.converter import duration_from_ms, to_outbox_message, to_rejected, to_result
 from sidecar.errors import SendRejectedError
 from sidecar.intake import Accepted, Intake, Stored
@@ -69,27 +70,27 @@ class SidecarService(sidecar_pb2_grpc.SidecarServiceServicer):  # type: ignore[m
         self.accepting = True
 
     def _intake_message(self, m: api.Message) -> OutboxMessage:
-        return to_outbox_message(m, self._ids, int(time.time() * 1000))
+        return to_outbox_message(m, self._ids, now_ms())
 
     async def _accept(self, message: OutboxMessage) -> api.SendResult:
         """One message's result; raises Rejected. Every answer is counted."""
         started_s = time.monotonic()
         try:
-            result = await self._answer(message)
+            accepted = await self._answer(message)
         except Rejected as r:
             self._count("REJECTED", r.code.name, started_s)
             raise
-        if isinstance(result[1], Stored):
+        if isinstance(accepted, Stored):
             self._count("STORED", "", started_s)
         else:
-            self._count("SPOOLED", result[1].entry.cause.value, started_s)
-        return result[0]
+            self._count("SPOOLED", accepted.entry.cause.value, started_s)
+        return to_result(message.message_id, accepted)
 
     def _count(self, state: str, cause: str, started_s: float) -> None:
         self._metrics.sends.labels(state, cause).inc()
         self._metrics.send_seconds.labels(state).observe(time.monotonic() - started_s)
 
-    async def _answer(self, message: OutboxMessage) -> tuple[api.SendResult, Accepted]:
+    async def _answer(self, message: OutboxMessage) -> Accepted:
         if not self.accepting:
             raise Rejected(
                 grpc.StatusCode.UNAVAILABLE, "", "the sidecar is shutting down",
@@ -110,7 +111,7 @@ class SidecarService(sidecar_pb2_grpc.SidecarServiceServicer):  # type: ignore[m
             ) from e  # fmt: skip
         if self._on_answer is not None:
             self._on_answer(message.message_id, message.topic, accepted)
-        return to_result(message.message_id, accepted), accepted
+        return accepted
 
     async def _result_or_rejection(self, m: api.Message) -> api.SendResult:
         message = self._intake_message(m)

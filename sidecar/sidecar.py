@@ -16,7 +16,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import time
 from typing import Any
 from wsgiref.simple_server import WSGIServer
 
@@ -30,6 +29,7 @@ from outbox.factory import open_outbox, redact
 from rocketbox_api.v1 import sidecar_pb2, sidecar_pb2_grpc
 from sidecar.async_outbox import AsyncOutbox
 from sidecar.backoff import Backoff
+from sidecar.clock import now_ms
 from sidecar.config import SidecarConfig
 from sidecar.intake import Accepted, Intake, Stored
 from sidecar.ledger import AckLedger
@@ -104,7 +104,9 @@ class Sidecar:
             asyncio.create_task(self.pool.run(), name="resend pool"),
             asyncio.create_task(self._readiness_loop(), name="readiness"),
         ]
-        self._tasks.append(asyncio.create_task(self._stats_loop(), name="outbox stats"))
+        if self._metrics_server is not None:
+            # Only for the gauges: stats may scan the outbox (MySQL), so not without a reader.
+            self._tasks.append(asyncio.create_task(self._stats_loop(), name="outbox stats"))
         if self._ledger is not None:
             self._tasks.append(asyncio.create_task(self._ledger_loop(), name="ledger"))
         LOG.info(
@@ -135,9 +137,10 @@ class Sidecar:
             self._metrics_server.server_close()
         if self._ledger is not None:
             self._ledger.close()
+        totals = self.pool.totals
         LOG.info(
             "sidecar stopped: %d delivered, %d rescheduled, %d buried by the resend pool",
-            self.pool.delivered_total, self.pool.rescheduled_total, self.pool.buried_total,
+            totals["DELIVERED"], totals["RESCHEDULED"], totals["BURIED"],
         )  # fmt: skip
 
     async def _check_ready(self) -> bool:
@@ -165,7 +168,7 @@ class Sidecar:
 
     async def _stats_loop(self) -> None:
         while True:
-            now = int(time.time() * 1000)
+            now = now_ms()
             try:
                 stats = await self.outbox.call(self.outbox.outbox.stats, now)
             except OutboxError as e:
@@ -185,7 +188,7 @@ class Sidecar:
         line: dict[str, Any] = {
             "message_id": message_id,
             "topic": topic,
-            "time_ms": int(time.time() * 1000),
+            "time_ms": now_ms(),
         }
         if isinstance(accepted, Stored):
             line |= {

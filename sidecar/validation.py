@@ -8,10 +8,10 @@ message must be REJECTED, never spooled. Each error names the field and the limi
 from __future__ import annotations
 
 import re
-import time
 from collections.abc import Mapping
 
 from outbox.entry import OutboxMessage
+from sidecar import clock
 from sidecar.errors import SendRejectedError
 from sidecar.message_id import APP_MESSAGE_ID_LENGTH_MAX
 
@@ -88,7 +88,7 @@ def validate_message(m: OutboxMessage, now_ms: int | None = None) -> None:
                 "delivery_time", "a FIFO message (message_group set) cannot also be delayed"
             )
     if m.delivery_timestamp_ms is not None:
-        now = now_ms if now_ms is not None else int(time.time() * 1000)
+        now = now_ms if now_ms is not None else clock.now_ms()
         if m.delivery_timestamp_ms - now > DELIVERY_AHEAD_MS_MAX:
             raise SendRejectedError(
                 "delivery_time", f"is more than {DELIVERY_AHEAD_MS_MAX // 3_600_000} h ahead"

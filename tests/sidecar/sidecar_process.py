@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import re
-import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 
@@ -100,7 +99,3 @@ def set_flow_control(broker_endpoint: str, on: bool) -> None:
         broker_admin_pb2_grpc.BrokerAdminStub(channel).SetFlowControl(
             broker_admin_pb2.SetFlowControlRequest(on=on), timeout=CALL_DEADLINE_S
         )
-
-
-def now_ms() -> int:
-    return int(time.time() * 1000)

@@ -24,11 +24,11 @@ from rocketmq import ClientConfiguration, Credentials, FilterExpression, SimpleC
 
 from outbox.factory import open_outbox
 from rocketbox_api.v1 import sidecar_pb2 as api
+from sidecar.clock import now_ms
 from tests.broker.broker_process import BrokerProcess, wait_until
 from tests.sidecar.sidecar_process import (
     SidecarProcess,
     message,
-    now_ms,
     outcome,
     restart,
     send,

@@ -27,12 +27,12 @@ from outbox.entry import OutboxEntry, OutboxMessage, SpoolCause
 from outbox.factory import open_outbox
 from rocketbox_api.v1 import sidecar_pb2 as api
 from sidecar.channels import Endpoint
+from sidecar.clock import now_ms
 from sidecar.producer import Producer, ProducerConfig
 from tests.broker.broker_process import BrokerProcess, wait_until
 from tests.sidecar.sidecar_process import (
     SidecarProcess,
     message,
-    now_ms,
     outcome,
     restart,
     send,
