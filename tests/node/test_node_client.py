@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 import shutil
-import subprocess
 from pathlib import Path
 from typing import Any
 
@@ -26,6 +25,7 @@ from broker.store.message import (
 from broker.store.message_store import DefaultMessageStore
 from broker.timer_message import PROGRESS_FILE_NAME, SCHEDULE_TOPIC
 from tests.broker.broker_process import BrokerProcess, small_store_config, wait_until
+from tests.node.node_script import run_node_script
 
 pytestmark = pytest.mark.slow
 
@@ -63,27 +63,11 @@ def node_executable() -> str:
 
 def run_script(node: str, broker: BrokerProcess) -> dict[str, dict[str, Any]]:
     """Run send_all_kinds.mjs against the broker; its JSON lines by kind."""
-    try:
-        done = subprocess.run(
-            [node, str(SCRIPT), broker.endpoint, TOPIC, str(DELAY_MS)],
-            cwd=NODE_DIR,
-            capture_output=True,
-            text=True,
-            timeout=SCRIPT_DEADLINE_S,
-            check=False,
-        )
-    except subprocess.TimeoutExpired as e:
-        pytest.fail(
-            f"send_all_kinds.mjs still running after {SCRIPT_DEADLINE_S} s\n"
-            f"stdout:\n{e.stdout}\nstderr:\n{e.stderr}"
-        )
-    report = (
-        f"send_all_kinds.mjs exited {done.returncode}\nstdout:\n{done.stdout}\n"
-        f"stderr (the client's log):\n{done.stderr}"
+    stdout, report = run_node_script(
+        [node, str(SCRIPT), broker.endpoint, TOPIC, str(DELAY_MS)], SCRIPT_DEADLINE_S
     )
-    assert done.returncode == 0, report
     sent = {}
-    for line in done.stdout.splitlines():
+    for line in stdout.splitlines():
         try:
             record = json.loads(line)
             sent[record["kind"]] = record

@@ -14,7 +14,6 @@ The waits are the Node script's own: its long-polling ``awaitDuration`` and ``--
 from __future__ import annotations
 
 import json
-import subprocess
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +21,7 @@ import pytest
 
 from tests.broker.broker_process import BrokerProcess
 from tests.broker.grpc_service.test_producer import message, producer
+from tests.node.node_script import run_node_script
 from tests.node.test_node_client import NODE_DIR, node_executable
 
 pytestmark = pytest.mark.slow
@@ -83,27 +83,9 @@ def receive(
         f"--deadline-ms={NODE_DEADLINE_MS}",
         *options,
     ]
-    try:
-        done = subprocess.run(
-            command,
-            cwd=NODE_DIR,
-            capture_output=True,
-            text=True,
-            timeout=SCRIPT_DEADLINE_S,
-            check=False,
-        )
-    except subprocess.TimeoutExpired as e:
-        pytest.fail(
-            f"receive_ack.mjs still running after {SCRIPT_DEADLINE_S} s\n"
-            f"stdout:\n{e.stdout}\nstderr:\n{e.stderr}"
-        )
-    report = (
-        f"{' '.join(command[1:])} exited {done.returncode}\nstdout:\n{done.stdout}\n"
-        f"stderr (the client's log):\n{done.stderr}"
-    )
-    assert done.returncode == 0, report
+    stdout, report = run_node_script(command, SCRIPT_DEADLINE_S)
     got = []
-    for line in done.stdout.splitlines():
+    for line in stdout.splitlines():
         try:
             record = json.loads(line)
         except ValueError:

@@ -23,7 +23,6 @@ from __future__ import annotations
 import json
 import re
 import shutil
-import subprocess
 from pathlib import Path
 from typing import Any
 
@@ -32,6 +31,7 @@ import pytest
 
 from rocketbox_api.admin.v1 import broker_admin_pb2, broker_admin_pb2_grpc
 from tests.broker.broker_process import BrokerProcess
+from tests.node.node_script import run_node_script
 from tests.sidecar.sidecar_process import CALL_DEADLINE_S, SidecarProcess, wait_stored
 
 pytestmark = pytest.mark.slow
@@ -73,34 +73,13 @@ def node_executable() -> str:
     return node
 
 
-def text_of(output: str | bytes | None) -> str:
-    """A child's captured output (bytes when a timeout cut it short), as text."""
-    return output.decode(errors="replace") if isinstance(output, bytes) else output or ""
-
-
 def run_script(node: str, sidecar: SidecarProcess) -> dict[str, Any]:
     """Run send_via_sidecar.mjs against the sidecar; its JSON report."""
-    try:
-        done = subprocess.run(
-            [node, str(SCRIPT), sidecar.endpoint, TOPIC, APP_MESSAGE_ID],
-            cwd=NODE_DIR,
-            capture_output=True,
-            text=True,
-            timeout=SCRIPT_DEADLINE_S,
-            check=False,
-        )
-    except subprocess.TimeoutExpired as e:
-        pytest.fail(
-            f"send_via_sidecar.mjs still running after {SCRIPT_DEADLINE_S} s\n"
-            f"stdout:\n{text_of(e.stdout)}\nstderr:\n{text_of(e.stderr)}"
-        )
-    report = (
-        f"send_via_sidecar.mjs exited {done.returncode}\n"
-        f"stdout:\n{done.stdout}\nstderr:\n{done.stderr}"
+    stdout, report = run_node_script(
+        [node, str(SCRIPT), sidecar.endpoint, TOPIC, APP_MESSAGE_ID], SCRIPT_DEADLINE_S
     )
-    assert done.returncode == 0, report
     try:
-        got = json.loads(done.stdout)
+        got = json.loads(stdout)
     except ValueError:
         pytest.fail(f"not one JSON object on stdout\n{report}")
     assert isinstance(got, dict), report
