@@ -11,8 +11,10 @@ import socket
 import subprocess
 import time
 import uuid
+from pathlib import Path
 
 import pytest
+import redis
 
 REDIS_HOST = "127.0.0.1"
 REDIS_PORT = 6379
@@ -72,3 +74,38 @@ def mysql_url() -> str:
 def unique_name(prefix: str) -> str:
     """A name no other test (or earlier run) uses: a Redis key prefix or a MySQL table."""
     return f"{prefix}_{uuid.uuid4().hex[:12]}"
+
+
+def free_port() -> int:
+    """A port of 127.0.0.1 nothing listens on (free when asked; a test may bind it, or use it
+    as a port that refuses connections)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def start_private_redis(port: int, directory: Path, *args: str) -> subprocess.Popen[bytes]:
+    """A redis-server of the test's own on ``port`` (nothing kept on disk but in
+    ``directory``), returned once it answers PING; the caller stops it."""
+    proc = subprocess.Popen(
+        ["redis-server", "--port", str(port), "--bind", "127.0.0.1", "--save", "",
+         "--appendonly", "no", "--dir", str(directory), *args],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )  # fmt: skip
+    client = redis.Redis(port=port, socket_timeout=1.0)
+    deadline = time.monotonic() + START_DEADLINE_S
+    try:
+        while True:
+            try:
+                client.ping()
+                return proc
+            except redis.ConnectionError:
+                if proc.poll() is not None:
+                    pytest.fail(f"the private redis-server on port {port} exited")
+                if time.monotonic() > deadline:
+                    proc.kill()
+                    pytest.fail(f"the private redis-server on port {port} did not answer")
+                time.sleep(0.05)
+    finally:
+        client.close()

@@ -10,9 +10,6 @@
 from __future__ import annotations
 
 import contextlib
-import socket
-import subprocess
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -24,41 +21,18 @@ from outbox import OutboxFullError, OutboxLimits, OutboxUnavailableError, open_o
 from outbox.redis_outbox import PREFIX_DEFAULT, RedisOutbox
 from tests.outbox.conftest import OpenOutbox
 from tests.outbox.entries import LEASE_MS, NOW_MS, entry, ids, message_id, receipt
-from tests.services import redis_url
+from tests.services import free_port, redis_url, start_private_redis
 
 START_DEADLINE_S = 30.0
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 @contextlib.contextmanager
 def private_redis(tmp_path: Path, *args: str) -> Iterator[str]:
     """A redis-server of this test's own (on a free port, in tmp_path), stopped afterwards."""
     port = free_port()
-    proc = subprocess.Popen(
-        ["redis-server", "--port", str(port), "--bind", "127.0.0.1", "--save", "",
-         "--appendonly", "no", "--dir", str(tmp_path), *args],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )  # fmt: skip
-    url = f"redis://127.0.0.1:{port}/0"
+    proc = start_private_redis(port, tmp_path, *args)
     try:
-        client = redis.Redis.from_url(url, socket_timeout=1.0)
-        deadline = time.monotonic() + START_DEADLINE_S
-        while True:
-            try:
-                client.ping()
-                break
-            except rex.ConnectionError:
-                assert proc.poll() is None, "the private redis-server exited"
-                assert time.monotonic() < deadline, "the private redis-server did not answer"
-                time.sleep(0.05)
-        client.close()
-        yield url
+        yield f"redis://127.0.0.1:{port}/0"
     finally:
         proc.terminate()
         proc.wait(timeout=START_DEADLINE_S)

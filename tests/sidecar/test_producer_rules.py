@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import asyncio
 import re
-import socket
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -37,6 +36,7 @@ from sidecar.producer import Producer, ProducerConfig
 from sidecar.route import TopicRouteCache
 from sidecar.send_status import check_send_status
 from tests.broker.broker_process import BrokerProcess
+from tests.services import free_port
 from tests.sidecar.sidecar_process import wait_stored
 
 
@@ -97,12 +97,6 @@ def test_broker_answers_are_classified(code: int, expected: object) -> None:
     assert rejected.value.field == expected
 
 
-def closed_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 class RouteServer(service_pb2_grpc.MessagingServiceServicer):  # type: ignore[misc]
     """QueryRoute only: the topic's queues on the brokers given, 4 queues each."""
 
@@ -161,7 +155,7 @@ async def with_route(
 def test_a_failed_send_is_retried_on_another_broker_then_avoided(broker: BrokerProcess) -> None:
     async def scenario() -> None:
         # dict order: the dead broker comes first in the route, so the first try goes there.
-        server, producer = await with_route({"dead": closed_port(), "live": broker.port})
+        server, producer = await with_route({"dead": free_port(), "live": broker.port})
         try:
             first = await producer.send(outbox_message(1))
             assert first.broker_name == "live"
@@ -180,7 +174,7 @@ def test_a_failed_send_is_retried_on_another_broker_then_avoided(broker: BrokerP
 
 def test_every_broker_down_ends_as_one_unavailable_failure() -> None:
     async def scenario() -> None:
-        server, producer = await with_route({"a": closed_port(), "b": closed_port()})
+        server, producer = await with_route({"a": free_port(), "b": free_port()})
         try:
             with pytest.raises(SendFailedError) as failed:
                 await producer.send(outbox_message(1))
@@ -215,9 +209,7 @@ def test_a_held_route_failure_is_raised_fresh_each_time() -> None:
 
     async def scenario() -> None:
         channels = Channels()
-        routes = TopicRouteCache(
-            channels, (Endpoint("127.0.0.1", closed_port()),), "", 30_000, 2_000
-        )
+        routes = TopicRouteCache(channels, (Endpoint("127.0.0.1", free_port()),), "", 30_000, 2_000)
         raised: list[SendFailedError] = []
         try:
             for _ in range(50):

@@ -14,13 +14,11 @@ from __future__ import annotations
 import asyncio
 import json
 import socket
-import subprocess
 import threading
 from pathlib import Path
 
 import grpc
 import pytest
-import redis
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from outbox.entry import OutboxEntry, OutboxMessage, SpoolCause
@@ -30,6 +28,7 @@ from sidecar.channels import Endpoint
 from sidecar.clock import now_ms
 from sidecar.producer import Producer, ProducerConfig
 from tests.broker.broker_process import BrokerProcess, wait_until
+from tests.services import free_port, start_private_redis
 from tests.sidecar.sidecar_process import (
     SidecarProcess,
     message,
@@ -163,30 +162,6 @@ def test_an_ambiguous_entry_already_stored_is_not_sent_again(
     assert entry.receipt is not None, "marked delivered with the broker's receipt"
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def start_redis(port: int, directory: Path) -> subprocess.Popen[bytes]:
-    proc = subprocess.Popen(
-        ["redis-server", "--bind", "127.0.0.1", "--port", str(port), "--save", "",
-         "--appendonly", "no", "--dir", str(directory)],
-        stdout=subprocess.DEVNULL,
-    )  # fmt: skip
-    client = redis.Redis(port=port)
-    wait_until(lambda: _pings(client), DELIVERY_DEADLINE_S, f"redis-server on port {port}")
-    return proc
-
-
-def _pings(client: redis.Redis) -> bool:
-    try:
-        return bool(client.ping())
-    except redis.ConnectionError:
-        return False
-
-
 def health(endpoint: str) -> int:
     with grpc.insecure_channel(endpoint) as channel:
         stub = health_pb2_grpc.HealthStub(channel)
@@ -198,7 +173,7 @@ def test_readiness_follows_the_outbox_and_nothing_is_dropped_silently(
     broker: BrokerProcess, tmp_path: Path
 ) -> None:
     port = free_port()
-    server = start_redis(port, tmp_path)
+    server = start_private_redis(port, tmp_path)
     sidecar = SidecarProcess(broker.endpoint, f"redis://127.0.0.1:{port}/0?prefix=ready")
     try:
         assert health(sidecar.endpoint) == health_pb2.HealthCheckResponse.SERVING
@@ -213,7 +188,7 @@ def test_readiness_follows_the_outbox_and_nothing_is_dropped_silently(
             send(stub, message("Orders"))
         assert raised.value.code() == grpc.StatusCode.UNAVAILABLE
         assert "outbox" in (raised.value.details() or "")
-        server = start_redis(port, tmp_path)
+        server = start_private_redis(port, tmp_path)
         wait_until(
             lambda: health(sidecar.endpoint) == health_pb2.HealthCheckResponse.SERVING,
             DELIVERY_DEADLINE_S, "readiness back with the outbox",
