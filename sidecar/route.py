@@ -66,20 +66,16 @@ class TopicRouteCache:
         """The route of ``topic``: cached while fresh, else queried (one query per topic at a
         time). Raises SendRejectedError when the topic does not exist, SendFailedError when no
         access point answers."""
-        route = self._routes.get(topic)
-        if route is not None and time.monotonic() - route.fetched_s < self._refresh_interval_s:
+        route = self._fresh(topic)
+        if route is not None:
             return route
-        failed = self._failed.get(topic)
-        if failed is not None and route is None and time.monotonic() < failed[0]:
-            raise _again(failed[1])
         lock = self._locks.setdefault(topic, asyncio.Lock())
         async with lock:
-            route = self._routes.get(topic)
-            if route is not None and time.monotonic() - route.fetched_s < self._refresh_interval_s:
+            # Checked again: the query another send made while this one waited may have
+            # answered it.
+            route = self._fresh(topic)
+            if route is not None:
                 return route
-            failed = self._failed.get(topic)
-            if failed is not None and route is None and time.monotonic() < failed[0]:
-                raise _again(failed[1])
             try:
                 route = await self._query(topic, deadline_s)
             except SendFailedError as e:
@@ -91,6 +87,17 @@ class TopicRouteCache:
             self._failed.pop(topic, None)
             self._routes[topic] = route
             return route
+
+    def _fresh(self, topic: str) -> TopicRoute | None:
+        """The cached route while fresh; raises the held failure of a topic without a route;
+        None when a query is due."""
+        route = self._routes.get(topic)
+        if route is not None and time.monotonic() - route.fetched_s < self._refresh_interval_s:
+            return route
+        failed = self._failed.get(topic)
+        if failed is not None and route is None and time.monotonic() < failed[0]:
+            raise _again(failed[1])
+        return None
 
     def invalidate(self, topic: str) -> None:
         self._routes.pop(topic, None)
