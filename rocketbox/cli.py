@@ -24,14 +24,12 @@ from broker.group_config import RETRY_MAX_TIMES_DEFAULT
 from broker.store.config import FlushDiskType, MessageStoreConfig
 from broker.store.errors import StoreError
 from broker.topic_config import TopicMessageType
-from outbox.errors import OutboxError
 from outbox.factory import redact
 from rocketbox import admin_client as admin
-from rocketbox.sidecar_cli import sidecar_command
+from rocketbox.sidecar_cli import sidecar_command, start_sidecar
 from sidecar.channels import Endpoint
 from sidecar.config import SidecarConfig
 from sidecar.producer import ProducerConfig
-from sidecar.sidecar import Sidecar
 
 LOG = logging.getLogger("rocketbox")
 # `rocketbox up --profile`: where the embedded default keeps its outbox.
@@ -270,11 +268,7 @@ async def _run_broker(
         click.echo(f"recovery: {controller.recovery_report.summary()}")
         sidecar = None
         if sidecar_config is not None:
-            sidecar = Sidecar(sidecar_config(port))
-            try:
-                await sidecar.start()
-            except (OutboxError, OSError, ValueError) as e:
-                raise click.ClickException(f"the sidecar cannot start: {e}") from e
+            sidecar = await start_sidecar(sidecar_config(port))
             c = sidecar.config
             click.echo(
                 f"sidecar listening on {c.listen_host}:{sidecar.port} (apps send here: "

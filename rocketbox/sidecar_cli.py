@@ -176,12 +176,9 @@ def sidecar_command(
     asyncio.run(run_sidecar(config))
 
 
-async def run_sidecar(config: SidecarConfig, stop: asyncio.Event | None = None) -> None:
-    """Run until SIGINT/SIGTERM (or ``stop``), then stop gracefully."""
-    stop = stop or asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for signum in (signal.SIGINT, signal.SIGTERM):
-        loop.add_signal_handler(signum, stop.set)
+async def start_sidecar(config: SidecarConfig) -> Sidecar:
+    """A started sidecar (``rocketbox sidecar`` and ``rocketbox up``); a failure to start is
+    the command's error."""
     sidecar = Sidecar(config)
     try:
         await sidecar.start()
@@ -189,6 +186,16 @@ async def run_sidecar(config: SidecarConfig, stop: asyncio.Event | None = None) 
         raise click.ClickException(f"the sidecar cannot start: {e}") from e
     if sidecar.metrics_port:
         click.echo(f"sidecar metrics on {config.metrics_host}:{sidecar.metrics_port}")
+    return sidecar
+
+
+async def run_sidecar(config: SidecarConfig) -> None:
+    """Run until SIGINT/SIGTERM, then stop gracefully."""
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(signum, stop.set)
+    sidecar = await start_sidecar(config)
     click.echo(f"sidecar listening on {config.listen_host}:{sidecar.port}")
     try:
         await stop.wait()
