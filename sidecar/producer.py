@@ -124,9 +124,9 @@ class Producer:
 
     async def send_many(self, messages: Sequence[OutboxMessage]) -> list[SendOutcome]:
         """Send messages of one topic as one SendMessage request (a RocketMQ batch: one queue),
-        with the retry rules of ``send``; one outcome per message, in order. Messages the broker
-        refused are retried alone (another attempt of the request carries only them), so one
-        failing message never holds back the others' results."""
+        with the retry rules of ``send``; one outcome per message, in order. A retry carries only
+        the messages whose attempt failed, so one failing message never holds back the others'
+        results."""
         topic = messages[0].topic
         assert all(m.topic == topic for m in messages), "a batch is of one topic"
         assert len(messages) == 1 or not any(m.message_group for m in messages), (
@@ -158,7 +158,7 @@ class Producer:
             except Exception as e:  # grpc.aio.AioRpcError; classified in one place
                 answers: list[SendOutcome] = [classify_rpc_error(e)] * len(pending)
             else:
-                answers = self._answers(response, len(pending), queue, attempt, messages, pending)
+                answers = self._answers(response, queue, attempt, messages, pending)
             failed = False
             throttled = False
             for i, answer in zip(pending, answers, strict=True):
@@ -196,7 +196,6 @@ class Producer:
     def _answers(
         self,
         response: service_pb2.SendMessageResponse,
-        count: int,
         queue: WritableQueue,
         attempt: int,
         messages: Sequence[OutboxMessage],
@@ -204,6 +203,7 @@ class Producer:
     ) -> list[SendOutcome]:
         """Per message: a receipt, or the error its status means. A response without one entry
         per message is answered by its top-level status for all."""
+        count = len(pending)
         entries = list(response.entries) if len(response.entries) == count else [None] * count
         answers: list[SendOutcome] = []
         for i, entry in zip(pending, entries, strict=True):
