@@ -160,7 +160,10 @@ class SidecarService(sidecar_pb2_grpc.SidecarServiceServicer):  # type: ignore[m
         context: grpc.aio.ServicerContext[Any, Any],
     ) -> AsyncIterator[api.SendStreamResponse]:
         slots = asyncio.Semaphore(self._stream_in_flight_max)
-        answers: asyncio.Queue[api.SendStreamResponse | None] = asyncio.Queue()
+        # Bounded too: answers the app does not read hold their tasks, and so the reading.
+        answers: asyncio.Queue[api.SendStreamResponse | None] = asyncio.Queue(
+            maxsize=self._stream_in_flight_max
+        )
         tasks: set[asyncio.Task[None]] = set()
 
         async def answer(request: api.SendStreamRequest) -> None:
