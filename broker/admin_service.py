@@ -35,6 +35,7 @@ from broker.admin_converter import (
     validate_reset,
     within_budget,
 )
+from broker.consumer_progress import topic_progress
 from broker.errors import BrokerError, TopicExistsError, TopicNotFoundError
 from broker.flow_control import ForcedFlowControl
 from broker.group_config import (
@@ -268,29 +269,17 @@ class BrokerAdminService(broker_admin_pb2_grpc.BrokerAdminServicer):  # type: ig
             raise
 
     def _progress(self, group: str, topic: str) -> apb.GroupTopicProgress:
-        tc = self._topics.find(topic)
-        # A deleted topic the group consumed: its queues as long as they are stored.
-        queue_ids = (
-            range(tc.queue_nums)
-            if tc is not None
-            else self._store.consume_queue_store.queue_ids(topic)
-        )
-        queues = []
-        for queue_id in queue_ids:
-            low = self._store.get_min_offset_in_queue(topic, queue_id)
-            high = self._store.get_max_offset_in_queue(topic, queue_id)
-            consume_offset = self._pop.consume_offset(group, topic, queue_id)
-            queues.append(
-                apb.GroupQueueProgress(
-                    queue_id=queue_id,
-                    min_queue_offset=low,
-                    max_queue_offset=high,
-                    consume_offset=consume_offset,
-                    # What retention removed below min_queue_offset can never be consumed.
-                    lag=max(0, high - max(consume_offset, low)),
-                    inflight_count=self._pop.inflight_count(group, topic, queue_id),
-                )
+        queues = [
+            apb.GroupQueueProgress(
+                queue_id=q.queue_id,
+                min_queue_offset=q.min_queue_offset,
+                max_queue_offset=q.max_queue_offset,
+                consume_offset=q.consume_offset,
+                lag=q.lag,
+                inflight_count=q.inflight_count,
             )
+            for q in topic_progress(self._store, self._topics, self._pop, group, topic)
+        ]
         return apb.GroupTopicProgress(topic=topic, queues=queues)
 
     def _members(self, group: str) -> list[apb.GroupMember]:

@@ -11,9 +11,12 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Iterator, Sequence
+from wsgiref.simple_server import WSGIServer
 
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
+from prometheus_client import start_http_server
 from rocketmq.grpc_protocol import definition_pb2 as pb
 from rocketmq.grpc_protocol import service_pb2_grpc
 
@@ -21,12 +24,14 @@ from broker.admin_service import ADMIN_SERVICE_NAME, BrokerAdminService
 from broker.arrival import MessageArrivalNotifier
 from broker.config import BrokerConfig
 from broker.consumer_offset import ConsumerOffsetManager
+from broker.consumer_progress import QueueProgress, topic_progress
 from broker.flow_control import ForcedFlowControl, SendQueue
 from broker.group_config import GroupConfigManager
 from broker.grpc_service.client_registry import ClientRegistry
 from broker.grpc_service.consumer_activity import ConsumerActivity
 from broker.grpc_service.messaging_service import MessagingService
 from broker.grpc_service.pull_activity import PullActivity
+from broker.metrics import BrokerMetrics
 from broker.pop_message import PopMessageService
 from broker.send_message import SendMessageService
 from broker.store.message import MessageExt
@@ -46,7 +51,12 @@ SHUTDOWN_GRACE_S = 10.0
 class BrokerController:
     def __init__(self, config: BrokerConfig) -> None:
         self.config = config
-        self.store = DefaultMessageStore(config.store, (config.route_host, config.listen_port))
+        self.metrics = BrokerMetrics()
+        self.store = DefaultMessageStore(
+            config.store,
+            (config.route_host, config.listen_port),
+            on_flush_seconds=self.metrics.observe_flush,
+        )
         self.topics = TopicConfigManager(config.config_dir, config.default_topic_queue_nums)
         self.groups = GroupConfigManager(config.config_dir)
         self.arrivals = MessageArrivalNotifier()
@@ -62,6 +72,8 @@ class BrokerController:
         self._timer: TimerMessageService | None = None
         self._transactions: TransactionalMessageService | None = None
         self._messaging: MessagingService | None = None
+        self.metrics_port = 0
+        self._metrics_server: WSGIServer | None = None
 
     async def start(self) -> int:
         """Recover and serve; returns the bound port. On failure, what started is stopped."""
@@ -102,6 +114,7 @@ class BrokerController:
             self._timer,
             self._transactions,
             cfg.auto_create_topic_enable,
+            self.metrics,
         )
         broker = pb.Broker(
             name=cfg.broker_name,
@@ -155,8 +168,30 @@ class BrokerController:
         await server.start()
         for service in ("", MESSAGING_SERVICE_NAME, ADMIN_SERVICE_NAME):
             await self._health.set(service, health_pb2.HealthCheckResponse.SERVING)
+        self.metrics.watch(self)
+        if cfg.metrics_host is not None:
+            self._metrics_server, _ = start_http_server(
+                cfg.metrics_port, cfg.metrics_host, registry=self.metrics.registry
+            )
+            self.metrics_port = self._metrics_server.server_port
+            LOG.info("broker metrics on http://%s:%s/metrics", cfg.metrics_host, self.metrics_port)
         LOG.info("broker %s serving on %s:%s", cfg.broker_name, cfg.listen_host, self.port)
         return self.port
+
+    # -- what the scrape-time metrics read (broker/metrics.py BrokerState) ----------------------
+    def consumer_progress(self) -> Iterator[tuple[str, str, Sequence[QueueProgress]]]:
+        if self._pop is None:
+            return
+        for gc in self.groups.list():
+            for topic in self._pop.topics_of(gc.group_name):
+                progress = topic_progress(self.store, self.topics, self._pop, gc.group_name, topic)
+                yield gc.group_name, topic, progress
+
+    def send_queue_depth(self) -> int:
+        return self._send_queue.depth if self._send_queue is not None else 0
+
+    def commitlog_offsets(self) -> tuple[int, int]:
+        return self.store.commit_log.max_offset, self.store.commit_log_flushed_offset
 
     def _bind(self) -> grpc.aio.Server:
         cfg = self.config
@@ -185,6 +220,10 @@ class BrokerController:
         return self._messaging.request_transaction_check(topic, half, transaction_id)
 
     async def shutdown(self) -> None:
+        if self._metrics_server is not None:
+            self._metrics_server.shutdown()
+            self._metrics_server.server_close()
+            self._metrics_server = None
         if self._server is not None:
             await self._health.enter_graceful_shutdown()
             self.arrivals.wake_all()

@@ -56,9 +56,14 @@ class BrokerConfig:
     tls_cert_file: Path | None = None
     tls_key_file: Path | None = None
 
+    # Prometheus metrics over HTTP (broker/metrics.py); None: not served. Port 0: a free one.
+    metrics_host: str | None = None
+    metrics_port: int = 0
+
     def __post_init__(self) -> None:
         checks = [
             (0 <= self.listen_port <= 65535, "listen_port must be in 0..65535"),
+            (0 <= self.metrics_port <= 65535, "metrics_port must be in 0..65535"),
             (self.advertised_host != "0.0.0.0", "advertised_host 0.0.0.0 cannot be dialled"),  # noqa: S104
             (1 <= self.default_topic_queue_nums <= 1024, "default_topic_queue_nums: 1..1024"),
             (self.wait_time_ms_in_send_queue > 0, "wait_time_ms_in_send_queue must be > 0"),

@@ -11,6 +11,7 @@ Nothing of a refused send is stored, so the producer may retry it later without 
 from __future__ import annotations
 
 import asyncio
+import enum
 import logging
 import time
 from collections.abc import Awaitable, Callable
@@ -21,8 +22,21 @@ LOG = logging.getLogger(__name__)
 T = TypeVar("T")
 
 
+class FlowControlReason(enum.StrEnum):
+    """Why a send was refused: the label of the broker's flow-control metric."""
+
+    FORCED = "forced"
+    SEND_QUEUE_FULL = "send_queue_full"
+    SEND_QUEUE_WAIT = "send_queue_wait"
+    TIMER_FULL = "timer_full"
+
+
 class FlowControlled(Exception):  # noqa: N818 - an outcome the edge maps to TOO_MANY_REQUESTS
     """The broker will not take this send now; retry later."""
+
+    def __init__(self, message: str, reason: FlowControlReason) -> None:
+        super().__init__(message)
+        self.reason = reason
 
 
 class ForcedFlowControl:
@@ -43,9 +57,14 @@ class ForcedFlowControl:
 
     def check(self, topic: str) -> None:
         if self.broker_wide:
-            raise FlowControlled("flow control forced on for the broker by an operator")
+            raise FlowControlled(
+                "flow control forced on for the broker by an operator", FlowControlReason.FORCED
+            )
         if topic in self.topics:
-            raise FlowControlled(f"flow control forced on for topic {topic!r} by an operator")
+            raise FlowControlled(
+                f"flow control forced on for topic {topic!r} by an operator",
+                FlowControlReason.FORCED,
+            )
 
 
 @dataclass(slots=True)
@@ -63,8 +82,6 @@ class SendQueue:
         self._queue: asyncio.Queue[_Job] = asyncio.Queue(maxsize=capacity_max)
         self._workers_n = workers
         self._workers: list[asyncio.Task[None]] = []
-        self.rejected_queue_full = 0
-        self.rejected_queue_wait = 0
 
     def start(self) -> None:
         self._workers = [
@@ -89,9 +106,9 @@ class SendQueue:
         try:
             self._queue.put_nowait(_Job(work, fut, time.monotonic()))
         except asyncio.QueueFull:
-            self.rejected_queue_full += 1
             raise FlowControlled(
-                f"send queue full (send_queue_capacity_max={self._capacity_max})"
+                f"send queue full (send_queue_capacity_max={self._capacity_max})",
+                FlowControlReason.SEND_QUEUE_FULL,
             ) from None
         return await fut
 
@@ -101,11 +118,11 @@ class SendQueue:
             try:
                 waited_s = time.monotonic() - job.enqueued_at
                 if waited_s > self._wait_s_max:
-                    self.rejected_queue_wait += 1
                     job.future.set_exception(
                         FlowControlled(
                             f"waited {waited_s * 1000:.0f} ms in the send queue "
-                            f"(wait_time_ms_in_send_queue={self._wait_time_ms_max})"
+                            f"(wait_time_ms_in_send_queue={self._wait_time_ms_max})",
+                            FlowControlReason.SEND_QUEUE_WAIT,
                         )
                     )
                     continue

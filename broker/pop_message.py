@@ -385,6 +385,7 @@ class PopMessageService:
             msg.topic,
             group,
             attempts,
+            extra={"message_id": msg.msg_id, "topic": msg.topic},
         )
 
 

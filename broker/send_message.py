@@ -14,7 +14,8 @@ import zlib
 from dataclasses import dataclass
 
 from broker.errors import TopicNotFoundError
-from broker.flow_control import FlowControlled, ForcedFlowControl, SendQueue
+from broker.flow_control import FlowControlled, FlowControlReason, ForcedFlowControl, SendQueue
+from broker.metrics import BrokerMetrics
 from broker.store.message import MessageExtBrokerInner
 from broker.store.message_store import DefaultMessageStore
 from broker.store.status import PutMessageResult
@@ -51,8 +52,10 @@ class SendMessageService:
         timer: TimerMessageService,
         transactions: TransactionalMessageService,
         auto_create_topic: bool,
+        metrics: BrokerMetrics,
     ) -> None:
         self._store = store
+        self._metrics = metrics
         self._topics = topics
         self._forced = forced
         self._send_queue = send_queue
@@ -78,6 +81,13 @@ class SendMessageService:
     async def send(self, topic: str, messages: list[InboundMessage]) -> list[SendResult]:
         """Store every message of one request (all of ``topic``); raises FlowControlled or
         TopicNotFoundError without storing anything."""
+        try:
+            return await self._send(topic, messages)
+        except FlowControlled as e:
+            self._metrics.observe_flow_control(e.reason)
+            raise
+
+    async def _send(self, topic: str, messages: list[InboundMessage]) -> list[SendResult]:
         tc = self.topic_config(topic)
         self._forced.check(topic)
         now_ms = time.time_ns() // 1_000_000
@@ -90,13 +100,21 @@ class SendMessageService:
             elif m.deliver_ms is not None and m.deliver_ms > now_ms:
                 if self._timer.is_full:
                     raise FlowControlled(
-                        f"{self._timer.pending_count} delayed messages pending (timer_pending_max)"
+                        f"{self._timer.pending_count} delayed messages pending (timer_pending_max)",
+                        FlowControlReason.TIMER_FULL,
                     )
                 self._timer.wrap(m.inner, queue_id)
             else:
                 m.inner.queue_id = queue_id
         inners = [m.inner for m in messages]
-        results = await self._send_queue.submit(lambda: self._store.async_put_messages(inners))
+
+        async def put() -> list[PutMessageResult]:
+            started_s = time.perf_counter()
+            results = await self._store.async_put_messages(inners)
+            self._metrics.observe_put(topic, results, time.perf_counter() - started_s)
+            return results
+
+        results = await self._send_queue.submit(put)
         out = []
         for m, queue_id, r in zip(messages, queue_ids, results, strict=True):
             tid = ""

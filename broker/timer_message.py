@@ -171,9 +171,15 @@ class TimerMessageService:
         if result.ok:
             self._mark_delivered(queue_offset)
             self.delivered_count += 1
-            LOG.debug("timer: delivered %s to %s", msg_id, real_topic)
+            LOG.debug(
+                "timer: delivered %s to %s", msg_id, real_topic,
+                extra={"message_id": msg_id, "topic": real_topic},
+            )  # fmt: skip
         else:
-            LOG.warning("timer: delivering %s failed (%s); retrying", msg_id, result.status.value)
+            LOG.warning(
+                "timer: delivering %s failed (%s); retrying", msg_id, result.status.value,
+                extra={"message_id": msg_id, "topic": real_topic},
+            )  # fmt: skip
             with self._lock:
                 self._pending.discard(queue_offset)
             self._push(deliver_ms + REDELIVER_DELAY_MS, queue_offset, phy, size)

@@ -205,6 +205,7 @@ class TransactionalMessageService:
             half.msg_id,
             "committed" if resolution is Resolution.COMMIT else "rolled back",
             reason,
+            extra={"message_id": half.msg_id, "topic": real_topic_of(half)},
         )
         if resolution is Resolution.COMMIT:
             return EndTransactionOutcome.COMMITTED

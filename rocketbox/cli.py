@@ -26,7 +26,8 @@ from broker.store.errors import StoreError
 from broker.topic_config import TopicMessageType
 from outbox.factory import redact
 from rocketbox import admin_client as admin
-from rocketbox.sidecar_cli import sidecar_command, start_sidecar
+from rocketbox.logs import LOG_FORMATS, configure_logging
+from rocketbox.sidecar_cli import optional_listen, sidecar_command, start_sidecar
 from sidecar.channels import Endpoint
 from sidecar.config import SidecarConfig
 from sidecar.producer import ProducerConfig
@@ -42,11 +43,15 @@ UP_PROFILES = {
 
 @click.group(context_settings={"auto_envvar_prefix": "ROCKETBOX", "show_default": True})
 @click.option("--log-level", default="INFO", type=click.Choice(["DEBUG", "INFO", "WARNING"]))
-def main(log_level: str) -> None:
+@click.option(
+    "--log-format",
+    default="text",
+    type=click.Choice(LOG_FORMATS),
+    help="json: one object per line, with message_id and topic on lines about a message.",
+)
+def main(log_level: str, log_format: str) -> None:
     """rocketbox: a reliable-producer sidecar with a durable retry outbox, and its broker."""
-    logging.basicConfig(
-        level=log_level, format="%(asctime)s %(levelname)s %(name)s %(threadName)s: %(message)s"
-    )
+    configure_logging(log_level, log_format)
 
 
 def store_geometry_options(command: Callable[..., None]) -> Callable[..., None]:
@@ -87,6 +92,14 @@ def store_geometry_options(command: Callable[..., None]) -> Callable[..., None]:
     help="The outbox: RocksDB under DATA_DIR/outbox, or this machine's Redis or MySQL.",
 )
 @click.option("--outbox", "outbox_url", default=None, metavar="URL", help="Overrides --profile.")
+@click.option(
+    "--metrics-listen",
+    default="127.0.0.1:9108",
+    callback=optional_listen,
+    metavar="HOST:PORT",
+    help="Serve the broker's and the sidecar's Prometheus metrics here (port 0: a free "
+    "port; empty: off).",
+)
 def up(
     data_dir: Path,
     listen_port: int,
@@ -98,6 +111,7 @@ def up(
     sidecar_port: int,
     profile: str,
     outbox_url: str | None,
+    metrics_listen: Endpoint | None,
 ) -> None:
     """Run rocketbox's embedded default on this machine, data under DATA_DIR: the broker
     (apache.rocketmq.v2 on 127.0.0.1:8081, topics created on first use) and the sidecar
@@ -112,7 +126,11 @@ def up(
     )
     # A developer's default: topics appear on first use, as RocketMQ's own default does.
     config = BrokerConfig(
-        store=store_config, listen_port=listen_port, auto_create_topic_enable=True
+        store=store_config,
+        listen_port=listen_port,
+        auto_create_topic_enable=True,
+        metrics_host=metrics_listen.host if metrics_listen else None,
+        metrics_port=metrics_listen.port if metrics_listen else 0,
     )
     url = outbox_url or UP_PROFILES[profile].format(outbox_dir=(data_dir / "outbox").resolve())
 
@@ -163,6 +181,13 @@ def up(
 @click.option("--send-workers", default=64, type=click.IntRange(min=1))
 @click.option("--tls-cert", type=click.Path(path_type=Path, exists=True, dir_okay=False))
 @click.option("--tls-key", type=click.Path(path_type=Path, exists=True, dir_okay=False))
+@click.option(
+    "--metrics-listen",
+    default=None,
+    callback=optional_listen,
+    metavar="HOST:PORT",
+    help="Serve the broker's Prometheus metrics here (port 0: a free port; empty: off).",
+)
 def broker(
     data_dir: Path,
     listen_host: str,
@@ -185,6 +210,7 @@ def broker(
     send_workers: int,
     tls_cert: Path | None,
     tls_key: Path | None,
+    metrics_listen: Endpoint | None,
 ) -> None:
     """Serve the apache.rocketmq.v2 messaging service on the store until SIGINT or SIGTERM."""
     store_config = MessageStoreConfig(
@@ -211,6 +237,8 @@ def broker(
             send_workers=send_workers,
             tls_cert_file=tls_cert,
             tls_key_file=tls_key,
+            metrics_host=metrics_listen.host if metrics_listen else None,
+            metrics_port=metrics_listen.port if metrics_listen else 0,
         )
         topic_specs = [parse_topic_spec(spec) for spec in topics]
         group_specs = [parse_group_spec(spec) for spec in groups]
@@ -274,6 +302,10 @@ async def _run_broker(
                 f"sidecar listening on {c.listen_host}:{sidecar.port} (apps send here: "
                 f"rocketbox.v1.SidecarService), outbox {redact(c.outbox_url)}"
             )
+            # One process, one scrape target: the broker's endpoint serves the sidecar's too.
+            controller.metrics.registry.register(sidecar.metrics.registry)
+        if controller.metrics_port:
+            click.echo(f"metrics on http://{config.metrics_host}:{controller.metrics_port}/metrics")
         click.echo(f"broker listening on {config.listen_host}:{port}; Ctrl-C stops cleanly")
         try:
             await stop.wait()

@@ -35,9 +35,10 @@ def _listen(_ctx: click.Context, _param: click.Parameter, value: str) -> Endpoin
         raise click.BadParameter(str(e)) from e
 
 
-def _optional_listen(
+def optional_listen(
     ctx: click.Context, param: click.Parameter, value: str | None
 ) -> Endpoint | None:
+    """HOST:PORT, or None when the option is empty (off)."""
     return _listen(ctx, param, value) if value else None
 
 
@@ -69,7 +70,7 @@ def _optional_listen(
 @click.option(
     "--metrics-listen",
     default=None,
-    callback=lambda c, p, v: _listen(c, p, v) if v else None,
+    callback=optional_listen,
     metavar="HOST:PORT",
     help="Serve Prometheus metrics here (off by default).",
 )

@@ -127,8 +127,9 @@ class Intake:
         with self._metrics.put_seconds.time():
             stored = await self._outbox.call(self._outbox.outbox.put, [entry])
         LOG.debug(
-            "spooled %s to %s: %s (%s)", message.message_id, message.topic, cause.value, detail
-        )
+            "spooled %s to %s: %s (%s)", message.message_id, message.topic, cause.value, detail,
+            extra={"message_id": message.message_id, "topic": message.topic},
+        )  # fmt: skip
         if due_now:
             self._on_spooled()  # others wait for their back-off: the pool's poll finds them
         return Spooled(stored[0])

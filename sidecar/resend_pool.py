@@ -158,7 +158,10 @@ class ResendPool:
             try:
                 await self._outbox.call(self._outbox.outbox.release, entry.message_id, self.owner)
             except Exception:  # the lease expires by itself
-                LOG.warning("releasing the lease of %s failed", entry.message_id, exc_info=True)
+                LOG.warning(
+                    "releasing the lease of %s failed", entry.message_id, exc_info=True,
+                    extra={"message_id": entry.message_id, "topic": entry.message.topic},
+                )  # fmt: skip
 
     async def _resend(self, job: list[OutboxEntry]) -> None:
         try:
@@ -183,7 +186,10 @@ class ResendPool:
             return True
         if not lookup.offered or lookup.copy is None:
             return False
-        LOG.info("%s to %s was already stored; not resent", m.message_id, m.topic)
+        LOG.info(
+            "%s to %s was already stored; not resent", m.message_id, m.topic,
+            extra={"message_id": m.message_id, "topic": m.topic},
+        )  # fmt: skip
         receipt = DeliveryReceipt(lookup.copy.queue_id, lookup.copy.queue_offset, now_ms())
         await self._delivered([(entry, receipt)])
         return True
@@ -237,7 +243,10 @@ class ResendPool:
         if done:
             self._count("RESCHEDULED")
         else:
-            LOG.warning("lease of %s was lost before its reschedule", entry.message_id)
+            LOG.warning(
+                "lease of %s was lost before its reschedule", entry.message_id,
+                extra={"message_id": entry.message_id, "topic": entry.message.topic},
+            )  # fmt: skip
 
     async def _bury(self, entry: OutboxEntry, error: str) -> None:
         done = await self._outbox.call(
@@ -245,7 +254,10 @@ class ResendPool:
         )
         if done:
             self._count("BURIED")
-            LOG.error("buried %s to %s: %s", entry.message_id, entry.message.topic, error)
+            LOG.error(
+                "buried %s to %s: %s", entry.message_id, entry.message.topic, error,
+                extra={"message_id": entry.message_id, "topic": entry.message.topic},
+            )  # fmt: skip
 
     async def _purge(self) -> None:
         before_ms = now_ms() - int(self.config.delivered_retention_hours * HOUR_MS)

@@ -55,8 +55,15 @@ LOG = logging.getLogger(__name__)
 
 
 class DefaultMessageStore(MessageReader):
-    def __init__(self, config: MessageStoreConfig, store_host: HostAddress = NO_HOST) -> None:
+    def __init__(
+        self,
+        config: MessageStoreConfig,
+        store_host: HostAddress = NO_HOST,
+        on_flush_seconds: Callable[[float], None] | None = None,
+    ) -> None:
+        """``on_flush_seconds`` is told how long each commitlog fsync took (the metrics)."""
         self.config = config
+        self._on_flush_seconds = on_flush_seconds
         self.store_host = store_host
         self.commit_log = CommitLog(config)
         self.consume_queue_store = ConsumeQueueStore(
@@ -123,14 +130,28 @@ class DefaultMessageStore(MessageReader):
         self._commit_log_flushed_offset = report.max_phy_offset
         return report
 
+    def _timed_flush(self) -> int:
+        assert self._on_flush_seconds is not None
+        started_s = time.perf_counter()
+        try:
+            return self.commit_log.flush()
+        finally:
+            self._on_flush_seconds(time.perf_counter() - started_s)
+
+    @property
+    def commit_log_flushed_offset(self) -> int:
+        """The phy_offset up to which the commitlog is known to be on disk."""
+        return self._commit_log_flushed_offset
+
     def _start_services(self, reput_from_offset: int) -> None:
         cfg = self.config
         reput = self._reput = ReputMessageService(
             self.commit_log, [self._dispatch_live], reput_from_offset
         )
+        flush = self.commit_log.flush if self._on_flush_seconds is None else self._timed_flush
         if cfg.flush_disk_type is FlushDiskType.SYNC_FLUSH:
             self._group_commit = GroupCommitService(
-                self.commit_log.flush,
+                flush,
                 self._commit_log_flushed_offset,
                 cfg.group_commit_requests_max,
                 self._on_commit_log_flushed,
@@ -139,7 +160,7 @@ class DefaultMessageStore(MessageReader):
             flusher: ServiceThread = self._group_commit
         else:
             flusher = FlushRealTimeService(
-                self.commit_log.flush,
+                flush,
                 self.commit_log.dirty_bytes,
                 cfg.flush_interval_commit_log_ms,
                 cfg.flush_commit_log_least_pages,

@@ -1,7 +1,8 @@
 """`rocketbox up` is the whole embedded default in one process: the broker, the sidecar and a
 RocksDB outbox under one data directory. An app sends through the sidecar, the official client
 consumes from the broker, SIGINT stops everything with exit 0, and a restart over the same
-directory still has every message.
+directory still has every message. Its one metrics endpoint serves the broker's and the
+sidecar's series.
 """
 
 from __future__ import annotations
@@ -16,11 +17,13 @@ from rocketmq import ClientConfiguration, Credentials, FilterExpression, SimpleC
 
 from rocketbox_api.v1 import sidecar_pb2_grpc
 from tests.broker.broker_process import SMALL_STORE_ARGS
+from tests.prometheus import metrics_port, sample, scrape
 from tests.rocketbox_process import RocketboxProcess, wait_until
 from tests.sidecar.sidecar_process import message, outcome, send, wait_stored
 
 SIDECAR_LINE = re.compile(r"^sidecar listening on [^\s]+:(\d+)")
 BROKER_LINE = re.compile(r"broker listening on [^\s]+:(\d+)")
+METRICS_LINE = re.compile(r"^metrics on http://[^\s]+:(\d+)/metrics", re.MULTILINE)
 RECEIVE_DEADLINE_S = 30.0
 
 
@@ -30,12 +33,13 @@ class Up(RocketboxProcess):
             "rocketbox up",
             SIDECAR_LINE,
             ["up", "--data-dir", str(data_dir), "--listen-port", "0", "--sidecar-port", "0",
-             *SMALL_STORE_ARGS],
+             "--metrics-listen", "127.0.0.1:0", *SMALL_STORE_ARGS],
         )  # fmt: skip
         # The broker's line follows the sidecar's.
         self.wait_for(BROKER_LINE)
         [broker_port] = BROKER_LINE.findall(self.output())
         self.broker_endpoint = f"127.0.0.1:{broker_port}"
+        self.metrics_port = metrics_port(self.output(), METRICS_LINE)
 
     def wait_for(self, line: re.Pattern[str]) -> None:
         wait_until(lambda: line.search(self.output()), 30.0, f"{line.pattern} from up")
@@ -54,6 +58,13 @@ def test_up_sends_through_the_sidecar_and_keeps_everything_across_a_restart(
             stub = sidecar_pb2_grpc.SidecarServiceStub(channel)
             results = [send(stub, message("Orders", f"order {i}".encode())) for i in range(10)]
         assert {outcome(r) for r in results} == {"stored"}
+        # One process, one scrape target: the broker's and the sidecar's series side by side.
+        samples = scrape(up.metrics_port)
+        stored = sample(samples, "rocketbox_sidecar_sends_total", state="STORED", cause="")
+        puts = sample(
+            samples, "rocketbox_broker_put_messages_total", topic="Orders", status="PUT_OK"
+        )
+        assert (stored, puts) == (10, 10)
         ids = [r.message_id for r in results]
         consumer = SimpleConsumer(
             ClientConfiguration(up.broker_endpoint, Credentials()),

@@ -31,12 +31,15 @@ def restart(broker: BrokerProcess) -> BrokerProcess:
 
 
 class SidecarProcess(RocketboxProcess):
-    def __init__(self, broker_endpoint: str, outbox_url: str, *args: str) -> None:
+    def __init__(
+        self, broker_endpoint: str, outbox_url: str, *args: str, options: tuple[str, ...] = ()
+    ) -> None:
+        """``options`` are rocketbox's own (``--log-format``), given before ``sidecar``."""
         self.outbox_url = outbox_url
         super().__init__(
             "sidecar",
             READY_LINE,
-            ["sidecar", "--broker", broker_endpoint, "--outbox", outbox_url,
+            [*options, "sidecar", "--broker", broker_endpoint, "--outbox", outbox_url,
              "--listen", "127.0.0.1:0", *FAST_RESEND_ARGS, *args],
         )  # fmt: skip
 

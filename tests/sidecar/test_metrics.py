@@ -4,33 +4,19 @@ resend pool's deliveries, and the outbox's depth; scraped over HTTP from a real 
 from __future__ import annotations
 
 import re
-import urllib.request
 from pathlib import Path
-
-from prometheus_client.parser import text_string_to_metric_families
 
 from rocketbox_api.v1 import sidecar_pb2 as api
 from tests.broker.broker_process import BrokerProcess, wait_until
+from tests.prometheus import Samples, metrics_port, sample, scrape
 from tests.sidecar.sidecar_process import SidecarProcess, message, outcome, restart, send
 
 METRICS_LINE = re.compile(r"sidecar metrics on [^\s]+:(\d+)")
 DEADLINE_S = 30.0
-Samples = dict[tuple[str, tuple[tuple[str, str], ...]], float]
-
-
-def scrape(port: int) -> Samples:
-    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as response:
-        text = response.read().decode()
-    return {
-        (sample.name, tuple(sorted(sample.labels.items()))): sample.value
-        for family in text_string_to_metric_families(text)
-        for sample in family.samples
-    }
 
 
 def sends(samples: Samples, state: str, cause: str) -> float:
-    key = ("rocketbox_sidecar_sends_total", (("cause", cause), ("state", state)))
-    return samples.get(key, 0.0)
+    return sample(samples, "rocketbox_sidecar_sends_total", state=state, cause=cause)
 
 
 def test_counters_move_by_what_was_sent(broker: BrokerProcess, tmp_path: Path) -> None:
@@ -38,7 +24,7 @@ def test_counters_move_by_what_was_sent(broker: BrokerProcess, tmp_path: Path) -
         broker.endpoint, f"rocksdb://{tmp_path / 'outbox'}", "--metrics-listen=127.0.0.1:0",
         "--outbox-stats-interval-ms=50", "--backoff-initial-ms=2000", "--backoff-max-ms=2000",
     )  # fmt: skip
-    [port] = [int(p) for p in METRICS_LINE.findall(sidecar.output())]
+    port = metrics_port(sidecar.output(), METRICS_LINE)
     back: BrokerProcess | None = None
     try:
         with sidecar.client() as stub:
