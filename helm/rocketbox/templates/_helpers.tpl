@@ -1,0 +1,124 @@
+{{/*
+Names, labels, the image and security contexts shared by every rocketbox manifest. The sidecar's
+templates (_sidecar.tpl) use only the helpers that take the values alone, because an app's chart
+calls them with its own .Release and .Chart.
+*/}}
+
+{{- define "rocketbox.name" -}}
+{{- .Values.nameOverride | default .Chart.Name | trunc 40 | trimSuffix "-" -}}
+{{- end -}}
+
+{{/*
+The prefix of every resource name. 40 characters at most: "-broker-headless" is the longest
+suffix, and a StatefulSet's pods carry "<name>-<ordinal>" and "<name>-<revision hash>" labels
+that Kubernetes limits to 63 characters.
+*/}}
+{{- define "rocketbox.fullname" -}}
+{{- $name := .Values.nameOverride | default .Chart.Name -}}
+{{- $full := .Values.fullnameOverride -}}
+{{- if not $full -}}
+{{- $full = hasPrefix $name .Release.Name | ternary .Release.Name (printf "%s-%s" .Release.Name $name) -}}
+{{- end -}}
+{{- $full | trunc 40 | trimSuffix "-" -}}
+{{- end -}}
+
+{{- define "rocketbox.brokerName" -}}
+{{- printf "%s-broker" (include "rocketbox.fullname" .) -}}
+{{- end -}}
+
+{{- define "rocketbox.brokerHeadlessName" -}}
+{{- printf "%s-broker-headless" (include "rocketbox.fullname" .) -}}
+{{- end -}}
+
+{{- define "rocketbox.exampleAppName" -}}
+{{- printf "%s-example-app" (include "rocketbox.fullname" .) -}}
+{{- end -}}
+
+{{/* Labels every resource carries. */}}
+{{- define "rocketbox.labels" -}}
+helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}
+app.kubernetes.io/name: {{ include "rocketbox.name" . }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+app.kubernetes.io/part-of: rocketbox
+{{- end -}}
+
+{{/* Selector labels of one component: call with (dict "root" $ "component" "broker"). */}}
+{{- define "rocketbox.selectorLabels" -}}
+app.kubernetes.io/name: {{ include "rocketbox.name" .root }}
+app.kubernetes.io/instance: {{ .root.Release.Name }}
+app.kubernetes.io/component: {{ .component }}
+{{- end -}}
+
+{{/* All labels of one component: call with (dict "root" $ "component" "broker"). */}}
+{{- define "rocketbox.componentLabels" -}}
+{{ include "rocketbox.labels" .root }}
+app.kubernetes.io/component: {{ .component }}
+{{- end -}}
+
+{{/* The image reference; takes the chart's values. A digest, when given, wins over the tag. */}}
+{{- define "rocketbox.image" -}}
+{{- if .image.digest -}}
+{{- printf "%s@%s" .image.repository .image.digest -}}
+{{- else -}}
+{{- printf "%s:%s" .image.repository .image.tag -}}
+{{- end -}}
+{{- end -}}
+
+{{/* A pod's securityContext; takes the chart's values. */}}
+{{- define "rocketbox.podSecurityContext" -}}
+runAsNonRoot: true
+runAsUser: {{ .securityContext.runAsUser }}
+runAsGroup: {{ .securityContext.runAsGroup }}
+fsGroup: {{ .securityContext.fsGroup }}
+# Re-own a volume's files only when its root does not already belong to fsGroup: a large store
+# would otherwise be walked on every start.
+fsGroupChangePolicy: OnRootMismatch
+seccompProfile:
+  type: RuntimeDefault
+{{- end -}}
+
+{{/*
+A rocketbox container's securityContext; takes the chart's values. It repeats the user so that
+the sidecar runs as rocketbox's user inside an app's pod whatever that pod's own settings.
+*/}}
+{{- define "rocketbox.containerSecurityContext" -}}
+runAsNonRoot: true
+runAsUser: {{ .securityContext.runAsUser }}
+runAsGroup: {{ .securityContext.runAsGroup }}
+allowPrivilegeEscalation: false
+readOnlyRootFilesystem: true
+capabilities:
+  drop:
+    - ALL
+seccompProfile:
+  type: RuntimeDefault
+{{- end -}}
+
+{{/* env entries every rocketbox process gets; takes the chart's values. */}}
+{{- define "rocketbox.commonEnv" -}}
+- name: ROCKETBOX_LOG_FORMAT
+  value: {{ .logFormat | quote }}
+{{- end -}}
+
+{{/* The broker's gRPC address inside the cluster, HOST:PORT (through its client Service). */}}
+{{- define "rocketbox.brokerAddress" -}}
+{{- printf "%s.%s.svc.%s:%d" (include "rocketbox.brokerName" .) .Release.Namespace .Values.broker.clusterDomain (int .Values.broker.port) -}}
+{{- end -}}
+
+{{/*
+The broker's topics: broker.topics, plus the example app's when it is enabled and not already
+listed (by name).
+*/}}
+{{- define "rocketbox.brokerTopics" -}}
+{{- $topics := .Values.broker.topics -}}
+{{- if .Values.exampleApp.enabled -}}
+{{- $names := list -}}
+{{- range $topics }}{{ $names = append $names (splitList ":" . | first) }}{{ end -}}
+{{- if not (has .Values.exampleApp.topic $names) -}}
+{{- $topics = append $topics (printf "%s:8:NORMAL" .Values.exampleApp.topic) -}}
+{{- end -}}
+{{- end -}}
+{{- toJson $topics -}}
+{{- end -}}

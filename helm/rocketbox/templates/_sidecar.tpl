@@ -1,0 +1,195 @@
+{{/*
+rocketbox's sidecar beside any app: a Kubernetes native sidecar (an initContainers entry with
+restartPolicy: Always). The kubelet starts it before the app's containers and starts those only
+once its startup probe passes (the outbox is writable), keeps it running beside them, and stops
+it only after they have exited, so the app's last sends still find it.
+
+An app's chart lists rocketbox as a dependency and calls these templates with one dict:
+
+  values              the rocketbox chart's values: `.Values.rocketbox` in the app's chart (Helm
+                      fills in rocketbox's defaults and checks them against its values.schema.json)
+  app                 the app's resource name; the RocksDB outbox claim is "<app>-rocketbox-outbox"
+  appShutdownSeconds  (rocketbox.sidecar.terminationGracePeriodSeconds only) how long the app's own
+                      containers may take to stop after SIGTERM
+
+  initContainers:
+    {{- include "rocketbox.sidecar.initContainer" (dict "values" .Values.rocketbox "app" "my-app") | nindent 4 }}
+  volumes:
+    {{- include "rocketbox.sidecar.volumes" (dict "values" .Values.rocketbox "app" "my-app") | nindent 4 }}
+
+The README's Kubernetes section and helm/examples/app-with-sidecar show a whole app chart.
+*/}}
+
+{{- define "rocketbox.sidecar.outboxMountPath" -}}/var/lib/rocketbox/sidecar{{- end -}}
+
+{{/* The outbox URL's env entry for any rocketbox container: call with (dict "values" … "name" ENV). */}}
+{{- define "rocketbox.outbox.urlEnv" -}}
+{{- $outbox := .values.outbox -}}
+- name: {{ .name }}
+{{- if eq $outbox.type "rocksdb" }}
+  value: {{ printf "rocksdb://%s/outbox" (include "rocketbox.sidecar.outboxMountPath" .) | quote }}
+{{- else }}
+{{- $secret := get $outbox $outbox.type }}
+  valueFrom:
+    secretKeyRef:
+      name: {{ $secret.existingSecret | quote }}
+      key: {{ $secret.secretKey | quote }}
+{{- end }}
+{{- end -}}
+
+{{/*
+Fails rendering when the outbox choice cannot work; renders nothing otherwise. Takes the chart's
+values. The schema has already checked types and names; these rules span several keys.
+*/}}
+{{- define "rocketbox.outbox.validate" -}}
+{{- $outbox := .outbox -}}
+{{- if eq $outbox.type "rocksdb" -}}
+{{- if and (not $outbox.rocksdb.persistence.enabled) (not $outbox.rocksdb.allowEphemeral) -}}
+{{- fail "outbox.type=rocksdb needs a persistent volume: with outbox.rocksdb.persistence.enabled=false the outbox would be an emptyDir and every spooled message would be lost with the pod. Enable outbox.rocksdb.persistence (a claim the chart makes, or outbox.rocksdb.persistence.existingClaim), or set outbox.rocksdb.allowEphemeral=true to accept the loss (tests and demos only)." -}}
+{{- end -}}
+{{- else -}}
+{{- $secret := get $outbox $outbox.type -}}
+{{- if not $secret.existingSecret -}}
+{{- $example := eq $outbox.type "redis" | ternary "redis://[:password@]host:port/db?prefix=NAME" "mysql+pymysql://user:password@host:port/db?table=NAME" -}}
+{{- fail (printf "outbox.type=%s needs the outbox URL from a Secret: set outbox.%s.existingSecret to the name of an existing Secret whose key %q (outbox.%s.secretKey) holds %s" $outbox.type $outbox.type $secret.secretKey $outbox.type $example) -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+
+{{/*
+The sidecar container, as one list item for the pod's initContainers. Dict: values, app, and
+optionally defaultBrokers (a list of HOST:PORT used when sidecar.brokers is empty).
+*/}}
+{{- define "rocketbox.sidecar.initContainer" -}}
+{{- $v := .values -}}
+{{- $s := $v.sidecar -}}
+{{- include "rocketbox.outbox.validate" $v -}}
+{{- $brokers := $s.brokers | default .defaultBrokers -}}
+{{- if not $brokers -}}
+{{- fail "sidecar.brokers: name the broker(s) the sidecar sends to, as HOST:PORT (e.g. rocketbox-broker.messaging.svc.cluster.local:8081)" -}}
+{{- end -}}
+- name: rocketbox-sidecar
+  image: {{ include "rocketbox.image" $v | quote }}
+  imagePullPolicy: {{ $v.image.pullPolicy }}
+  # A native sidecar: runs beside the app's containers for the pod's whole life.
+  restartPolicy: Always
+  args:
+    - sidecar
+    - {{ printf "--listen=0.0.0.0:%d" (int $s.port) | quote }}
+    {{- range $brokers }}
+    - {{ printf "--broker=%s" . | quote }}
+    {{- end }}
+    {{- if $v.metrics.enabled }}
+    - {{ printf "--metrics-listen=0.0.0.0:%d" (int $s.metricsPort) | quote }}
+    {{- end }}
+    - {{ printf "--shutdown-grace-ms=%d" (int $s.shutdownGraceMs) | quote }}
+    {{- range $s.extraArgs }}
+    - {{ . | quote }}
+    {{- end }}
+  env:
+    {{- include "rocketbox.commonEnv" $v | nindent 4 }}
+    # The outbox URL by env, not as an argument: a Redis or MySQL password stays in its Secret.
+    {{- include "rocketbox.outbox.urlEnv" (dict "values" $v "name" "ROCKETBOX_SIDECAR_OUTBOX_URL") | nindent 4 }}
+  ports:
+    - name: sidecar-grpc
+      containerPort: {{ $s.port }}
+      protocol: TCP
+    {{- if $v.metrics.enabled }}
+    - name: sidecar-metrics
+      containerPort: {{ $s.metricsPort }}
+      protocol: TCP
+    {{- end }}
+  # gRPC health "" is SERVING only while the outbox is writable: the app's containers start after
+  # it first is, and the pod leaves its Services' endpoints while it is not.
+  startupProbe:
+    grpc:
+      port: {{ $s.port }}
+      service: ""
+    periodSeconds: 2
+    timeoutSeconds: 2
+    failureThreshold: {{ div (add $s.startupTimeoutSeconds 1) 2 }}
+  readinessProbe:
+    grpc:
+      port: {{ $s.port }}
+      service: ""
+    periodSeconds: 5
+    timeoutSeconds: 2
+    failureThreshold: 2
+  # No liveness probe on purpose: an outbox that is briefly unwritable (Redis restarting) must
+  # not restart the sidecar and drop the sends it is finishing.
+  resources:
+    {{- toYaml $s.resources | nindent 4 }}
+  securityContext:
+    {{- include "rocketbox.containerSecurityContext" $v | nindent 4 }}
+  volumeMounts:
+    - name: rocketbox-tmp
+      mountPath: /tmp
+    {{- if eq $v.outbox.type "rocksdb" }}
+    - name: rocketbox-outbox
+      mountPath: {{ include "rocketbox.sidecar.outboxMountPath" . }}
+    {{- end }}
+{{- end -}}
+
+{{/* The claim the app's RocksDB outbox lives on. Dict: values, app. */}}
+{{- define "rocketbox.sidecar.outboxClaimName" -}}
+{{- .values.outbox.rocksdb.persistence.existingClaim | default (printf "%s-rocketbox-outbox" .app) -}}
+{{- end -}}
+
+{{/* The sidecar's volumes, as list items for the pod's volumes. Dict: values, app. */}}
+{{- define "rocketbox.sidecar.volumes" -}}
+{{- $outbox := .values.outbox -}}
+- name: rocketbox-tmp
+  emptyDir:
+    sizeLimit: 64Mi
+{{- if eq $outbox.type "rocksdb" }}
+- name: rocketbox-outbox
+  {{- if $outbox.rocksdb.persistence.enabled }}
+  persistentVolumeClaim:
+    claimName: {{ include "rocketbox.sidecar.outboxClaimName" . }}
+  {{- else }}
+  # outbox.rocksdb.allowEphemeral: spooled messages are lost with the pod.
+  emptyDir: {}
+  {{- end }}
+{{- end }}
+{{- end -}}
+
+{{/*
+The PersistentVolumeClaim of the app's RocksDB outbox, a whole manifest; nothing when the outbox is
+not RocksDB on a chart-made claim. Dict: values, app, and optionally labels (a map).
+*/}}
+{{- define "rocketbox.sidecar.outboxClaim" -}}
+{{- $p := .values.outbox.rocksdb.persistence -}}
+{{- if and (eq .values.outbox.type "rocksdb") $p.enabled (not $p.existingClaim) }}
+apiVersion: v1
+kind: PersistentVolumeClaim
+metadata:
+  name: {{ include "rocketbox.sidecar.outboxClaimName" . }}
+  {{- with .labels }}
+  labels:
+    {{- toYaml . | nindent 4 }}
+  {{- end }}
+  annotations:
+    # Spooled messages live here: uninstalling the app must not delete them.
+    helm.sh/resource-policy: keep
+spec:
+  accessModes:
+    {{- toYaml $p.accessModes | nindent 4 }}
+  {{- with $p.storageClassName }}
+  storageClassName: {{ . | quote }}
+  {{- end }}
+  resources:
+    requests:
+      storage: {{ $p.size | quote }}
+{{- end }}
+{{- end -}}
+
+{{/*
+The pod's terminationGracePeriodSeconds: the app's own shutdown, then the sidecar's
+--shutdown-grace-ms (rounded up to seconds), then a margin for closing the outbox. The kubelet
+sends SIGTERM to a native sidecar only after the app's containers have exited, all within this.
+Dict: values, appShutdownSeconds.
+*/}}
+{{- define "rocketbox.sidecar.terminationGracePeriodSeconds" -}}
+{{- $s := .values.sidecar -}}
+{{- add (int .appShutdownSeconds) (div (add (int $s.shutdownGraceMs) 999) 1000) (int $s.shutdownMarginSeconds) -}}
+{{- end -}}
