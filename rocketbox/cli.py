@@ -1,7 +1,7 @@
 """The ``rocketbox`` command line: the only composition root that imports every package.
 
-Configuration is built here, once, from options (each with an environment variable of the same
-name, ``ROCKETBOX_<OPTION>``) and passed down frozen.
+Configuration is built here, once, from options (each also read from an environment variable,
+``ROCKETBOX_<COMMAND>_<PARAMETER>`` after the option's parameter name) and passed down frozen.
 """
 
 from __future__ import annotations
@@ -27,6 +27,7 @@ from broker.topic_config import TopicMessageType
 from outbox.factory import redact
 from rocketbox import admin_client as admin
 from rocketbox.logs import LOG_FORMATS, configure_logging
+from rocketbox.outbox_cli import outbox_group
 from rocketbox.sidecar_cli import optional_listen, sidecar_command, start_sidecar
 from sidecar.channels import Endpoint
 from sidecar.config import SidecarConfig
@@ -156,6 +157,12 @@ def up(
     default=FlushDiskType.ASYNC_FLUSH.value,
 )
 @store_geometry_options
+@click.option(
+    "--file-reserved-hours",
+    default=72.0,
+    type=click.FloatRange(min=0.01),
+    help="Retention: commitlog segments older than this are deleted.",
+)
 @click.option("--auto-create-topic/--no-auto-create-topic", default=False)
 @click.option(
     "--topic",
@@ -197,6 +204,7 @@ def broker(
     segment_size_mib: int,
     max_hash_slot_num: int,
     max_index_num: int,
+    file_reserved_hours: float,
     auto_create_topic: bool,
     topics: tuple[str, ...],
     groups: tuple[str, ...],
@@ -219,6 +227,7 @@ def broker(
         max_hash_slot_num=max_hash_slot_num,
         max_index_num=max_index_num,
         flush_disk_type=FlushDiskType(flush_disk_type),
+        file_reserved_hours=file_reserved_hours,
     )
     try:
         config = BrokerConfig(
@@ -248,6 +257,7 @@ def broker(
 
 
 main.add_command(sidecar_command)
+main.add_command(outbox_group)
 
 
 def parse_topic_spec(spec: str) -> tuple[str, int | None, TopicMessageType]:
