@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import difflib
 import importlib
-from urllib.parse import urlsplit
+from urllib.parse import unquote, urlsplit
 
 from outbox.entry import OutboxLimits
 from outbox.errors import OutboxConfigError
@@ -50,3 +50,15 @@ def redact(url: str) -> str:
         return url
     netloc = parts.netloc.replace(f":{parts.password}@", ":***@", 1)
     return parts._replace(netloc=netloc).geturl()
+
+
+def hide_password(text: str, url: str) -> str:
+    """``text`` (an error message, say) without ``url``'s password, as typed or percent-decoded:
+    for messages that may quote a driver quoting the URL."""
+    try:
+        password = urlsplit(url).password
+    except ValueError:  # a URL too malformed to have one
+        return text
+    for form in sorted({password, unquote(password)} if password else (), key=len, reverse=True):
+        text = text.replace(form, "***")
+    return text

@@ -14,12 +14,13 @@ checks them against a recount.
 from __future__ import annotations
 
 import threading
-from collections.abc import Sequence
+from collections.abc import Container, Sequence
 from dataclasses import replace
 from urllib.parse import urlsplit
 
 from outbox.entry import DeliveryReceipt, EntryState, OutboxEntry, OutboxLimits, OutboxStats
 from outbox.errors import OutboxConfigError, OutboxUnavailableError
+from outbox.factory import redact
 from outbox.outbox import Outbox
 
 
@@ -41,7 +42,9 @@ class MemoryOutbox(Outbox):
     def from_url(cls, url: str, limits: OutboxLimits) -> MemoryOutbox:
         parts = urlsplit(url)
         if parts.scheme != "memory" or parts.netloc or parts.path not in ("", "/") or parts.query:
-            raise OutboxConfigError(f"outbox URL {url!r}: the memory outbox takes no options")
+            raise OutboxConfigError(
+                f"outbox URL {redact(url)!r}: the memory outbox takes no options"
+            )
         return cls(limits)
 
     def put(self, entries: Sequence[OutboxEntry]) -> list[OutboxEntry]:
@@ -165,6 +168,19 @@ class MemoryOutbox(Outbox):
                 requeued += 1
             return requeued
 
+    def retry_now(self, message_ids: Sequence[str] | None, now_ms: int) -> int:
+        with self._lock:
+            ids = list(self._entries) if message_ids is None else list(dict.fromkeys(message_ids))
+            busy = {e.fifo_group for e in self._entries.values() if e.leased(now_ms)}
+            changed = 0
+            for message_id in ids:
+                entry = self._entries.get(message_id)
+                if entry is None or not may_retry_now(entry, now_ms, busy):
+                    continue
+                self._store(replace(entry, next_send_time_ms=now_ms))
+                changed += 1
+            return changed
+
     def purge(self, state: EntryState, before_ms: int) -> int:
         check_purge_state(state)
         with self._lock:
@@ -273,6 +289,20 @@ def check_claim_args(lease_ms: int, owner: str) -> None:
 def check_purge_state(state: EntryState) -> None:
     if state is EntryState.PENDING:
         raise ValueError("PENDING entries are never purged: that would lose messages")
+
+
+def may_retry_now(
+    entry: OutboxEntry, now_ms: int, busy_groups: Container[tuple[str, str] | None]
+) -> bool:
+    """Whether ``retry_now`` makes this entry due now (outbox/outbox.py says why each is not):
+    PENDING, due later, not under a live lease, and not of a FIFO group in ``busy_groups``
+    (those with an entry under a live lease)."""
+    return (
+        entry.state is EntryState.PENDING
+        and entry.next_send_time_ms > now_ms
+        and not entry.leased(now_ms)
+        and (entry.fifo_group is None or entry.fifo_group not in busy_groups)
+    )
 
 
 def due_score(entry: OutboxEntry) -> int:

@@ -71,8 +71,10 @@ _T = TypeVar("_T")
 
 TABLE_DEFAULT = "rocketbox_outbox"
 _TABLE_NAME = re.compile(rf"[A-Za-z_][A-Za-z0-9_]{{0,{TABLE_NAME_CHARS_MAX - 1}}}")
-# Rows per transaction in ``requeue`` and ``purge``; message ids per ``IN (...)`` list.
+# Rows per transaction in ``requeue``, ``retry_now`` and ``purge``; message ids per ``IN (...)``
+# list.
 REQUEUE_BATCH_MAX = 500
+RETRY_NOW_BATCH_MAX = 500
 PURGE_BATCH_MAX = 1_000
 IN_LIST_MAX = 1_000
 # How long ``requeue`` waits for a FIFO group's lock (a claim holds one for milliseconds).
@@ -100,7 +102,10 @@ class MySQLOutbox(Outbox):
 
     def __init__(self, url: str, limits: OutboxLimits) -> None:
         super().__init__(limits)
-        parsed = make_url(url)
+        try:
+            parsed = make_url(url)
+        except (sa_exc.ArgumentError, ValueError) as e:  # a port that is no number …
+            raise OutboxConfigError(f"outbox URL {redact(url)!r}: {e}") from e
         table = parsed.query.get("table", TABLE_DEFAULT)
         if not isinstance(table, str) or not _TABLE_NAME.fullmatch(table):
             raise OutboxConfigError(
@@ -574,6 +579,77 @@ class MySQLOutbox(Outbox):
                     )
                 )
         return len(rows)
+
+    def retry_now(self, message_ids: Sequence[str] | None, now_ms: int) -> int:
+        t = self._entries
+        changed = 0
+        if message_ids is not None:
+            for batch in _chunks(list(dict.fromkeys(message_ids)), RETRY_NOW_BATCH_MAX):
+                changed += self._retry_now_batch(t.c.message_id.in_(batch), "uq_message_id", now_ms)
+            return changed
+        after_seq = 0
+        while True:
+            with self._transaction("retry_now") as conn:
+                seqs = conn.execute(
+                    sa.select(t.c.seq)
+                    .where(t.c.state == PENDING, t.c.seq > after_seq)
+                    .order_by(t.c.seq)
+                    .limit(RETRY_NOW_BATCH_MAX)
+                ).scalars().all()  # fmt: skip
+            if seqs:
+                which = t.c.seq.between(seqs[0], seqs[-1])
+                changed += self._retry_now_batch(which, "PRIMARY", now_ms)
+                after_seq = seqs[-1]
+            if len(seqs) < RETRY_NOW_BATCH_MAX:
+                return changed
+
+    def _retry_now_batch(self, which: sa.ColumnElement[bool], index: str, now_ms: int) -> int:
+        """Make the PENDING entries ``which`` selects by ``index`` due now, in one transaction.
+
+        No FIFO group lock, unlike requeue: a claim never takes a group's head while another
+        entry of the group is leased, whatever the head's due time (``fifo_claimable``), so an
+        earlier due time cannot put two of a group in flight. The busy-group test below is the
+        contract's answer, the same on every backend.
+        """
+        t = self._entries
+        live_lease = sa.and_(t.c.lease_owner.is_not(None), t.c.lease_until_ms > now_ms)
+        with self._transaction("retry_now") as conn:
+            rows = conn.execute(
+                sa.select(t.c.seq, t.c.topic, t.c.message_group)
+                .with_hint(t, f"FORCE INDEX ({index})")
+                .where(
+                    which,
+                    t.c.state == PENDING,
+                    t.c.next_send_time_ms > now_ms,
+                    sa.not_(live_lease),
+                )
+                .with_for_update()
+            ).all()
+            groups = {(r.topic, r.message_group) for r in rows if r.message_group}
+            busy: set[tuple[str, str]] = set()
+            for batch in _chunks(sorted(groups), IN_LIST_MAX):
+                busy.update(
+                    (topic, group)
+                    for topic, group in conn.execute(
+                        sa.select(t.c.topic, t.c.message_group)
+                        .distinct()
+                        .where(
+                            sa.tuple_(t.c.topic, t.c.message_group).in_(batch),
+                            t.c.state == PENDING,
+                            live_lease,
+                        )
+                    )
+                )
+            seqs = [
+                r.seq for r in rows if not r.message_group or (r.topic, r.message_group) not in busy
+            ]
+            if seqs:
+                conn.execute(
+                    t.update()
+                    .where(t.c.seq.in_(seqs))
+                    .values(next_send_time_ms=now_ms, due_ms=now_ms)
+                )
+        return len(seqs)
 
     def purge(self, state: EntryState, before_ms: int) -> int:
         check_purge_state(state)

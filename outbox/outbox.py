@@ -94,6 +94,18 @@ class Outbox(abc.ABC):
         """
 
     @abc.abstractmethod
+    def retry_now(self, message_ids: Sequence[str] | None, now_ms: int) -> int:
+        """PENDING entries due later become due now (``next_send_time_ms = now_ms``), attempts
+        and last error unchanged; every PENDING entry when ``message_ids`` is None. Returns how
+        many changed.
+
+        Left as they are: entries already due (moving them to ``now_ms`` would put them behind
+        entries due since), entries under a live lease (a resend is in flight), FIFO entries of
+        a group with an entry under a live lease (the group must not get a second one in
+        flight), DELIVERED and DEAD entries, and ids not in the outbox.
+        """
+
+    @abc.abstractmethod
     def purge(self, state: EntryState, before_ms: int) -> int:
         """Delete DELIVERED or DEAD entries whose state changed before ``before_ms``.
 

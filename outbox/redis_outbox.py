@@ -89,6 +89,7 @@ REDIS_SOCKET_TIMEOUT_S = 10.0
 CLAIM_BATCH_MAX = 10_000
 PURGE_BATCH_MAX = 10_000
 REQUEUE_BATCH_MAX = 1_000
+RETRY_NOW_BATCH_MAX = 1_000
 
 
 def _translated_error(e: rex.RedisError, what: str) -> OutboxError:
@@ -123,6 +124,7 @@ class RedisOutbox(Outbox):
         self._bury_script = _script(client, redis_scripts.BURY)
         self._unlease_script = _script(client, redis_scripts.UNLEASE)
         self._requeue_script = _script(client, redis_scripts.REQUEUE)
+        self._retry_now_script = _script(client, redis_scripts.RETRY_NOW)
         self._purge_script = _script(client, redis_scripts.PURGE)
         self._scan_script = _script(client, redis_scripts.SCAN)
         self._stats_script = _script(client, redis_scripts.STATS)
@@ -203,14 +205,8 @@ class RedisOutbox(Outbox):
 
     def requeue(self, message_ids: Sequence[str] | None, now_ms: int) -> int:
         if message_ids is not None:
-            ids = list(dict.fromkeys(message_ids))
-            return sum(
-                int(
-                    self._run(
-                        self._requeue_script, "requeue", [now_ms, *ids[i : i + REQUEUE_BATCH_MAX]]
-                    )
-                )
-                for i in range(0, len(ids), REQUEUE_BATCH_MAX)
+            return self._run_by_ids(
+                self._requeue_script, "requeue", now_ms, message_ids, REQUEUE_BATCH_MAX
             )
         requeued = 0
         while True:
@@ -220,6 +216,32 @@ class RedisOutbox(Outbox):
                 return requeued
             ids = [m.decode() for m in cast(list[bytes], dead)]
             requeued += int(self._run(self._requeue_script, "requeue", [now_ms, *ids]))
+
+    def retry_now(self, message_ids: Sequence[str] | None, now_ms: int) -> int:
+        if message_ids is not None:
+            return self._run_by_ids(
+                self._retry_now_script, "retry_now", now_ms, message_ids, RETRY_NOW_BATCH_MAX
+            )
+        # Every PENDING entry, page by page in seq order: retry_now leaves the set as it is.
+        changed = 0
+        after_seq = 0
+        while True:
+            with self._errors("retry_now"):
+                page = self._client.zrangebyscore(
+                    f"{self.prefix}:s:PENDING",
+                    f"({after_seq}",
+                    "+inf",
+                    start=0,
+                    num=RETRY_NOW_BATCH_MAX,
+                    withscores=True,
+                )
+            pairs = cast(list[tuple[bytes, float]], page)
+            if pairs:
+                ids = [member.decode() for member, _ in pairs]
+                changed += int(self._run(self._retry_now_script, "retry_now", [now_ms, *ids]))
+                after_seq = int(pairs[-1][1])
+            if len(pairs) < RETRY_NOW_BATCH_MAX:
+                return changed
 
     def purge(self, state: EntryState, before_ms: int) -> int:
         check_purge_state(state)
@@ -295,6 +317,17 @@ class RedisOutbox(Outbox):
                 ]
             )
         return results
+
+    def _run_by_ids(
+        self, script: Any, what: str, now_ms: int, message_ids: Sequence[str], batch_max: int
+    ) -> int:
+        """A script taking (now_ms, ids...), run on ``batch_max`` ids at a time: each batch is
+        atomic, and no call holds the server for long. Returns the sum of the answers."""
+        ids = list(dict.fromkeys(message_ids))
+        return sum(
+            int(self._run(script, what, [now_ms, *ids[i : i + batch_max]]))
+            for i in range(0, len(ids), batch_max)
+        )
 
     def _run(self, script: Any, what: str, args: Sequence[Any]) -> Any:
         self._check_open()

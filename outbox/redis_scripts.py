@@ -252,6 +252,42 @@ end
 return n
 """
 
+# ARGV: prefix, now_ms, ids... Returns how many PENDING entries due later became due now. Left
+# alone: entries due already, under a live lease, or of a FIFO group with an entry under a live
+# lease (found once per call from P:leases: the entries in flight, a few per resend worker).
+RETRY_NOW = """
+local now, n, busy = ARGV[2], 0, nil
+local now_n = tonumber(now)
+for a = 3, #ARGV do
+  local id = ARGV[a]
+  local h = ekey(id)
+  local f = redis.call('HMGET', h, 'state', 'nst', 'owner', 'lease', 'grp', 'seq')
+  if f[1] == 'PENDING' and tonumber(f[2]) > now_n
+      and not (f[3] ~= '' and tonumber(f[4]) > now_n) then
+    local free = true
+    if f[5] ~= '' then
+      if busy == nil then
+        busy = {}
+        for _, leased in ipairs(redis.call('ZRANGEBYSCORE', LEASES, '(' .. now, '+inf')) do
+          local grp = redis.call('HGET', ekey(leased), 'grp')
+          if grp and grp ~= '' then busy[grp] = true end
+        end
+      end
+      free = not busy[f[5]]
+    end
+    if free then
+      redis.call('HSET', h, 'nst', now)
+      -- Only claimable entries are in P:due: a FIFO entry behind its head enters it later,
+      -- with the time it has then.
+      local member = dmember(f[6], id)
+      if redis.call('ZSCORE', DUE, member) then redis.call('ZADD', DUE, due_score(h), member) end
+      n = n + 1
+    end
+  end
+end
+return n
+"""
+
 # ARGV: prefix, state (DELIVERED or DEAD), before_ms, batch_max. Returns how many were deleted.
 PURGE = """
 local state = ARGV[2]

@@ -44,11 +44,13 @@ import rocksdict
 
 from outbox.entry import DeliveryReceipt, EntryState, OutboxEntry, OutboxLimits, OutboxStats
 from outbox.errors import OutboxConfigError, OutboxUnavailableError
+from outbox.factory import redact
 from outbox.group_commit import GroupCommitter, Result
 from outbox.memory_outbox import (
     check_claim_args,
     check_purge_state,
     check_put_entries,
+    may_retry_now,
     requeued_entry,
     with_seq,
 )
@@ -88,6 +90,7 @@ log = logging.getLogger(__name__)
 CLAIM_BATCH_MAX = 10_000
 PURGE_BATCH_MAX = 10_000
 REQUEUE_BATCH_MAX = 1_000
+RETRY_NOW_BATCH_MAX = 1_000
 
 
 @contextlib.contextmanager
@@ -106,6 +109,18 @@ def _rocksdb_errors(path: Path) -> Iterator[None]:
             raise
         hint = " (RocksDB allows one process, one instance)" if "lock" in str(e).lower() else ""
         raise OutboxUnavailableError(f"rocksdb outbox {path}: {e}{hint}") from e
+
+
+def rocksdb_path(url: str) -> Path:
+    """The database directory a ``rocksdb://`` URL names."""
+    parts = urlsplit(url)
+    if parts.netloc == "" and parts.path.startswith("/") and parts.path != "/":
+        return Path(parts.path)
+    if parts.netloc == "." and parts.path not in ("", "/"):
+        return Path("." + parts.path)
+    raise OutboxConfigError(
+        f"outbox URL {redact(url)!r}: want rocksdb:///absolute/path or rocksdb://./relative/path"
+    )
 
 
 class RocksDBOutbox(Outbox):
@@ -144,22 +159,16 @@ class RocksDBOutbox(Outbox):
 
     @classmethod
     def from_url(cls, url: str, limits: OutboxLimits) -> RocksDBOutbox:
-        parts = urlsplit(url)
-        if parts.netloc == "" and parts.path.startswith("/") and parts.path != "/":
-            path = Path(parts.path)
-        elif parts.netloc == "." and parts.path not in ("", "/"):
-            path = Path("." + parts.path)
-        else:
-            raise OutboxConfigError(
-                f"outbox URL {url!r}: want rocksdb:///absolute/path or rocksdb://./relative/path"
-            )
-        options = parse_qs(parts.query, keep_blank_values=True)
+        path = rocksdb_path(url)
+        options = parse_qs(urlsplit(url).query, keep_blank_values=True)
         unknown = set(options) - {"statistics"}
         if unknown:
-            raise OutboxConfigError(f"outbox URL {url!r}: unknown options {sorted(unknown)}")
+            raise OutboxConfigError(
+                f"outbox URL {redact(url)!r}: unknown options {sorted(unknown)}"
+            )
         statistics = options.get("statistics", ["false"])[-1].lower()
         if statistics not in ("true", "false", "1", "0"):
-            raise OutboxConfigError(f"outbox URL {url!r}: statistics must be true or false")
+            raise OutboxConfigError(f"outbox URL {redact(url)!r}: statistics must be true or false")
         return cls(path, limits, statistics=statistics in ("true", "1"))
 
     # -- the contract -------------------------------------------------------------------------
@@ -305,6 +314,33 @@ class RocksDBOutbox(Outbox):
             requeued += self._requeue_batch(ids, now_ms)
             if len(found) < REQUEUE_BATCH_MAX:
                 return requeued
+
+    def retry_now(self, message_ids: Sequence[str] | None, now_ms: int) -> int:
+        u64(now_ms)
+        if message_ids is not None:
+            ids = list(dict.fromkeys(message_ids))
+            return sum(
+                self._retry_now_batch(ids[i : i + RETRY_NOW_BATCH_MAX], now_ms)
+                for i in range(0, len(ids), RETRY_NOW_BATCH_MAX)
+            )
+        # Every PENDING entry, page by page in seq order: retry_now leaves the index as it is.
+        changed = 0
+        after_seq = 0
+        while True:
+            with self._lock, _rocksdb_errors(self.path):
+                self._check_open()
+                found = self._items(
+                    PENDING_STATE,
+                    PENDING_STATE + u64(after_seq + 1),
+                    PENDING_STATE + TOP,
+                    RETRY_NOW_BATCH_MAX,
+                )
+            if found:
+                ids = [value[STATE_VALUE.size :].decode() for _, value in found]
+                changed += self._retry_now_batch(ids, now_ms)
+                after_seq = U64.unpack_from(found[-1][0], len(PENDING_STATE))[0]
+            if len(found) < RETRY_NOW_BATCH_MAX:
+                return changed
 
     def purge(self, state: EntryState, before_ms: int) -> int:
         check_purge_state(state)
@@ -566,6 +602,35 @@ class RocksDBOutbox(Outbox):
             if requeued:
                 self._write(txn)
             return requeued
+
+    def _retry_now_batch(self, message_ids: Sequence[str], now_ms: int) -> int:
+        with self._lock, _rocksdb_errors(self.path):
+            self._check_open()
+            txn = self._txn()
+            busy: set[tuple[str, str] | None] | None = None  # found on the first FIFO entry
+            changed = 0
+            for message_id in message_ids:
+                old = txn.get(message_id)
+                if old is None:
+                    continue
+                if old.fifo_group is not None and busy is None:
+                    busy = self._busy_groups(txn, now_ms)
+                if not may_retry_now(old, now_ms, busy or ()):
+                    continue
+                self._replace_pending(txn, old, replace(old, next_send_time_ms=now_ms))
+                changed += 1
+            if changed:
+                self._write(txn)
+            return changed
+
+    def _busy_groups(self, txn: Txn, now_ms: int) -> set[tuple[str, str] | None]:
+        """The FIFO groups of the entries under a live lease (the leases are in memory; there
+        are as many as resends in flight)."""
+        busy: set[tuple[str, str] | None] = set()
+        for message_id, (lease_until_ms, _) in self._state.leases.items():
+            if lease_until_ms > now_ms:
+                busy.add(expect(txn.get(message_id), EntryState.PENDING, message_id).fifo_group)
+        return busy
 
     # -- helpers --------------------------------------------------------------------------------
 

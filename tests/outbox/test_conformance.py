@@ -11,7 +11,8 @@ Each test runs on memory (the reference), RocksDB, Redis and MySQL, and proves o
   order across reschedules, burials and a requeue of an older entry;
 - reschedule, bury and release act for the lease owner only; mark_delivered for any PENDING entry
   and leaves a tombstone (no body, receipt kept); requeue and purge do what they say, and purge
-  refuses PENDING;
+  refuses PENDING; retry_now makes entries due later due now, but never one leased, one whose
+  FIFO group has an entry in flight, nor a DEAD or DELIVERED one;
 - stats, scan/scan_all paging, export_jsonl, check_writable/close, and the factory's errors;
 - and a seeded run of 400 random operations gives every answer the reference gives.
 """
@@ -494,6 +495,95 @@ def test_requeue_makes_dead_entries_pending_and_due_now(outbox: Outbox) -> None:
     assert outbox.stats(NOW_MS + 60).dead == 0
 
 
+def test_retry_now_makes_pending_entries_due_later_due_now(outbox: Outbox) -> None:
+    far_ms = NOW_MS + 365 * 24 * 3_600_000
+    outbox.put([entry(1, next_send_time_ms=far_ms), entry(2, next_send_time_ms=far_ms)])
+    claim(outbox)  # nothing due yet
+    assert outbox.retry_now([message_id(1), message_id(1)], NOW_MS + 10) == 1
+    got = outbox.get(message_id(1))
+    assert got is not None
+    assert (got.state, got.next_send_time_ms, got.attempts) == (EntryState.PENDING, NOW_MS + 10, 0)
+    assert claim(outbox, NOW_MS + 9) == []
+    assert claim(outbox, NOW_MS + 10) == [message_id(1)]
+    untouched = outbox.get(message_id(2))  # not asked for
+    assert untouched is not None
+    assert untouched.next_send_time_ms == far_ms
+
+
+def test_retry_now_keeps_attempts_and_last_error(outbox: Outbox) -> None:
+    outbox.put([entry(1)])
+    claim(outbox)
+    assert outbox.reschedule(message_id(1), "w1", NOW_MS + 600_000, "SYSTEM_BUSY", NOW_MS)
+    assert outbox.retry_now([message_id(1)], NOW_MS + 1) == 1
+    got = outbox.get(message_id(1))
+    assert got is not None
+    assert (got.attempts, got.last_error, got.next_send_time_ms) == (1, "SYSTEM_BUSY", NOW_MS + 1)
+    assert claim(outbox, NOW_MS + 1) == [message_id(1)]
+
+
+def test_retry_now_of_every_pending_entry(outbox: Outbox) -> None:
+    outbox.put([entry(n, next_send_time_ms=NOW_MS + 1_000 * n) for n in range(1, 5)])
+    assert outbox.retry_now(None, NOW_MS + 2_000) == 2  # 3 and 4; 1 and 2 are due already
+    assert [e.next_send_time_ms for e in outbox.scan_all()] == [
+        NOW_MS + 1_000,  # an entry due already keeps its time: it does not go behind others
+        NOW_MS + 2_000,
+        NOW_MS + 2_000,
+        NOW_MS + 2_000,
+    ]
+    assert claim(outbox, NOW_MS + 2_000) == [message_id(n) for n in range(1, 5)]
+    assert outbox.retry_now(None, NOW_MS + 2_000) == 0
+
+
+def test_retry_now_leaves_leased_dead_delivered_and_unknown_entries_alone(
+    outbox: Outbox,
+) -> None:
+    later_ms = NOW_MS + 5_000
+    outbox.put([entry(n, next_send_time_ms=later_ms) for n in (1, 2, 3)])
+    # 1 leased at later_ms by a sidecar whose clock runs ahead of the caller's: at NOW_MS its
+    # lease is live and its next send time still to come.
+    assert claim(outbox, later_ms, limit=1) == [message_id(1)]
+    assert outbox.mark_delivered(message_id(2), receipt(2))
+    assert claim(outbox, later_ms, limit=1) == [message_id(3)]
+    assert outbox.bury(message_id(3), "w1", "poison", later_ms)
+    before = list(outbox.scan_all())
+    asked = [message_id(n) for n in (1, 2, 3, 999)]
+    assert outbox.retry_now(asked, NOW_MS) == 0
+    assert outbox.retry_now(None, NOW_MS) == 0
+    assert list(outbox.scan_all()) == before
+
+
+def test_retry_now_never_puts_a_second_entry_of_a_fifo_group_in_flight(outbox: Outbox) -> None:
+    later_ms = NOW_MS + 60_000
+    outbox.put(
+        [
+            entry(1, group="g"),
+            entry(2, group="g", next_send_time_ms=later_ms),
+            entry(3, group="idle", next_send_time_ms=later_ms),
+            entry(4, group="idle", next_send_time_ms=later_ms),
+        ]
+    )
+    assert claim(outbox) == [message_id(1)]  # g has 1 in flight
+    assert outbox.retry_now(None, NOW_MS + 1) == 2  # 3 and 4; g's 2 waits for 1
+    got = outbox.get(message_id(2))
+    assert got is not None
+    assert got.next_send_time_ms == later_ms
+    assert claim(outbox, NOW_MS + 1) == [message_id(3)]  # 4 behind 3, its group's head
+    assert outbox.mark_delivered(message_id(1), receipt(1))
+    assert outbox.retry_now([message_id(2)], NOW_MS + 2) == 1
+    assert claim(outbox, NOW_MS + 2) == [message_id(2)]
+
+
+def test_retry_now_waits_for_the_lease_of_a_head_demoted_by_a_requeue(outbox: Outbox) -> None:
+    outbox.put([entry(1, group="g"), entry(2, group="g")])
+    assert claim(outbox) == [message_id(1)]
+    assert outbox.bury(message_id(1), "w1", "poison", NOW_MS)
+    assert claim(outbox, NOW_MS + 1) == [message_id(2)]
+    assert outbox.requeue([message_id(1)], NOW_MS + 2) == 1  # 1 heads g again; 2 in flight
+    assert outbox.retry_now(None, NOW_MS + 3) == 0
+    assert claim(outbox, NOW_MS + 3) == []
+    assert claim(outbox, NOW_MS + 1 + LEASE_MS) == [message_id(1)]
+
+
 def test_purge_deletes_old_tombstones_and_dead_entries_only(outbox: Outbox) -> None:
     outbox.put([entry(n) for n in range(1, 7)])
     for n in (1, 2, 3):
@@ -762,7 +852,9 @@ def test_random_operations_agree_with_the_reference(open_ob: OpenOutbox) -> None
 
     for step in range(400):
         now += rng.choice([0, 0, 1, 10, 100, LEASE_MS // 2])
-        op = rng.choice(["put", "put", "claim", "claim", "done", "done", "requeue", "purge"])
+        op = rng.choice(
+            ["put", "put", "claim", "claim", "done", "done", "requeue", "retry", "purge"]
+        )
         call: Callable[[Outbox], object]
         if op == "put":
             batch = []
@@ -795,6 +887,9 @@ def test_random_operations_agree_with_the_reference(open_ob: OpenOutbox) -> None
                 e.message_id for e in reference.scan_all(EntryState.DEAD) if e.fifo_group is None
             ]
             call = methodcaller("requeue", dead[:2], now)
+        elif op == "retry":
+            asked = [message_id(n) for n in rng.sample(known, min(len(known), 3))]
+            call = methodcaller("retry_now", rng.choice([None, asked]), now)
         else:
             state = rng.choice([EntryState.DELIVERED, EntryState.DEAD])
             call = methodcaller("purge", state, now - rng.randint(0, 500))
@@ -815,7 +910,15 @@ def test_random_operations_agree_with_the_reference(open_ob: OpenOutbox) -> None
     assert final == answer(everything, reference)
     assert isinstance(final, list)
     assert final
-    for seen in ("put:full", "put:done", "claim:done", "done:done", "requeue:done", "purge:done"):
+    for seen in (
+        "put:full",
+        "put:done",
+        "claim:done",
+        "done:done",
+        "requeue:done",
+        "retry:done",
+        "purge:done",
+    ):
         assert events[seen] > 0, (seen, events)
 
 

@@ -1,0 +1,487 @@
+"""``rocketbox outbox …``: inspect and repair a sidecar's outbox, any backend, by URL.
+
+Every command takes ``--outbox URL`` (or ROCKETBOX_OUTBOX) and ``--json``, and goes through the
+contract (outbox/outbox.py) and outbox/admin.py only, so each backend answers alike. The outbox
+is opened on first use, after the command's own arguments are checked: a usage error never waits
+on a backend. Backend errors become exit codes in one place, ``_translated``; every message
+naming the URL hides its password.
+
+Exit codes (the broker admin commands in rocketbox/cli.py use 1 and 3 alike)::
+
+    0  done
+    1  the operation failed (the backend refused it or answered what it should not)
+    2  usage error, or a bad --outbox URL (click's own code for usage errors)
+    3  the backend is unreachable, or a RocksDB outbox is held by a running process
+    4  no such entry
+    5  refused: a purge not confirmed
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import json
+import logging
+import re
+import sys
+import time
+from collections.abc import Callable, Iterator, Sequence
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
+
+import click
+from rich.console import Group, RenderableType
+
+from outbox.admin import DrainMeter, EntryFilter, breakdown, count_purgeable, list_entries
+from outbox.entry import EntryState, SpoolCause
+from outbox.errors import OutboxConfigError, OutboxError, OutboxUnavailableError
+from outbox.export import EXPORT_FORMATS, export_file, export_format, export_row
+from outbox.factory import hide_password, open_outbox, redact
+from outbox.outbox import Outbox
+from rocketbox import outbox_render as render
+
+OPERATION_ERROR_EXIT_CODE = 1
+USAGE_EXIT_CODE = 2
+UNREACHABLE_EXIT_CODE = 3
+NOT_FOUND_EXIT_CODE = 4
+REFUSED_EXIT_CODE = 5
+
+# ``ls`` pages: a page is read whole into memory and printed as one table or document.
+LS_LIMIT_DEFAULT = 50
+LS_LIMIT_MAX = 1_000
+# ``watch``: a stats call per sample; MySQL's is an aggregate over the table.
+WATCH_INTERVAL_S_MIN = 0.05
+WATCH_INTERVAL_S_DEFAULT = 2.0
+
+ACCEPTED_URLS = (
+    "rocksdb:///absolute/path (or rocksdb://./relative/path), "
+    "redis://[:password@]host:port/db?prefix=NAME (rediss:// for TLS), "
+    "mysql+pymysql://user:password@host:port/db?table=NAME"
+)
+OUTBOX_PARAM_HINT = "'--outbox' / ROCKETBOX_OUTBOX"
+STATES = [s.value.lower() for s in EntryState]
+CAUSES = [c.value.lower() for c in SpoolCause]
+
+
+class OutboxOperationError(click.ClickException):
+    exit_code = OPERATION_ERROR_EXIT_CODE
+
+
+class OutboxUnreachableError(click.ClickException):
+    exit_code = UNREACHABLE_EXIT_CODE
+
+
+class EntryNotFoundError(click.ClickException):
+    exit_code = NOT_FOUND_EXIT_CODE
+
+
+class RefusedError(click.ClickException):
+    exit_code = REFUSED_EXIT_CODE
+
+
+@contextlib.contextmanager
+def _translated(url: str, *, opening: bool) -> Iterator[None]:
+    """The one place where outbox errors become exit codes."""
+    try:
+        yield
+    except OutboxConfigError as e:
+        message = hide_password(str(e), url)
+        if opening:
+            raise click.BadParameter(
+                f"{message}. Accepted URLs: {ACCEPTED_URLS}", param_hint=OUTBOX_PARAM_HINT
+            ) from e
+        raise OutboxOperationError(message) from e
+    except OutboxUnavailableError as e:
+        raise OutboxUnreachableError(
+            f"the outbox is unreachable: {hide_password(str(e), url)}"
+        ) from e
+    except OutboxError as e:
+        raise OutboxOperationError(hide_password(str(e), url)) from e
+
+
+def _check_rocksdb_exists(url: str) -> None:
+    """Opening a RocksDB outbox creates it when missing: right for a sidecar, wrong for an
+    admin command, where a mistyped path would show an empty outbox instead of an error."""
+    if urlsplit(url).scheme.lower() != "rocksdb":
+        return
+    from outbox.rocksdb_outbox import rocksdb_path  # noqa: PLC0415 (imports rocksdict)
+
+    path = rocksdb_path(url)
+    if not (path / "CURRENT").is_file():
+        raise OutboxConfigError(f"outbox URL {redact(url)!r}: no RocksDB database at {path}")
+
+
+class Session:
+    """One command's outbox (opened on first use), its output mode and its clock."""
+
+    def __init__(self, url: str, as_json: bool, pinned_now_ms: int | None) -> None:
+        self.url = url
+        self.shown_url = hide_password(redact(url), url)
+        self.as_json = as_json
+        self._pinned_now_ms = pinned_now_ms
+        self._outbox: Outbox | None = None
+
+    @property
+    def outbox(self) -> Outbox:
+        if self._outbox is None:
+            with _translated(self.url, opening=True):
+                _check_rocksdb_exists(self.url)
+                self._outbox = open_outbox(self.url)
+        return self._outbox
+
+    def close(self) -> None:
+        if self._outbox is not None:
+            self._outbox.close()
+
+    def now_ms(self) -> int:
+        return self._pinned_now_ms if self._pinned_now_ms is not None else int(time.time() * 1000)
+
+    def emit(self, data: Any, view: Callable[[], RenderableType]) -> None:
+        """``data`` as JSON with --json, else what ``view`` draws."""
+        if self.as_json:
+            click.echo(json.dumps(data, indent=2, sort_keys=True))
+        else:
+            render.print_view(view())
+
+
+def outbox_command(f: Callable[..., None]) -> Callable[..., None]:
+    """--outbox, --json (and the hidden --now-ms) for a command taking (session, ...)."""
+
+    @click.option(
+        "--outbox",
+        "outbox_url",
+        required=True,
+        envvar="ROCKETBOX_OUTBOX",
+        metavar="URL",
+        help="The outbox: rocksdb:///path, redis://host:port/db?prefix=NAME or "
+        "mysql+pymysql://user:password@host:port/db?table=NAME.",
+    )
+    @click.option("--json", "as_json", is_flag=True, help="Print JSON for scripts, nothing else.")
+    # The clock ages are measured from: tests pin it to assert ages exactly, as the contract
+    # takes its times as arguments.
+    @click.option("--now-ms", "pinned_now_ms", type=click.IntRange(min=0), hidden=True)
+    @functools.wraps(f)
+    def command(outbox_url: str, as_json: bool, pinned_now_ms: int | None, **kwargs: Any) -> None:
+        session = Session(outbox_url, as_json, pinned_now_ms)
+        with _translated(outbox_url, opening=False):
+            try:
+                f(session, **kwargs)
+            finally:
+                session.close()
+
+    return command
+
+
+_AGE_PATTERN = re.compile(r"(\d+)(ms|s|m|h|d)")
+_AGE_UNIT_MS = {"ms": 1, "s": 1_000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}
+
+
+class AgeType(click.ParamType[int]):
+    """An age such as 500ms, 30s, 5m, 2h or 1d, in ms."""
+
+    name = "AGE"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> int:
+        if isinstance(value, int):
+            return value
+        found = _AGE_PATTERN.fullmatch(str(value).strip())
+        if found is None:
+            self.fail(f"{value!r} is not an age such as 30s, 5m, 2h or 1d", param, ctx)
+        return int(found[1]) * _AGE_UNIT_MS[found[2]]
+
+
+AGE = AgeType()
+
+
+def _state(value: str | None) -> EntryState | None:
+    return None if value is None else EntryState(value.upper())
+
+
+def _value(state: EntryState | None) -> str | None:
+    return None if state is None else state.value
+
+
+def _ids_or_all(message_ids: Sequence[str], every: bool) -> list[str] | None:
+    if bool(message_ids) == every:
+        raise click.UsageError("name the entries by message id, or say --all (one of the two)")
+    return None if every else list(message_ids)
+
+
+@click.group("outbox")
+@click.pass_context
+def outbox_group(ctx: click.Context) -> None:
+    """Inspect and repair a sidecar's outbox, any backend, by URL.
+
+    \b
+    Every command takes --outbox URL (or ROCKETBOX_OUTBOX), and --json to print
+    JSON for scripts and nothing else. A RocksDB outbox admits one process at a
+    time: stop the sidecar using it first (Redis and MySQL outboxes are shared).
+
+    \b
+    Exit codes:
+      0  done
+      1  the operation failed (the backend refused it)
+      2  usage error, or a bad --outbox URL
+      3  the backend is unreachable, or a RocksDB outbox is held by a running process
+      4  no such entry
+      5  refused: a purge not confirmed (no --yes, and no terminal or the answer no)
+    """
+    if ctx.find_root().get_parameter_source("log_level") is click.core.ParameterSource.DEFAULT:
+        # A backend's INFO lines (a RocksDB outbox opened…) are a server's diary, noise before
+        # an admin command's answer; rocketbox --log-level INFO brings them back.
+        logging.getLogger("outbox").setLevel(logging.WARNING)
+
+
+@outbox_group.command("stats")
+@outbox_command
+def stats_command(session: Session) -> None:
+    """Totals, depth by state, topic and cause, the oldest pending entry, the next due one,
+    and a histogram of attempts.
+
+    The totals are the backend's own counters; the depth and the histogram read every entry of
+    the outbox (one pass, page by page).
+    """
+    now_ms = session.now_ms()
+    stats = session.outbox.stats(now_ms)
+    data = render.stats_json(stats, breakdown(session.outbox), now_ms)
+    session.emit(data, lambda: render.stats_view(data))
+
+
+@outbox_group.command("ls")
+@click.option("--state", type=click.Choice(STATES, case_sensitive=False), default=None)
+@click.option("--topic", "topics", multiple=True, help="Repeatable: entries of any of them.")
+@click.option("--cause", type=click.Choice(CAUSES, case_sensitive=False), default=None)
+@click.option("--key", default=None, help="Entries whose message carries this key.")
+@click.option("--older-than", type=AGE, default=None, help="Spooled at least AGE ago (30s, 5m…).")
+@click.option("--newer-than", type=AGE, default=None, help="Spooled less than AGE ago.")
+@click.option(
+    "--limit",
+    default=LS_LIMIT_DEFAULT,
+    show_default=True,
+    type=click.IntRange(1, LS_LIMIT_MAX),
+    help="Entries per page.",
+)
+@click.option(
+    "--after-seq",
+    default=0,
+    type=click.IntRange(min=0),
+    help="Start after this seq: the cursor the previous page printed.",
+)
+@outbox_command
+def ls_command(
+    session: Session,
+    state: str | None,
+    topics: tuple[str, ...],
+    cause: str | None,
+    key: str | None,
+    older_than: int | None,
+    newer_than: int | None,
+    limit: int,
+    after_seq: int,
+) -> None:
+    """List entries in seq order, a page at a time, with the cursor of the next page.
+
+    Filters read on until the page is full or the outbox ends.
+    """
+    now_ms = session.now_ms()
+    which = EntryFilter(
+        state=_state(state),
+        topics=frozenset(topics),
+        cause=None if cause is None else SpoolCause(cause.upper()),
+        key=key,
+        created_at_or_before_ms=None if older_than is None else now_ms - older_than,
+        created_after_ms=None if newer_than is None else now_ms - newer_than,
+    )
+    page = list_entries(session.outbox, which, after_seq, limit)
+    rows = [export_row(e) for e in page.entries]
+    data = {"entries": rows, "next_after_seq": page.next_after_seq}
+
+    def view() -> RenderableType:
+        cursor = page.next_after_seq
+        more = f"next page: --after-seq {cursor}" if cursor is not None else "end of the outbox"
+        return Group(render.entries_table(rows, now_ms), f"{len(rows)} entries; {more}")
+
+    session.emit(data, view)
+
+
+@outbox_group.command("show")
+@click.argument("message_id")
+@click.option(
+    "--body", "with_body", is_flag=True, help="The body too: as text if UTF-8, else base64."
+)
+@outbox_command
+def show_command(session: Session, message_id: str, with_body: bool) -> None:
+    """Every field of the entry MESSAGE_ID (exit code 4 when there is none)."""
+    entry = session.outbox.get(message_id)
+    if entry is None:
+        raise EntryNotFoundError(f"no entry {message_id!r} in the outbox {session.shown_url}")
+    data = export_row(entry)
+    if with_body:
+        data["body"], data["body_encoding"] = render.body_text(entry.message.body)
+    session.emit(data, lambda: render.entry_view(data))
+
+
+@outbox_group.command("requeue")
+@click.argument("message_ids", nargs=-1)
+@click.option("--all", "every", is_flag=True, help="Every DEAD entry.")
+@outbox_command
+def requeue_command(session: Session, message_ids: tuple[str, ...], every: bool) -> None:
+    """DEAD entries back to PENDING, due now, attempts reset: the sidecar sends them again."""
+    ids = _ids_or_all(message_ids, every)
+    requeued = session.outbox.requeue(ids, session.now_ms())
+    data = {"requeued": requeued, "asked": None if ids is None else len(set(ids))}
+    text = f"requeued {requeued} dead entries: pending, due now"
+    if ids is not None and requeued < len(set(ids)):
+        text += f" ({len(set(ids)) - requeued} of those named are not DEAD or not in the outbox)"
+    session.emit(data, lambda: text)
+
+
+@outbox_group.command("retry-now")
+@click.argument("message_ids", nargs=-1)
+@click.option("--all", "every", is_flag=True, help="Every PENDING entry.")
+@outbox_command
+def retry_now_command(session: Session, message_ids: tuple[str, ...], every: bool) -> None:
+    """PENDING entries due later become due now (attempts unchanged).
+
+    Left alone: entries due already, in flight, or waiting behind their FIFO group's entry in
+    flight, and entries not PENDING.
+    """
+    ids = _ids_or_all(message_ids, every)
+    made_due = session.outbox.retry_now(ids, session.now_ms())
+    data = {"made_due": made_due, "asked": None if ids is None else len(set(ids))}
+    text = f"{made_due} pending entries made due now"
+    if ids is not None and made_due < len(set(ids)):
+        text += (
+            f" ({len(set(ids)) - made_due} of those named are due already, in flight, behind "
+            "their FIFO group's entry in flight, not PENDING or not in the outbox)"
+        )
+    session.emit(data, lambda: text)
+
+
+def _purgeable_state(_ctx: click.Context, _param: click.Parameter, value: str) -> EntryState:
+    state = EntryState(value.upper())
+    if state is EntryState.PENDING:
+        raise click.BadParameter(
+            "PENDING entries are never purged: that would lose messages the broker does not "
+            "have. Let the sidecar deliver them, or requeue / retry-now them."
+        )
+    return state
+
+
+@outbox_group.command("purge")
+@click.option(
+    "--state",
+    required=True,
+    type=click.Choice(STATES, case_sensitive=False),
+    callback=_purgeable_state,
+    help="delivered (tombstones) or dead.",
+)
+@click.option(
+    "--older-than",
+    required=True,
+    type=AGE,
+    help="Only entries that became delivered or dead at least AGE ago (0s: all of them).",
+)
+@click.option("--dry-run", is_flag=True, help="Count what would go; delete nothing.")
+@click.option("--yes", is_flag=True, help="Delete without asking.")
+@outbox_command
+def purge_command(
+    session: Session, state: EntryState, older_than: int, dry_run: bool, yes: bool
+) -> None:
+    """Delete DELIVERED or DEAD entries, after a confirmation unless --yes.
+
+    Without --yes and without a terminal to ask on, nothing is deleted (exit code 5).
+    """
+    before_ms = session.now_ms() - older_than
+    matched = count_purgeable(session.outbox, state, before_ms)
+    data: dict[str, Any] = {
+        "state": state.value,
+        "before_ms": before_ms,
+        "matched": matched,
+        "purged": 0,
+        "dry_run": dry_run,
+    }
+    what = f"{matched} {state.value} entries changed before {render.time_text(before_ms)}"
+    if dry_run or matched == 0:
+        session.emit(data, lambda: f"would purge {what}" if dry_run else "nothing to purge")
+        return
+    if not yes:
+        if not sys.stdin.isatty():
+            raise RefusedError(
+                f"purge would delete {what} from the outbox {session.shown_url}; refused: no "
+                "--yes, and stdin is not a terminal to confirm on. Nothing was deleted."
+            )
+        question = f"Delete {what} from the outbox {session.shown_url}?"
+        if not click.confirm(question, default=False, err=True):
+            raise RefusedError("not confirmed; nothing was deleted")
+    data["purged"] = session.outbox.purge(state, before_ms)
+    session.emit(data, lambda: f"purged {data['purged']} {state.value} entries")
+
+
+@outbox_group.command("export")
+@click.option("--out", "out_path", required=True, type=click.Path(path_type=Path, dir_okay=False))
+@click.option(
+    "--format",
+    "file_format",
+    type=click.Choice(EXPORT_FORMATS),
+    default=None,
+    help="Default: from --out's extension (.jsonl, .ndjson, .json; .parquet).",
+)
+@click.option("--state", type=click.Choice(STATES, case_sensitive=False), default=None)
+@outbox_command
+def export_command(
+    session: Session, out_path: Path, file_format: str | None, state: str | None
+) -> None:
+    """Write every entry (of --state), without bodies, for the reconciliation.
+
+    The file appears whole or not at all: it is written beside --out and renamed when done.
+    """
+    try:
+        fmt = file_format or export_format(out_path)
+    except ValueError as e:
+        raise click.BadParameter(str(e), param_hint="'--format'") from e
+    entry_state = _state(state)
+    stats = session.outbox.stats(session.now_ms())
+    counts = {EntryState.PENDING: stats.pending, EntryState.DEAD: stats.dead}
+    counts[EntryState.DELIVERED] = stats.delivered
+    total = counts[entry_state] if entry_state is not None else sum(counts.values())
+    try:
+        with render.progress_bar(session.as_json, total, "export") as progress:
+            written = export_file(session.outbox, out_path, fmt, entry_state, progress=progress)
+    except OSError as e:  # the file's, not the backend's: those arrive as OutboxError
+        raise click.FileError(str(out_path), hint=e.strerror or str(e)) from e
+    data = {"format": fmt, "path": str(out_path), "entries": written, "state": _value(entry_state)}
+    session.emit(data, lambda: f"exported {written} entries to {out_path} ({fmt})")
+
+
+@outbox_group.command("watch")
+@click.option(
+    "--interval-s",
+    default=WATCH_INTERVAL_S_DEFAULT,
+    show_default=True,
+    type=click.FloatRange(min=WATCH_INTERVAL_S_MIN),
+    help="Between samples.",
+)
+@click.option(
+    "--count", "samples_max", type=click.IntRange(min=1), default=None, help="Stop after N samples."
+)
+@outbox_command
+def watch_command(session: Session, interval_s: float, samples_max: int | None) -> None:
+    """Depth by state, bytes, the oldest pending age and the drain rate (entries delivered per
+    second between samples), live on a terminal; one JSON line per sample with --json or
+    without a terminal. Until Ctrl-C, or --count samples."""
+    meter = DrainMeter()
+    samples = 0
+    next_sample_s = time.monotonic()
+    with render.watch_display(session.as_json) as show, contextlib.suppress(KeyboardInterrupt):
+        while samples_max is None or samples < samples_max:
+            time.sleep(max(0.0, next_sample_s - time.monotonic()))
+            taken_s = time.monotonic()
+            stats = session.outbox.stats(session.now_ms())
+            rate, elapsed_s = meter.sample(taken_s, stats.delivered)
+            samples += 1
+            show(render.sample_json(stats, session.now_ms(), rate, elapsed_s), samples)
+            # From this sample's time: samples are at least interval_s apart, however slow a
+            # stats call is.
+            next_sample_s = taken_s + interval_s
