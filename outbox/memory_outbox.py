@@ -140,6 +140,7 @@ class MemoryOutbox(Outbox):
                 replace(
                     entry,
                     state=EntryState.DEAD,
+                    attempts=entry.attempts + 1,
                     last_error=error,
                     lease_owner=None,
                     lease_until_ms=0,

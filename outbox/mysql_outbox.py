@@ -509,6 +509,7 @@ class MySQLOutbox(Outbox):
             owner,
             {
                 "state": DEAD,
+                "attempts": self._entries.c.attempts + 1,
                 "last_error": error[:LAST_ERROR_CHARS_MAX],
                 "due_ms": None,
                 "lease_owner": None,

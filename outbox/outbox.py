@@ -80,7 +80,8 @@ class Outbox(abc.ABC):
 
     @abc.abstractmethod
     def bury(self, message_id: str, owner: str, error: str, now_ms: int) -> bool:
-        """PENDING → DEAD after attempts_max or age_max; the error is kept for operators."""
+        """A failed resend that ends the entry (attempts_max, age_max, or the broker rejected
+        it): PENDING → DEAD, attempts + 1 as for a reschedule, the error kept for operators."""
 
     @abc.abstractmethod
     def release(self, message_id: str, owner: str) -> bool:

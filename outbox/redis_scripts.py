@@ -184,6 +184,7 @@ local f = redis.call('HMGET', h, 'state', 'owner', 'seq')
 if f[1] ~= 'PENDING' or f[2] ~= ARGV[3] then return 0 end
 leave_pending(id, h)
 redis.call('HSET', h, 'state', 'DEAD', 'err', ARGV[4], 'changed', ARGV[5], 'owner', '', 'lease', 0)
+redis.call('HINCRBY', h, 'attempts', 1)
 redis.call('HINCRBY', COUNTS, 'dead', 1)
 redis.call('ZADD', P .. ':s:DEAD', f[3], id)
 redis.call('ZADD', P .. ':t:DEAD', ARGV[5], id)

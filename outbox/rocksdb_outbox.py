@@ -276,6 +276,7 @@ class RocksDBOutbox(Outbox):
             new = replace(
                 old,
                 state=EntryState.DEAD,
+                attempts=old.attempts + 1,
                 last_error=error,
                 lease_owner=None,
                 lease_until_ms=0,

@@ -419,8 +419,10 @@ def test_reschedule_counts_the_attempt_and_sets_the_next_send_time(outbox: Outbo
     assert not outbox.reschedule(message_id(1), "w1", NOW_MS + 9_000, "x", NOW_MS + 5_000)
 
 
-def test_bury_makes_the_entry_dead_with_its_error(outbox: Outbox) -> None:
+def test_bury_makes_the_entry_dead_with_its_error_and_counts_the_attempt(outbox: Outbox) -> None:
     outbox.put([entry(1)])
+    claim(outbox)
+    assert outbox.reschedule(message_id(1), "w1", NOW_MS, "first failure", NOW_MS)
     claim(outbox)
     assert not outbox.bury(message_id(1), "w2", "x", NOW_MS)
     assert outbox.bury(message_id(1), "w1", "attempts_max reached: SYSTEM_BUSY", NOW_MS + 7)
@@ -428,6 +430,7 @@ def test_bury_makes_the_entry_dead_with_its_error(outbox: Outbox) -> None:
     assert got is not None
     assert got.state is EntryState.DEAD
     assert got.last_error == "attempts_max reached: SYSTEM_BUSY"
+    assert got.attempts == 2, "the reschedule's failed attempt and the burying one"
     assert got.state_changed_ms == NOW_MS + 7
     assert got.lease_owner is None
     assert got.message.body == entry(1).message.body  # kept for a requeue

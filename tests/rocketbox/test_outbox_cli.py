@@ -142,7 +142,7 @@ def seed(url: str) -> dict[str, OutboxEntry]:
     with open_outbox(url) as outbox:
         outbox.put([E1, E2, E3, E4, E5])
         at_ms = E4.next_send_time_ms
-        for _ in range(4):
+        for _ in range(3):  # the fourth failed attempt is the burying one
             fail(outbox, E4, at_ms, at_ms + 1)
             at_ms += 1
         assert [c.message_id for c in outbox.claim_due(at_ms, 1, LEASE_MS, "w1")] == [E4.message_id]

@@ -93,7 +93,7 @@ def test_an_entry_that_keeps_failing_is_buried_then_can_be_requeued(
         entry = outbox.get(result.message_id)
         assert entry is not None
         assert entry.state is EntryState.DEAD
-        assert entry.attempts == 2, "buried at the third failed resend"
+        assert entry.attempts == 3, "buried at the third failed resend, which counts"
         assert "3 resends failed" in entry.last_error
         assert outbox.requeue([result.message_id], now_ms()) == 1
     back = restart(broker)
