@@ -26,8 +26,8 @@ from typing import Any, TextIO
 # pyarrow ships no type information: to mypy its values are Any, so EXPORT_SCHEMA's test is what
 # holds the columns to entry_to_dict. (unused-ignore: should pyproject.toml come to ignore
 # pyarrow's missing stubs for every module, these stay harmless.)
-import pyarrow as pa  # type: ignore[import-untyped, unused-ignore]
-import pyarrow.parquet as pq  # type: ignore[import-untyped, unused-ignore]
+import pyarrow as pa
+import pyarrow.parquet as pq
 
 from outbox.entry import EntryState, OutboxEntry, entry_to_dict
 from outbox.outbox import Outbox

@@ -1,1 +1,2 @@
-"""rocketbox reconcile (built by a later issue)."""
+"""The reconciliation: a PySpark job proving from the commitlog that nothing acknowledged was
+lost (DESIGN §4; job.py is the entry point)."""

@@ -28,6 +28,7 @@ from outbox.factory import redact
 from rocketbox import admin_client as admin
 from rocketbox.logs import LOG_FORMATS, configure_logging
 from rocketbox.outbox_cli import outbox_group
+from rocketbox.reconcile_cli import reconcile_command
 from rocketbox.sidecar_cli import optional_listen, sidecar_command, start_sidecar
 from sidecar.channels import Endpoint
 from sidecar.config import SidecarConfig
@@ -257,6 +258,7 @@ def broker(
 
 
 main.add_command(sidecar_command)
+main.add_command(reconcile_command)
 main.add_command(outbox_group)
 
 

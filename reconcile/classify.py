@@ -1,0 +1,250 @@
+"""Join the commitlog, the ledgers and the outbox on message id, and classify every message.
+
+The three inputs are put under each other (a union by name) and grouped by message id once: one
+shuffle, however many inputs, and no row of one input needs a partner in another. DataFrame API
+only; nothing leaves the executors but the aggregates the driver asks for.
+
+Definitions (summary.json and the README's "Reconciliation" section repeat them):
+
+- A *message* is a message id found in any input. Its topic is the topic of its stored copy,
+  else the ledger's, else the outbox's.
+- *stored*: at least one copy in the commitlog as scanned (commitlog_source.py: before any torn
+  tail), in an application topic or parked (a delayed message not yet due, a half message).
+  *copies* counts the application-topic copies; parked copies are not counted.
+- *acknowledged*: a ledger line STORED or SPOOLED. *ambiguous*: a ledger line SPOOLED with cause
+  AMBIGUOUS, or an outbox entry marked maybe_stored or of cause AMBIGUOUS.
+
+Each message gets exactly one outcome, the first that applies:
+
+    not stored  lost        acknowledged STORED;
+                pending     PENDING in the outbox (it will be resent);
+                dead        DEAD in the outbox (the sidecar gave up; an operator must act);
+                lost        acknowledged SPOOLED or DELIVERED in the outbox, yet neither stored
+                            nor held by the outbox.
+    stored      recovered   ambiguous, or still PENDING or DEAD in the outbox (its fate as the
+                            sender saw it was open, yet it is stored). Those still PENDING are
+                            also counted as ``resend_pending``: a resend would store it again;
+                ok          acknowledged, or DELIVERED in the outbox;
+                unexpected  in no ledger and no outbox entry, and its topic is in scope: a ledger
+                            names the topic, so its sender kept books and this one is not in them;
+                unchecked   in no ledger and no outbox entry, and no ledger names its topic.
+
+Besides its outcome, a message is *duplicated* when it has more than one copy
+(``duplicate_copies`` = copies - 1); system-topic copies (retries, dead letters) and parked copies
+are not copies.
+
+Time: a message is bucketed by its *event time*: its first acknowledgement (ledger ``time_ms``),
+else its outbox entry's ``created_ms`` (when it was spooled), else its first store timestamp;
+buckets are ``bucket_ms`` long (10 minutes), aligned to the epoch (UTC).
+*Delivery latency* (time from first failure to delivery), for a stored message that failed first
+(an outbox entry, or SPOOLED in a ledger): first store timestamp minus the failure time (the
+entry's ``created_ms``, else the first SPOOLED acknowledgement), floored at 0 (an ambiguous send
+may have been stored before it was spooled).
+"""
+
+from __future__ import annotations
+
+import functools
+
+from pyspark.sql import Column, DataFrame
+from pyspark.sql import functions as sf
+
+BUCKET_MS_DEFAULT = 10 * 60 * 1000
+OUTCOMES = ("lost", "pending", "dead", "recovered", "ok", "unexpected", "unchecked")
+# The outcomes a drill-down lists message ids for (ok and unchecked are not findings).
+FINDINGS = ("lost", "recovered", "unexpected", "pending", "dead")
+# Upper edges of the delivery-latency histogram's bins, in ms; the last bin is open.
+LATENCY_BIN_EDGES_MS = (
+    1, 2, 5, 10, 20, 50, 100, 200, 500,
+    1_000, 2_000, 5_000, 10_000, 20_000, 30_000, 60_000, 120_000, 300_000, 600_000,
+    1_800_000, 3_600_000, 4 * 3_600_000, 12 * 3_600_000, 24 * 3_600_000, 7 * 24 * 3_600_000,
+)  # fmt: skip
+
+_OUTBOX_FIELDS = (
+    "topic", "state", "cause", "maybe_stored", "attempts", "last_error", "created_ms",
+    "delivered_ms", "state_changed_ms",
+)  # fmt: skip
+
+
+def classify(
+    records: DataFrame,
+    acks: DataFrame | None,
+    outbox: DataFrame,
+    scope_topics: list[str],
+    bucket_ms: int = BUCKET_MS_DEFAULT,
+) -> DataFrame:
+    """One row per message id, with its evidence, its outcome and its bucket."""
+    assert bucket_ms > 0
+    from_log = records.select(
+        "message_id",
+        sf.col("topic").alias("c_topic"),
+        sf.col("parked").alias("c_parked"),
+        sf.col("store_timestamp_ms").alias("c_store_ts"),
+        sf.col("phy_offset").alias("c_phy_offset"),
+    )
+    parts = [from_log]
+    if acks is not None:
+        parts.append(
+            acks.where(~sf.col("malformed")).select(
+                "message_id",
+                sf.col("topic").alias("l_topic"),
+                sf.col("state").alias("l_state"),
+                sf.col("time_ms").alias("l_time_ms"),
+                sf.col("cause").alias("l_cause"),
+            )
+        )
+    from_outbox = outbox.where(~sf.col("malformed")).select(
+        "message_id",
+        sf.struct(*_OUTBOX_FIELDS).alias("o"),
+        # The latest entry wins should an export hold an id twice (two outboxes exported as one).
+        sf.coalesce("state_changed_ms", "created_ms", sf.lit(0)).alias("o_order"),
+    )
+    parts.append(from_outbox)
+    rows = functools.reduce(lambda a, b: a.unionByName(b, allowMissingColumns=True), parts)
+    if acks is None:
+        # The columns a ledger would have brought, all null: one classification for both cases.
+        rows = rows.select(
+            "*",
+            *(sf.lit(None).cast(t).alias(c) for c, t in
+              (("l_topic", "string"), ("l_state", "string"), ("l_time_ms", "bigint"),
+               ("l_cause", "string"))),
+        )  # fmt: skip
+    spooled = sf.col("l_state") == "SPOOLED"
+    per_id = rows.groupBy("message_id").agg(
+        sf.count(sf.when(~sf.col("c_parked"), 1)).alias("copies"),
+        sf.count(sf.when(sf.col("c_parked"), 1)).alias("parked_copies"),
+        sf.min("c_topic").alias("c_topic"),
+        sf.min("c_store_ts").alias("first_store_timestamp_ms"),
+        sf.max("c_store_ts").alias("last_store_timestamp_ms"),
+        sf.min("c_phy_offset").alias("first_phy_offset"),
+        sf.max("c_phy_offset").alias("last_phy_offset"),
+        sf.count("l_state").alias("ack_lines"),
+        sf.max(sf.col("l_state") == "STORED").alias("acked_stored"),
+        sf.max(spooled).alias("acked_spooled"),
+        sf.max(spooled & (sf.col("l_cause") == "AMBIGUOUS")).alias("ack_ambiguous"),
+        sf.min("l_time_ms").alias("first_ack_ms"),
+        sf.min(sf.when(spooled, sf.col("l_time_ms"))).alias("first_spooled_ms"),
+        sf.min("l_topic").alias("l_topic"),
+        sf.min("l_cause").alias("ack_cause"),
+        sf.count("o").alias("outbox_entries"),
+        sf.max_by("o", "o_order").alias("o"),
+    )
+    return per_id.select(*_classified(scope_topics, bucket_ms))
+
+
+def _classified(scope_topics: list[str], bucket_ms: int) -> list[Column | str]:
+    def yes(name: str) -> Column:
+        return sf.coalesce(sf.col(name), sf.lit(False))
+
+    topic = sf.coalesce("c_topic", "l_topic", "o.topic")
+    stored = (sf.col("copies") + sf.col("parked_copies")) > 0
+    o_state = sf.col("o.state")
+    held = o_state.isin("PENDING", "DEAD")
+    ambiguous = (
+        yes("ack_ambiguous")
+        | yes("o.maybe_stored")
+        | (sf.coalesce(sf.col("o.cause"), sf.lit("")) == "AMBIGUOUS")
+    )
+    known = (sf.col("ack_lines") > 0) | (sf.col("outbox_entries") > 0)
+    in_scope = topic.isin(*scope_topics) if scope_topics else sf.lit(False)
+    outcome = (
+        sf.when(stored & (ambiguous | sf.coalesce(held, sf.lit(False))), "recovered")
+        .when(stored & known, "ok")
+        .when(stored & in_scope, "unexpected")
+        .when(stored, "unchecked")
+        .when(yes("acked_stored"), "lost")
+        .when(o_state == "PENDING", "pending")
+        .when(o_state == "DEAD", "dead")
+        .otherwise("lost")
+    )
+    event_time = sf.coalesce("first_ack_ms", "o.created_ms", "first_store_timestamp_ms")
+    failed_at = sf.coalesce("o.created_ms", "first_spooled_ms")
+    latency = sf.when(
+        stored & failed_at.isNotNull() & sf.col("first_store_timestamp_ms").isNotNull(),
+        sf.greatest(sf.col("first_store_timestamp_ms") - failed_at, sf.lit(0)),
+    )
+    return [
+        "message_id",
+        topic.alias("topic"),
+        (event_time - sf.pmod(event_time, sf.lit(bucket_ms))).alias("bucket_start_ms"),
+        event_time.alias("event_time_ms"),
+        (sf.col("copies") > 1).alias("duplicated"),
+        sf.greatest(sf.col("copies") - 1, sf.lit(0)).alias("duplicate_copies"),
+        (stored & sf.coalesce(o_state == "PENDING", sf.lit(False))).alias("resend_pending"),
+        ((sf.col("copies") == 0) & (sf.col("parked_copies") > 0)).alias("parked_only"),
+        "copies",
+        "parked_copies",
+        "first_store_timestamp_ms",
+        "last_store_timestamp_ms",
+        "first_phy_offset",
+        "last_phy_offset",
+        sf.when(yes("acked_stored"), "STORED")
+        .when(yes("acked_spooled"), "SPOOLED")
+        .alias("ack_state"),
+        "ack_cause",
+        "first_ack_ms",
+        "ack_lines",
+        o_state.alias("outbox_state"),
+        sf.col("o.cause").alias("outbox_cause"),
+        sf.col("o.maybe_stored").alias("maybe_stored"),
+        sf.col("o.attempts").alias("attempts"),
+        sf.col("o.last_error").alias("last_error"),
+        sf.col("o.created_ms").alias("spooled_ms"),
+        sf.col("o.delivered_ms").alias("delivered_ms"),
+        latency.alias("delivery_latency_ms"),
+        outcome.alias("outcome"),
+    ]
+
+
+def outcome_counts() -> list[Column]:
+    """The counts every summary row carries (of a classified DataFrame)."""
+    return [
+        sf.count(sf.lit(1)).alias("messages"),
+        *(sf.count(sf.when(sf.col("outcome") == o, 1)).alias(o) for o in OUTCOMES),
+        sf.count(sf.when(sf.col("duplicated"), 1)).alias("duplicated"),
+        sf.coalesce(sf.sum("duplicate_copies"), sf.lit(0)).alias("duplicate_copies"),
+        sf.count(sf.when(sf.col("resend_pending"), 1)).alias("resend_pending"),
+        sf.count(sf.when(sf.col("parked_only"), 1)).alias("parked_only"),
+    ]
+
+
+def counts_by_topic_and_bucket(messages: DataFrame) -> DataFrame:
+    """outcome_counts per (topic, bucket), per topic, per bucket and in total (a cube);
+    ``level`` is 0 for (topic, bucket) rows, 1 per topic, 2 per bucket, 3 for the total."""
+    return messages.cube("topic", "bucket_start_ms").agg(
+        sf.grouping_id().alias("level"), *outcome_counts()
+    )
+
+
+def latency_bin() -> Column:
+    """The histogram bin of a message's delivery latency: 0 below LATENCY_BIN_EDGES_MS[0] …"""
+    latency = sf.col("delivery_latency_ms")
+    return sum(
+        (sf.when(latency >= edge, 1).otherwise(0) for edge in LATENCY_BIN_EDGES_MS), sf.lit(0)
+    )
+
+
+def latency_histogram(messages: DataFrame) -> DataFrame:
+    return (
+        messages.where(sf.col("delivery_latency_ms").isNotNull())
+        .groupBy(latency_bin().alias("bin"))
+        .agg(sf.count(sf.lit(1)).alias("messages"))
+    )
+
+
+LATENCY_PERCENTILES = (0.5, 0.9, 0.99)
+
+
+def latency_stats(messages: DataFrame) -> DataFrame:
+    """Per topic and in total (topic null): count, percentiles and max of delivery latency."""
+    latency = sf.col("delivery_latency_ms")
+    return (
+        messages.where(latency.isNotNull())
+        .rollup("topic")
+        .agg(
+            sf.grouping_id().alias("level"),
+            sf.count(sf.lit(1)).alias("messages"),
+            sf.percentile_approx(latency, list(LATENCY_PERCENTILES)).alias("percentiles_ms"),
+            sf.max(latency).alias("max_ms"),
+        )
+    )

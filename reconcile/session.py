@@ -1,0 +1,187 @@
+"""The Spark session of the reconciliation, and the one place Spark's exceptions are translated.
+
+Locally (``local[*]``, ``local[N]``) the session is sized for one machine: 4 shuffle partitions
+per core, a 2 GiB driver (it is also the only executor), Python workers running this interpreter
+(which has pyarrow and this package), Spark's temporary files in a directory removed afterwards.
+Everywhere: no UI, no progress bars, Spark's logs at ERROR from the JVM's first line, times in
+UTC. On a cluster (any other master) the job ships ``reconcile/`` and ``broker/store/`` to the
+executors, which may not have rocketbox installed; they need a Python with pyarrow and numpy
+(``PYSPARK_PYTHON``) and the job's paths on a volume they share with the driver.
+
+``spark_session`` stops the session and ends its JVM when its block ends: ``SparkSession.stop``
+alone leaves the JVM running until the process exits.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+import sys
+import tempfile
+import warnings
+import zipfile
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+from py4j.protocol import Py4JError
+from pyspark import SparkContext
+from pyspark.errors import PySparkException
+from pyspark.sql import SparkSession
+
+from reconcile.errors import JobError, ReconcileError
+
+APP_NAME = "rocketbox-reconcile"
+MASTER_DEFAULT = "local[*]"
+# Shuffle partitions per local core: enough to spread a skewed id range, few enough that AQE
+# has little to coalesce.
+SHUFFLE_PARTITIONS_PER_CORE = 4
+# A local driver is also the only executor: the shuffle and the hash aggregation live in it.
+LOCAL_DRIVER_MEMORY = "2g"
+JVM_STOP_DEADLINE_S = 30.0
+_DRIVER_JAVA_OPTIONS = "spark.driver.extraJavaOptions"
+_LOCAL_MASTER = re.compile(r"^local(\[(\*|\d+)(,\d+)?\])?$")
+# Spark's own logging at ERROR from the first line (the default prints INFO and WARN; PySpark
+# sets the root logger to the level of the class that starts the JVM, hence those too).
+_LOG4J2 = """\
+rootLogger.level = error
+rootLogger.appenderRef.stderr.ref = console
+appender.console.type = Console
+appender.console.name = console
+appender.console.target = SYSTEM_ERR
+appender.console.layout.type = PatternLayout
+appender.console.layout.pattern = %d{HH:mm:ss} %p %c{1}: %m%n
+logger.gateway.name = org.apache.spark.api.python.PythonGatewayServer
+logger.gateway.level = error
+logger.submit.name = org.apache.spark.deploy.SparkSubmit
+logger.submit.level = error
+"""
+# PySpark 4.3 warns that it does not fully support pandas 3 whenever an Arrow function is
+# declared; the job passes Arrow batches only and never a pandas object.
+_PANDAS_WARNING = "PySpark does not yet fully support pandas"
+
+
+@dataclass(frozen=True, slots=True)
+class SparkSettings:
+    master: str = MASTER_DEFAULT
+    app_name: str = APP_NAME
+    shuffle_partitions: int | None = None  # None: 4 per core locally, Spark's default otherwise
+    conf: tuple[tuple[str, str], ...] = ()  # any other Spark setting, applied last
+
+    def __post_init__(self) -> None:
+        if self.shuffle_partitions is not None and self.shuffle_partitions < 1:
+            raise ValueError("shuffle_partitions must be >= 1")
+
+    @property
+    def local(self) -> bool:
+        return bool(_LOCAL_MASTER.match(self.master))
+
+
+def local_cores(master: str) -> int:
+    match = _LOCAL_MASTER.match(master)
+    assert match, f"not a local master: {master}"
+    threads = match.group(2)
+    if threads is None:
+        return 1
+    return (os.cpu_count() or 1) if threads == "*" else int(threads)
+
+
+@contextmanager
+def quiet_pyspark() -> Iterator[None]:
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=_PANDAS_WARNING, category=FutureWarning)
+        yield
+
+
+@contextmanager
+def spark_session(config: SparkSettings) -> Iterator[SparkSession]:
+    """A session for ``config``, stopped (and its JVM ended) when the block ends."""
+    with tempfile.TemporaryDirectory(prefix="rocketbox-spark-") as tmp:
+        log4j = Path(tmp) / "log4j2.properties"
+        log4j.write_text(_LOG4J2, encoding="utf-8")
+        builder = SparkSession.builder.master(config.master).appName(config.app_name)
+        settings = {
+            "spark.ui.enabled": "false",
+            "spark.ui.showConsoleProgress": "false",
+            "spark.sql.session.timeZone": "UTC",
+            _DRIVER_JAVA_OPTIONS: f"-Dlog4j2.configurationFile=file:{log4j}",
+        }
+        if config.local:
+            cores = local_cores(config.master)
+            settings["spark.sql.shuffle.partitions"] = str(
+                config.shuffle_partitions or SHUFFLE_PARTITIONS_PER_CORE * cores
+            )
+            settings["spark.driver.memory"] = LOCAL_DRIVER_MEMORY
+            settings["spark.local.dir"] = str(Path(tmp) / "spark-local")
+            # Python workers run this interpreter, which has pyarrow and this package.
+            os.environ["PYSPARK_PYTHON"] = sys.executable
+        elif config.shuffle_partitions:
+            settings["spark.sql.shuffle.partitions"] = str(config.shuffle_partitions)
+        quiet_logs = settings[_DRIVER_JAVA_OPTIONS]
+        settings.update(dict(config.conf))
+        if quiet_logs not in settings[_DRIVER_JAVA_OPTIONS]:
+            # The caller's JVM options (a GC, a heap dump path) and still quiet logs.
+            settings[_DRIVER_JAVA_OPTIONS] += f" {quiet_logs}"
+        for key, value in settings.items():
+            builder = builder.config(key, value)
+        # py4j logs every connection it closes at INFO.
+        logging.getLogger("py4j").setLevel(logging.WARNING)
+        try:
+            with quiet_pyspark():
+                spark = builder.getOrCreate()
+        except (PySparkException, Py4JError, RuntimeError) as e:
+            raise JobError(f"cannot start Spark (master {config.master}): {e}") from e
+        try:
+            spark.sparkContext.setLogLevel("ERROR")
+            if not config.local:
+                _ship_code(spark, Path(tmp))
+            yield spark
+        finally:
+            spark.stop()
+            shutdown_jvm()
+
+
+def shutdown_jvm() -> None:
+    """End the Spark JVM this process started. ``SparkSession.stop`` leaves it running until the
+    process exits; a test suite that runs jobs in-process must not leave one behind."""
+    gateway = SparkContext._gateway
+    if gateway is None:
+        return
+    proc = getattr(gateway, "proc", None)
+    gateway.shutdown()
+    if proc is not None:
+        # The gateway JVM exits when its stdin closes (PythonGatewayServer).
+        proc.stdin.close()
+        proc.wait(JVM_STOP_DEADLINE_S)
+    SparkContext._gateway = None
+    SparkContext._jvm = None
+
+
+def _ship_code(spark: SparkSession, tmp: Path) -> None:
+    """Executors of a cluster may not have rocketbox installed: ship what the scan imports."""
+    root = Path(__file__).resolve().parents[1]
+    archive = tmp / "rocketbox-reconcile.zip"
+    with zipfile.ZipFile(archive, "w") as z:
+        for package in ("reconcile", "broker/store"):
+            for path in sorted((root / package).glob("*.py")):
+                z.write(path, path.relative_to(root))
+        z.write(root / "broker" / "__init__.py", "broker/__init__.py")
+    spark.sparkContext.addPyFile(str(archive))
+
+
+@contextmanager
+def translate_errors() -> Iterator[None]:
+    """Spark's and Py4J's exceptions become JobError, here and only here."""
+    try:
+        yield
+    except ReconcileError:
+        raise
+    except (PySparkException, Py4JError) as e:
+        raise JobError(f"the Spark job failed: {_first_line(e)}") from e
+
+
+def _first_line(e: Exception) -> str:
+    text = str(e).strip()
+    return text.splitlines()[0] if text else type(e).__name__

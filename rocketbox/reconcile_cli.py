@@ -1,0 +1,195 @@
+"""``rocketbox reconcile``: prove from a broker's commitlog that no acknowledged message was lost.
+
+Exit codes: 0 nothing lost, 1 something lost, 2 usage, 3 an input cannot be read, 4 the Spark
+job failed. An outbox URL is exported here, to ``<out>/inputs/outbox.parquet``, before Spark
+starts: this module is the composition root that may open an outbox backend; the job reads files.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import click
+
+from outbox.errors import OutboxError
+from outbox.export import export_parquet
+from outbox.factory import BACKENDS, open_outbox, redact
+from reconcile.errors import InputError, ReconcileError
+
+if TYPE_CHECKING:
+    from reconcile.job import JobConfig
+
+EXIT_LOST = 1
+OUTBOX_EXPORT_NAME = "outbox.parquet"
+
+
+def _spark_conf(
+    _ctx: click.Context, _param: click.Parameter, value: tuple[str, ...]
+) -> tuple[tuple[str, str], ...]:
+    pairs = []
+    for item in value:
+        key, sep, setting = item.partition("=")
+        if not sep or not key.strip():
+            raise click.BadParameter(f"{item!r} is not KEY=VALUE")
+        pairs.append((key.strip(), setting))
+    return tuple(pairs)
+
+
+@click.command("reconcile")
+@click.option(
+    "--commitlog",
+    required=True,
+    type=click.Path(path_type=Path, file_okay=False),
+    help="A broker's store directory (holding commitlog/) or its commitlog directory.",
+)
+@click.option(
+    "--outbox",
+    "outbox_source",
+    required=True,
+    metavar="URL-or-EXPORT",
+    help="An outbox export (.jsonl, or .parquet file or directory), or an outbox URL "
+    "(rocksdb:///path, redis://…, mysql+pymysql://…) exported first.",
+)
+@click.option(
+    "--acks",
+    "ledgers",
+    multiple=True,
+    type=click.Path(path_type=Path, dir_okay=False),
+    metavar="LEDGER",
+    help="An acknowledgement ledger (JSON lines, the sidecar's --ack-ledger); repeatable.",
+)
+@click.option(
+    "--master", default="local[*]", help="Spark master: local[*], local[N], spark://host:port …"
+)
+@click.option(
+    "--out",
+    "out_dir",
+    required=True,
+    type=click.Path(path_type=Path, file_okay=False),
+    help="Output directory: summary.json, report.html, details/ (Parquet).",
+)
+@click.option("--bucket-minutes", default=10, type=click.IntRange(1, 7 * 24 * 60))
+@click.option(
+    "--drill-down-ids-max",
+    default=100,
+    type=click.IntRange(1, 100_000),
+    help="Message ids per finding in summary.json and the report (all are in details/).",
+)
+@click.option(
+    "--shuffle-partitions",
+    default=None,
+    type=click.IntRange(min=1),
+    help="spark.sql.shuffle.partitions [default: 4 per core locally, Spark's own on a cluster]",
+)
+@click.option(
+    "--conf",
+    "spark_conf",
+    multiple=True,
+    callback=_spark_conf,
+    metavar="KEY=VALUE",
+    help="A Spark setting (e.g. spark.executor.memory=4g); repeatable.",
+)
+@click.option("--json", "as_json", is_flag=True, help="Print the whole summary as JSON.")
+def reconcile_command(
+    commitlog: Path,
+    outbox_source: str,
+    ledgers: tuple[Path, ...],
+    master: str,
+    out_dir: Path,
+    bucket_minutes: int,
+    drill_down_ids_max: int,
+    shuffle_partitions: int | None,
+    spark_conf: tuple[tuple[str, str], ...],
+    as_json: bool,
+) -> None:
+    """Join the commitlog with the outbox and the acknowledgement ledgers on message id; count
+    lost, duplicated, recovered, unexpected, pending and dead messages per topic and bucket.
+    Exits 1 when anything acknowledged was lost."""
+    # Spark and plotly load only for this command, not for every rocketbox command.
+    from reconcile.job import JobConfig, run  # noqa: PLC0415
+    from reconcile.report import write_outputs  # noqa: PLC0415
+    from reconcile.session import SparkSettings  # noqa: PLC0415
+
+    try:
+        outbox_path = _outbox_export(outbox_source, out_dir)
+        config = JobConfig(
+            commitlog=commitlog,
+            outbox=outbox_path,
+            out_dir=out_dir,
+            ledgers=ledgers,
+            spark=SparkSettings(
+                master=master, shuffle_partitions=shuffle_partitions, conf=spark_conf
+            ),
+            bucket_ms=bucket_minutes * 60_000,
+            drill_down_ids_max=drill_down_ids_max,
+            extra={"outbox_source": redact(outbox_source)},
+        )
+        summary = run(config)
+        summary_path, report_path = write_outputs(summary, out_dir)
+    except ReconcileError as e:
+        click.echo(f"reconcile: {e}", err=True)
+        raise SystemExit(e.exit_code) from e
+    if as_json:
+        click.echo(json.dumps(summary, indent=2))
+    else:
+        click.echo(summary_text(summary, config, summary_path, report_path))
+    if summary["totals"]["lost"]:
+        raise SystemExit(EXIT_LOST)
+
+
+def _outbox_export(source: str, out_dir: Path) -> Path:
+    """The export file to read: ``source`` itself, or an export of the outbox it names."""
+    scheme, sep, _ = source.partition("://")
+    if not sep or scheme.lower() not in BACKENDS:
+        return Path(source)
+    path = out_dir / "inputs" / OUTBOX_EXPORT_NAME
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with open_outbox(source) as outbox:
+            export_parquet(outbox, path)
+    except (OutboxError, OSError) as e:
+        raise InputError(f"cannot export the outbox {redact(source)}: {e}") from e
+    return path
+
+
+def summary_text(
+    summary: dict[str, Any], config: JobConfig, summary_path: Path, report_path: Path
+) -> str:
+    t = summary["totals"]
+    c = summary["commitlog"]
+    ledger = summary["ledgers"]
+    outbox = summary["outbox"]
+    verdict = f"{t['lost']:,} LOST" if t["lost"] else "NOTHING LOST"
+    lines = [
+        f"reconcile: {verdict}: {t['messages']:,} messages: ok {t['ok']:,}, lost {t['lost']:,}, "
+        f"duplicated {t['duplicated']:,} ({t['duplicate_copies']:,} extra copies), "
+        f"recovered {t['recovered']:,} ({t['resend_pending']:,} still pending), "
+        f"unexpected {t['unexpected']:,}, pending {t['pending']:,}, dead {t['dead']:,}, "
+        f"unchecked {t['unchecked']:,}",
+        f"commitlog: {c['segments']:,} segments, {c['records']:,} records "
+        f"({c['system_topic_records']:,} in system topics, {c['records_without_id']:,} without "
+        f"id, {c['parked_records']:,} parked)",
+    ]
+    lines += [
+        f"commitlog: {s['where']}: scan of {s['segment']} stopped at phy_offset "
+        f"{s['phy_offset']:,}: {s['reason']}"
+        for s in c["stops"]
+    ]
+    lines += [
+        f"commitlog: no segment holds phy_offsets {g['from_phy_offset']:,} to "
+        f"{g['to_phy_offset']:,}"
+        for g in c["gaps"]
+    ]
+    lines.append(
+        f"ledgers: {ledger['lines']:,} lines ({ledger['malformed']:,} malformed); outbox: "
+        f"{outbox['entries']:,} entries ({outbox['pending']:,} pending, "
+        f"{outbox['delivered']:,} delivered, {outbox['dead']:,} dead, "
+        f"{outbox['malformed']:,} malformed)"
+    )
+    lines.append(
+        f"written: {report_path}, {summary_path}, {summary['details']['messages']} "
+        f"({summary['elapsed_s']} s on {config.spark.master})"
+    )
+    return "\n".join(lines)

@@ -1,0 +1,77 @@
+"""``rocketbox reconcile`` as a process: its exit codes and what it prints.
+
+Proves: exit 1 when anything acknowledged was lost, with a summary naming the losses and the
+torn tail, and summary.json, report.html, details/ and inputs/ written (test_outage.py runs it
+with ``--json`` and exit 0); exit 3, before Spark starts, for a missing commitlog directory, a
+directory without segment files, an outbox export of an unknown kind or missing, an outbox URL
+that cannot be exported and a missing ledger; exit 2 for usage errors (no --outbox, a --conf
+that is not KEY=VALUE).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from tests.reconcile.planted import planted
+from tests.reconcile.rocketbox_reconcile import reconcile
+
+EXIT_LOST = 1
+EXIT_USAGE = 2
+EXIT_INPUT = 3
+
+
+def test_a_loss_exits_1_and_says_what_was_lost(tmp_path: Path) -> None:
+    p = planted(tmp_path / "planted")
+
+    run = reconcile(
+        "--commitlog", str(p.store / "commitlog"), "--outbox", str(p.outbox_parquet),
+        "--acks", str(p.acks), "--master", "local[2]", out=tmp_path / "out",
+    )  # fmt: skip
+
+    assert run.code == EXIT_LOST, run.stderr[-3000:]
+    lines = run.stdout.splitlines()
+    assert lines[0].startswith("reconcile: 5 LOST: 129 messages: ok 104, lost 5, duplicated 5")
+    [torn] = [line for line in lines if "torn tail" in line]
+    last_segment = sorted((p.store / "commitlog").iterdir())[-1].name
+    assert torn.startswith(f"commitlog: torn tail: scan of {last_segment} stopped at phy_offset")
+    assert run.summary["totals"]["lost"] == 5
+    assert (run.out / "report.html").stat().st_size > 1_000_000  # plotly.js is inlined
+    assert any((run.out / "details" / "messages").glob("*.parquet"))
+    assert any((run.out / "inputs" / "acks").glob("*.parquet"))
+
+
+def test_unreadable_inputs_exit_3_before_spark_starts(tmp_path: Path) -> None:
+    no_segments = tmp_path / "no-segments"
+    no_segments.mkdir()
+    log = tmp_path / "store" / "commitlog"
+    log.mkdir(parents=True)
+    (log / "00000000000000000000").write_bytes(bytes(1024))
+    export = tmp_path / "outbox.jsonl"
+    export.write_text("")
+    unknown = tmp_path / "outbox.csv"
+    unknown.write_text("")
+    cases = [
+        (["--commitlog", str(tmp_path / "nowhere"), "--outbox", str(export)], "does not exist"),
+        (["--commitlog", str(no_segments), "--outbox", str(export)], "no commitlog segment files"),
+        (["--commitlog", str(log), "--outbox", str(unknown)], "expected a .jsonl/.json file"),
+        (["--commitlog", str(log), "--outbox", str(tmp_path / "gone.jsonl")], "does not exist"),
+        (["--commitlog", str(log), "--outbox", "redis://127.0.0.1:1/0"], "cannot export"),
+        (["--commitlog", str(log), "--outbox", str(export), "--acks", str(tmp_path / "no.jsonl")],
+         "not a readable file"),
+    ]  # fmt: skip
+    for args, message in cases:
+        run = reconcile(*args, out=tmp_path / "out")
+
+        assert run.code == EXIT_INPUT, (args, run.stdout, run.stderr)
+        assert message in run.stderr, (args, run.stderr)
+        assert "Traceback" not in run.stderr
+
+
+def test_usage_errors_exit_2(tmp_path: Path) -> None:
+    bad_conf = reconcile("--commitlog", str(tmp_path), "--outbox", "x.jsonl", "--conf", "nokey",
+                         out=tmp_path / "out")  # fmt: skip
+    no_outbox = reconcile("--commitlog", str(tmp_path), out=tmp_path / "out")
+
+    assert (bad_conf.code, no_outbox.code) == (EXIT_USAGE, EXIT_USAGE)
+    assert "is not KEY=VALUE" in bad_conf.stderr
+    assert "--outbox" in no_outbox.stderr
