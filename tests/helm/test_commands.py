@@ -6,9 +6,9 @@ Proves: the broker's flags (data dir on its volume, listen/advertise, topics, me
 sidecar's (listen address the probes dial, brokers, shutdown grace, metrics) and that its outbox
 URL arrives through the env var click derives for `--outbox` (ROCKETBOX_SIDECAR_OUTBOX_URL, the
 option's parameter being outbox_url); and ROCKETBOX_LOG_FORMAT as the global --log-format.
-The reconciliation's flags are not checked here: `rocketbox reconcile` is not in the CLI yet. Its
-shell wrapper in the CronJob is run for real, around a stand-in for rocketbox: a new report
-directory per run, the newest KEEP kept, reconcile's exit status passed on.
+The reconciliation's flags (with the ``--out`` its wrapper appends) are parsed by `rocketbox
+reconcile`; its shell wrapper in the CronJob is run for real, around a stand-in for rocketbox: a
+new report directory per run, the newest KEEP kept, reconcile's exit status passed on.
 """
 
 from __future__ import annotations
@@ -85,6 +85,24 @@ def test_the_sidecar_command_line_is_rocketboxs(
         rendered.outbox_type, "rocksdb:///var/lib/rocketbox/sidecar/outbox"
     )
     assert p["outbox_url"] == expected_url
+
+
+def test_the_reconcile_command_line_is_rocketboxs(
+    rendered: Rendered, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    pod = find(rendered.docs, "CronJob", RECONCILE)["spec"]["jobTemplate"]["spec"]["template"]
+    container = by_name(pod["spec"]["containers"], "reconcile")
+    url = SECRET_URLS.get(rendered.outbox_type, "")
+    # What the kubelet passes: $(RECONCILE_OUTBOX) expanded from the Secret; and the wrapper's
+    # --out. (A RocksDB outbox is read from an export file the values name.)
+    args = [a.replace("$(RECONCILE_OUTBOX)", url) for a in container["args"]]
+    with_out = {**container, "args": [*args, "--out", "/tmp/r"]}
+    ctx = parse("reconcile", with_out, rendered.outbox_type, monkeypatch)
+    p = ctx.params
+    assert str(p["commitlog"]) == "/var/lib/rocketbox/broker/commitlog"
+    assert p["outbox_source"] == (url or p["outbox_source"])
+    assert p["outbox_source"], "an outbox source in every outbox choice"
+    assert str(p["out_dir"]) == "/tmp/r"
 
 
 FAKE_ROCKETBOX = """#!/bin/sh
