@@ -32,7 +32,7 @@ import contextlib
 import hashlib
 import re
 import zlib
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any, TypeVar
 
 import sqlalchemy as sa
@@ -528,25 +528,42 @@ class MySQLOutbox(Outbox):
         )
 
     def requeue(self, message_ids: Sequence[str] | None, now_ms: int) -> int:
+        return self._in_batches(
+            "requeue", DEAD, message_ids, REQUEUE_BATCH_MAX,
+            lambda which, index: self._requeue_batch(which, index, now_ms),
+        )  # fmt: skip
+
+    def _in_batches(
+        self,
+        what: str,
+        state: str,
+        message_ids: Sequence[str] | None,
+        batch_max: int,
+        apply: Callable[[sa.ColumnElement[bool], str], int],
+    ) -> int:
+        """``apply(which, index)`` to the listed entries, or to every entry in ``state``, a batch
+        of at most ``batch_max`` at a time (each its own transaction, so no lock is held over the
+        whole table); returns the sum of what each batch changed."""
         t = self._entries
-        requeued = 0
+        changed = 0
         if message_ids is not None:
-            for batch in _chunks(list(dict.fromkeys(message_ids)), REQUEUE_BATCH_MAX):
-                requeued += self._requeue_batch(t.c.message_id.in_(batch), "uq_message_id", now_ms)
-            return requeued
+            for batch in _chunks(list(dict.fromkeys(message_ids)), batch_max):
+                changed += apply(t.c.message_id.in_(batch), "uq_message_id")
+            return changed
         after_seq = 0
         while True:
-            with self._transaction("requeue") as conn:
+            with self._transaction(what) as conn:
                 seqs = conn.execute(
                     sa.select(t.c.seq)
-                    .where(t.c.state == DEAD, t.c.seq > after_seq)
+                    .where(t.c.state == state, t.c.seq > after_seq)
                     .order_by(t.c.seq)
-                    .limit(REQUEUE_BATCH_MAX)
+                    .limit(batch_max)
                 ).scalars().all()  # fmt: skip
-            if not seqs:
-                return requeued
-            requeued += self._requeue_batch(t.c.seq.between(seqs[0], seqs[-1]), "PRIMARY", now_ms)
-            after_seq = seqs[-1]
+            if seqs:
+                changed += apply(t.c.seq.between(seqs[0], seqs[-1]), "PRIMARY")
+                after_seq = seqs[-1]
+            if len(seqs) < batch_max:
+                return changed
 
     def _requeue_batch(self, which: sa.ColumnElement[bool], index: str, now_ms: int) -> int:
         """Requeue the DEAD entries ``which`` selects by ``index`` (named, as every locking read
@@ -582,27 +599,10 @@ class MySQLOutbox(Outbox):
         return len(rows)
 
     def retry_now(self, message_ids: Sequence[str] | None, now_ms: int) -> int:
-        t = self._entries
-        changed = 0
-        if message_ids is not None:
-            for batch in _chunks(list(dict.fromkeys(message_ids)), RETRY_NOW_BATCH_MAX):
-                changed += self._retry_now_batch(t.c.message_id.in_(batch), "uq_message_id", now_ms)
-            return changed
-        after_seq = 0
-        while True:
-            with self._transaction("retry_now") as conn:
-                seqs = conn.execute(
-                    sa.select(t.c.seq)
-                    .where(t.c.state == PENDING, t.c.seq > after_seq)
-                    .order_by(t.c.seq)
-                    .limit(RETRY_NOW_BATCH_MAX)
-                ).scalars().all()  # fmt: skip
-            if seqs:
-                which = t.c.seq.between(seqs[0], seqs[-1])
-                changed += self._retry_now_batch(which, "PRIMARY", now_ms)
-                after_seq = seqs[-1]
-            if len(seqs) < RETRY_NOW_BATCH_MAX:
-                return changed
+        return self._in_batches(
+            "retry_now", PENDING, message_ids, RETRY_NOW_BATCH_MAX,
+            lambda which, index: self._retry_now_batch(which, index, now_ms),
+        )  # fmt: skip
 
     def _retry_now_batch(self, which: sa.ColumnElement[bool], index: str, now_ms: int) -> int:
         """Make the PENDING entries ``which`` selects by ``index`` due now, in one transaction.

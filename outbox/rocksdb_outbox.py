@@ -35,7 +35,7 @@ import contextlib
 import heapq
 import logging
 import threading
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import replace
 from pathlib import Path
 from urllib.parse import parse_qs, urlsplit
@@ -247,53 +247,43 @@ class RocksDBOutbox(Outbox):
         self, message_id: str, owner: str, next_send_time_ms: int, error: str, now_ms: int
     ) -> bool:
         u64(next_send_time_ms)
-        with self._lock, _rocksdb_errors(self.path):
-            self._check_open()
-            txn = self._txn()
-            old = self._owned(txn, message_id, owner)
-            if old is None:
-                return False
-            new = replace(
-                old,
-                attempts=old.attempts + 1,
-                last_error=error,
-                next_send_time_ms=next_send_time_ms,
-                lease_owner=None,
-                lease_until_ms=0,
-            )
-            self._replace_pending(txn, old, new)
-            self._write(txn)
-            return True
+        return self._settle_leased(
+            message_id, owner, lambda old: replace(
+                old, attempts=old.attempts + 1, last_error=error,
+                next_send_time_ms=next_send_time_ms, lease_owner=None, lease_until_ms=0,
+            ),
+        )  # fmt: skip
 
     def bury(self, message_id: str, owner: str, error: str, now_ms: int) -> bool:
         u64(now_ms)
-        with self._lock, _rocksdb_errors(self.path):
-            self._check_open()
-            txn = self._txn()
-            old = self._owned(txn, message_id, owner)
-            if old is None:
-                return False
-            new = replace(
-                old,
-                state=EntryState.DEAD,
-                attempts=old.attempts + 1,
-                last_error=error,
-                lease_owner=None,
-                lease_until_ms=0,
-                state_changed_ms=now_ms,
-            )
-            self._leave_pending(txn, old, new)
-            self._write(txn)
-            return True
+        return self._settle_leased(
+            message_id, owner, lambda old: replace(
+                old, state=EntryState.DEAD, attempts=old.attempts + 1, last_error=error,
+                lease_owner=None, lease_until_ms=0, state_changed_ms=now_ms,
+            ),
+        )  # fmt: skip
 
     def release(self, message_id: str, owner: str) -> bool:
+        return self._settle_leased(
+            message_id, owner, lambda old: replace(old, lease_owner=None, lease_until_ms=0)
+        )
+
+    def _settle_leased(
+        self, message_id: str, owner: str, settle: Callable[[OutboxEntry], OutboxEntry]
+    ) -> bool:
+        """Replace ``owner``'s leased entry with ``settle(entry)`` in one write; False when the
+        lease is not (or no longer) ``owner``'s."""
         with self._lock, _rocksdb_errors(self.path):
             self._check_open()
             txn = self._txn()
             old = self._owned(txn, message_id, owner)
             if old is None:
                 return False
-            self._replace_pending(txn, old, replace(old, lease_owner=None, lease_until_ms=0))
+            new = settle(old)
+            if new.state is EntryState.PENDING:
+                self._replace_pending(txn, old, new)
+            else:
+                self._leave_pending(txn, old, new)
             self._write(txn)
             return True
 

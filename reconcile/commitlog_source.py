@@ -42,6 +42,7 @@ import pyarrow as pa
 from pyspark import Accumulator, AccumulatorParam
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import types as st
+from pyspark.sql.pandas.types import to_arrow_schema
 
 from broker.store.codec import END_FILE_MIN_BLANK_LENGTH, decode_message
 from broker.store.mapped_file import FILE_NAME_DIGITS
@@ -72,19 +73,8 @@ COMMITLOG_SCHEMA = st.StructType(
         st.StructField("body_size_bytes", st.IntegerType(), False),
     ]
 )
-_ARROW_SCHEMA = pa.schema(
-    [
-        pa.field("message_id", pa.string(), False),
-        pa.field("topic", pa.string(), False),
-        pa.field("parked", pa.bool_(), False),
-        pa.field("queue_id", pa.int32(), False),
-        pa.field("queue_offset", pa.int64(), False),
-        pa.field("phy_offset", pa.int64(), False),
-        pa.field("store_timestamp_ms", pa.int64(), False),
-        pa.field("born_timestamp_ms", pa.int64(), False),
-        pa.field("body_size_bytes", pa.int32(), False),
-    ]
-)
+# The same columns as Arrow types, for the batches the scan tasks build (one list, not two).
+_ARROW_SCHEMA = to_arrow_schema(COMMITLOG_SCHEMA)
 _SEGMENTS_SCHEMA = st.StructType(
     [
         st.StructField("path", st.StringType(), False),
