@@ -1,7 +1,10 @@
 """The RocksDB outbox (rocksdict): one local database directory, one process.
 
 URL ``rocksdb:///abs/path`` or ``rocksdb://./relative/path``; ``?statistics=true`` turns on
-RocksDB's tickers (``RocksDBOutbox.ticker``). Keys and why they stay fast: outbox/rocksdb_layout.py.
+RocksDB's tickers (``RocksDBOutbox.ticker``); ``?read_only=true`` opens an existing outbox without
+its lock, beside the process that holds it: a snapshot as of the open (WAL included) for operators'
+reads, on which every write fails with OutboxUnavailableError. Keys and why they stay fast:
+outbox/rocksdb_layout.py.
 
 Durability:
 - ``put`` returns once its entries are in the write-ahead log and the log is fsynced: they survive
@@ -126,11 +129,14 @@ def rocksdb_path(url: str) -> Path:
 class RocksDBOutbox(Outbox):
     name = "rocksdb"
 
-    def __init__(self, path: Path, limits: OutboxLimits, *, statistics: bool = False) -> None:
+    def __init__(
+        self, path: Path, limits: OutboxLimits, *, statistics: bool = False, read_only: bool = False
+    ) -> None:
         super().__init__(limits)
         self.path = path
+        self.read_only = read_only
         self._options = rocksdict.Options(raw_mode=True)
-        self._options.create_if_missing(True)
+        self._options.create_if_missing(not read_only)
         if statistics:
             self._options.enable_statistics()
         self._unsynced = rocksdict.WriteOptions()
@@ -141,8 +147,12 @@ class RocksDBOutbox(Outbox):
         # Set when a failed write left the in-memory state unrebuilt: reopen to recover.
         self._broken = False
         with _rocksdb_errors(path):
-            path.mkdir(parents=True, exist_ok=True)
-            self._db = rocksdict.Rdict(str(path), self._options)
+            if read_only:
+                access = rocksdict.AccessType.read_only()
+            else:
+                path.mkdir(parents=True, exist_ok=True)
+                access = rocksdict.AccessType.read_write()
+            self._db = rocksdict.Rdict(str(path), self._options, access_type=access)
             try:
                 self._state = self._load_state()
             except BaseException:
@@ -161,15 +171,18 @@ class RocksDBOutbox(Outbox):
     def from_url(cls, url: str, limits: OutboxLimits) -> RocksDBOutbox:
         path = rocksdb_path(url)
         options = parse_qs(urlsplit(url).query, keep_blank_values=True)
-        unknown = set(options) - {"statistics"}
+        unknown = set(options) - {"statistics", "read_only"}
         if unknown:
             raise OutboxConfigError(
                 f"outbox URL {redact(url)!r}: unknown options {sorted(unknown)}"
             )
-        statistics = options.get("statistics", ["false"])[-1].lower()
-        if statistics not in ("true", "false", "1", "0"):
-            raise OutboxConfigError(f"outbox URL {redact(url)!r}: statistics must be true or false")
-        return cls(path, limits, statistics=statistics in ("true", "1"))
+        flags = {}
+        for name in ("statistics", "read_only"):
+            value = options.get(name, ["false"])[-1].lower()
+            if value not in ("true", "false", "1", "0"):
+                raise OutboxConfigError(f"outbox URL {redact(url)!r}: {name} must be true or false")
+            flags[name] = value in ("true", "1")
+        return cls(path, limits, statistics=flags["statistics"], read_only=flags["read_only"])
 
     # -- the contract -------------------------------------------------------------------------
 

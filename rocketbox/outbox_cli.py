@@ -28,7 +28,7 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit
+from urllib.parse import urlsplit, urlunsplit
 
 import click
 from rich.console import Group, RenderableType
@@ -100,10 +100,23 @@ def _translated(url: str, *, opening: bool) -> Iterator[None]:
         raise OutboxOperationError(hide_password(str(e), url)) from e
 
 
+def _is_rocksdb(url: str) -> bool:
+    return urlsplit(url).scheme.lower() == "rocksdb"
+
+
+def _read_only_url(url: str) -> str:
+    """``url``, for RocksDB with ``read_only=true``; Redis and MySQL are shared anyway."""
+    if not _is_rocksdb(url):
+        return url
+    parts = urlsplit(url)
+    query = f"{parts.query}&read_only=true" if parts.query else "read_only=true"
+    return urlunsplit(parts._replace(query=query))
+
+
 def _check_rocksdb_exists(url: str) -> None:
     """Opening a RocksDB outbox creates it when missing: right for a sidecar, wrong for an
     admin command, where a mistyped path would show an empty outbox instead of an error."""
-    if urlsplit(url).scheme.lower() != "rocksdb":
+    if not _is_rocksdb(url):
         return
     from outbox.rocksdb_outbox import rocksdb_path  # noqa: PLC0415 (imports rocksdict)
 
@@ -121,18 +134,40 @@ class Session:
         self.as_json = as_json
         self._pinned_now_ms = pinned_now_ms
         self._outbox: Outbox | None = None
+        self._reader: Outbox | None = None
 
     @property
     def outbox(self) -> Outbox:
+        """The outbox, for a command that changes it."""
         if self._outbox is None:
             with _translated(self.url, opening=True):
                 _check_rocksdb_exists(self.url)
                 self._outbox = open_outbox(self.url)
         return self._outbox
 
-    def close(self) -> None:
+    @property
+    def reader(self) -> Outbox:
+        """The outbox, for a command that only reads it. A RocksDB outbox admits one writing
+        process, the sidecar running beside this command, so it is opened read-only: a snapshot
+        as of the open."""
         if self._outbox is not None:
-            self._outbox.close()
+            return self._outbox
+        if self._reader is None:
+            with _translated(self.url, opening=True):
+                _check_rocksdb_exists(self.url)
+                self._reader = open_outbox(_read_only_url(self.url))
+        return self._reader
+
+    def refresh(self) -> None:
+        """Let the next read see what changed since: a read-only RocksDB snapshot is reopened."""
+        if self._reader is not None and _is_rocksdb(self.url):
+            self._reader.close()
+            self._reader = None
+
+    def close(self) -> None:
+        for opened in (self._outbox, self._reader):
+            if opened is not None:
+                opened.close()
 
     def now_ms(self) -> int:
         return self._pinned_now_ms if self._pinned_now_ms is not None else int(time.time() * 1000)
@@ -243,8 +278,8 @@ def stats_command(session: Session) -> None:
     the outbox (one pass, page by page).
     """
     now_ms = session.now_ms()
-    stats = session.outbox.stats(now_ms)
-    data = render.stats_json(stats, breakdown(session.outbox), now_ms)
+    stats = session.reader.stats(now_ms)
+    data = render.stats_json(stats, breakdown(session.reader), now_ms)
     session.emit(data, lambda: render.stats_view(data))
 
 
@@ -293,7 +328,7 @@ def ls_command(
         created_at_or_before_ms=None if older_than is None else now_ms - older_than,
         created_after_ms=None if newer_than is None else now_ms - newer_than,
     )
-    page = list_entries(session.outbox, which, after_seq, limit)
+    page = list_entries(session.reader, which, after_seq, limit)
     rows = [export_row(e) for e in page.entries]
     data = {"entries": rows, "next_after_seq": page.next_after_seq}
 
@@ -313,7 +348,7 @@ def ls_command(
 @outbox_command
 def show_command(session: Session, message_id: str, with_body: bool) -> None:
     """Every field of the entry MESSAGE_ID (exit code 4 when there is none)."""
-    entry = session.outbox.get(message_id)
+    entry = session.reader.get(message_id)
     if entry is None:
         raise EntryNotFoundError(f"no entry {message_id!r} in the outbox {session.shown_url}")
     data = export_row(entry)
@@ -394,7 +429,8 @@ def purge_command(
     Without --yes and without a terminal to ask on, nothing is deleted (exit code 5).
     """
     before_ms = session.now_ms() - older_than
-    matched = count_purgeable(session.outbox, state, before_ms)
+    # A dry run only reads: it works beside a running sidecar's RocksDB outbox too.
+    matched = count_purgeable(session.reader if dry_run else session.outbox, state, before_ms)
     data: dict[str, Any] = {
         "state": state.value,
         "before_ms": before_ms,
@@ -442,13 +478,13 @@ def export_command(
     except ValueError as e:
         raise click.BadParameter(str(e), param_hint="'--format'") from e
     entry_state = _state(state)
-    stats = session.outbox.stats(session.now_ms())
+    stats = session.reader.stats(session.now_ms())
     counts = {EntryState.PENDING: stats.pending, EntryState.DEAD: stats.dead}
     counts[EntryState.DELIVERED] = stats.delivered
     total = counts[entry_state] if entry_state is not None else sum(counts.values())
     try:
         with render.progress_bar(session.as_json, total, "export") as progress:
-            written = export_file(session.outbox, out_path, fmt, entry_state, progress=progress)
+            written = export_file(session.reader, out_path, fmt, entry_state, progress=progress)
     except OSError as e:  # the file's, not the backend's: those arrive as OutboxError
         raise click.FileError(str(out_path), hint=e.strerror or str(e)) from e
     data = {"format": fmt, "path": str(out_path), "entries": written, "state": _value(entry_state)}
@@ -478,7 +514,8 @@ def watch_command(session: Session, interval_s: float, samples_max: int | None) 
         while samples_max is None or samples < samples_max:
             time.sleep(max(0.0, next_sample_s - time.monotonic()))
             taken_s = time.monotonic()
-            stats = session.outbox.stats(session.now_ms())
+            session.refresh()
+            stats = session.reader.stats(session.now_ms())
             rate, elapsed_s = meter.sample(taken_s, stats.delivered)
             samples += 1
             show(render.sample_json(stats, session.now_ms(), rate, elapsed_s), samples)

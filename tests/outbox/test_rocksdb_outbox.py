@@ -4,7 +4,8 @@
   reopened outbox is consistent: counts, seqs, FIFO heads, every entry claimable exactly once;
 - a clean reopen restores everything the outbox keeps in memory (counts, bytes, leases, group
   heads, the seq counter);
-- one process, one instance: a second opener is refused, clearly;
+- one process, one instance: a second opener is refused, clearly; a read-only opener
+  (``?read_only=true``) reads beside it and every write it tries fails;
 - after 20k deliveries a claim is still one range scan: it returns the right entries and RocksDB
   steps over almost no deleted keys to find them (a deterministic count, not a timing);
 - relative paths in the URL.
@@ -191,6 +192,22 @@ def test_a_second_open_of_the_same_directory_is_refused(tmp_path: Path) -> None:
     finally:
         outbox.close()
     open_rocksdb(tmp_path / "outbox").close()  # free again once closed
+
+
+def test_read_only_opens_beside_the_holder_and_refuses_every_write(tmp_path: Path) -> None:
+    with open_rocksdb(tmp_path) as holder:
+        holder.put([entry(1), entry(2)])
+        with open_outbox(f"rocksdb://{tmp_path}?read_only=true") as reader:
+            assert reader.stats(NOW_MS).pending == 2, "it reads what the holder wrote (its WAL)"
+            assert reader.get(message_id(1)) == holder.get(message_id(1))
+            with pytest.raises(OutboxUnavailableError):
+                reader.check_writable()
+            with pytest.raises(OutboxUnavailableError):
+                reader.put([entry(3)])
+        assert holder.get(message_id(3)) is None
+    with pytest.raises(OutboxUnavailableError):
+        open_outbox(f"rocksdb://{tmp_path / 'none'}?read_only=true")  # never creates one
+    assert not (tmp_path / "none" / "CURRENT").exists(), "no database was created"
 
 
 def test_claim_after_20k_deliveries_is_still_one_range_scan(tmp_path: Path) -> None:

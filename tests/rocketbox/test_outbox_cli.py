@@ -11,9 +11,9 @@ What it proves, on each of the three backends:
   PENDING is never purged;
 - export writes JSONL and Parquet files that read back as the outbox; watch --count 2 prints two
   JSON samples;
-- a bad URL exits 2 naming the URL option and the accepted schemes, an unreachable backend or a
-  RocksDB outbox held by another process exits 3, a missing entry 4, and no message shows a
-  password.
+- a bad URL exits 2 naming the URL option and the accepted schemes; an unreachable backend, or a
+  change to a RocksDB outbox held by another process, exits 3 (reads open it read-only beside
+  its holder); a missing entry 4; and no message shows a password.
 
 Checks of output run the command in this process (click's CliRunner, stdin no terminal); the
 delivery through a sidecar, the purge refusals, and the bad-URL, unreachable and held-outbox
@@ -602,11 +602,48 @@ def test_an_unreachable_backend_exits_3(template: str) -> None:
         assert SECRET not in result.stderr
 
 
-def test_a_rocksdb_outbox_held_by_another_process_exits_3(tmp_path: Path) -> None:
+def test_a_held_rocksdb_outbox_is_read_beside_its_holder_and_changed_only_when_free(
+    tmp_path: Path,
+) -> None:
     with backend_url("rocksdb", tmp_path) as outbox_url:
-        with open_outbox(outbox_url):  # as a running sidecar holds it
-            held = run("stats", "--outbox", outbox_url)
-        assert held.returncode == 3, held.stderr
-        assert "RocksDB allows one process" in held.stderr
-        free = run("stats", "--json", "--outbox", outbox_url)
+        due_later = replace(E1, next_send_time_ms=int(time.time() * 1000) + 10 * HOUR_MS)
+        with open_outbox(outbox_url) as holder:  # as a running sidecar holds it
+            holder.put([due_later])
+            # Reads open it read-only, beside the holder, and see what it wrote (the WAL).
+            stats = run("stats", "--json", "--outbox", outbox_url)
+            assert stats.returncode == 0, stats.stderr
+            assert json.loads(stats.stdout)["totals"]["pending"] == 1
+            shown = run("show", E1.message_id, "--json", "--outbox", outbox_url)
+            assert shown.returncode == 0, shown.stderr
+            # Changes need the lock: refused with exit 3, nothing changed.
+            held = run("retry-now", "--all", "--outbox", outbox_url)
+            assert held.returncode == 3, held.stderr
+            assert "RocksDB allows one process" in held.stderr
+            # watch reopens its read-only view at every sample: it sees the holder's later puts.
+            with subprocess.Popen(
+                [sys.executable, "-m", "rocketbox", "outbox", "watch", "--json",
+                 "--interval-s", "0.2", "--outbox", outbox_url],
+                cwd=REPO_ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+            ) as watch:  # fmt: skip
+                try:
+                    assert watch.stdout is not None
+                    assert json.loads(watch.stdout.readline())["pending"] == 1
+                    holder.put([E2])
+                    deadline = time.monotonic() + CLI_DEADLINE_S
+                    pending = 1
+                    while pending != 2 and time.monotonic() < deadline:
+                        line = watch.stdout.readline()
+                        assert line, "watch ended"
+                        pending = json.loads(line)["pending"]
+                finally:
+                    watch.kill()  # it runs until killed, also when an assertion failed
+                assert pending == 2, "watch never saw the second entry"
+            got = holder.get(E1.message_id)
+            assert got is not None
+            assert got.next_send_time_ms == due_later.next_send_time_ms, "retry-now changed it"
+        free = run("retry-now", "--all", "--json", "--outbox", outbox_url)
         assert free.returncode == 0, free.stderr
+        with open_outbox(outbox_url) as outbox:
+            got = outbox.get(E1.message_id)
+            assert got is not None
+            assert got.next_send_time_ms <= int(time.time() * 1000), "made due once free"
