@@ -11,7 +11,7 @@ Exit codes (the broker admin commands in rocketbox/cli.py use 1 and 3 alike)::
     0  done
     1  the operation failed (the backend refused it or answered what it should not)
     2  usage error, or a bad --outbox URL (click's own code for usage errors)
-    3  the backend is unreachable, or a RocksDB outbox is held by a running process
+    3  the backend is unreachable, or a change to a RocksDB outbox held by a running process
     4  no such entry
     5  refused: a purge not confirmed
 """
@@ -258,7 +258,7 @@ def outbox_group(ctx: click.Context) -> None:
       0  done
       1  the operation failed (the backend refused it)
       2  usage error, or a bad --outbox URL
-      3  the backend is unreachable, or a RocksDB outbox is held by a running process
+      3  the backend is unreachable, or a change to a RocksDB outbox held by a running process
       4  no such entry
       5  refused: a purge not confirmed (no --yes, and no terminal or the answer no)
     """
