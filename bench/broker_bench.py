@@ -69,6 +69,7 @@ from typing import Any, TypeVar
 import grpc
 import nats
 import nats.errors
+from bench_process import process_cpu_seconds, stop_process
 from google.protobuf.duration_pb2 import Duration
 from google.protobuf.timestamp_pb2 import Timestamp
 from nats.aio.client import Client as NatsClient
@@ -93,7 +94,6 @@ STALL_DEADLINE_S = 60.0
 RPC_TIMEOUT_S = 30.0
 SLOWEST_RATE = 500  # msgs/s: slower than this, a run is stuck rather than slow
 FLUSH_MODES = ("ASYNC_FLUSH", "SYNC_FLUSH")
-CLK_TCK = os.sysconf("SC_CLK_TCK")
 QUIET_SAMPLE_S = 0.25
 QUIET_CORES = 0.05
 Metadata = tuple[tuple[str, str], ...]
@@ -190,24 +190,13 @@ class ChildProcess:
 
     def stop(self) -> int:
         """SIGTERM, then SIGKILL if it has not exited within the deadline; the exit code."""
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-        try:
-            code = self.proc.wait(STOP_DEADLINE_S)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            code = self.proc.wait(STOP_DEADLINE_S)
+        code, killed = stop_process(self.proc, STOP_DEADLINE_S)
+        if killed:
             self.lines.append(f"[bench: killed after {STOP_DEADLINE_S:.0f} s without exiting]\n")
         self._reader.join(STOP_DEADLINE_S)
         if self.proc.stdout is not None:
             self.proc.stdout.close()
         return code
-
-
-def process_cpu_seconds(pid: int) -> float:
-    """User + system CPU time of a process (all its threads) so far, from Linux /proc."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / CLK_TCK
 
 
 def find_process(name: str) -> int | None:

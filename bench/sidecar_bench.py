@@ -72,6 +72,7 @@ from typing import IO, Any, TypeVar
 import grpc
 import redis
 import sqlalchemy as sa
+from bench_process import process_cpu_seconds, stop_process
 from google.protobuf import timestamp_pb2
 from rocketmq.grpc_protocol import definition_pb2, service_pb2, service_pb2_grpc
 
@@ -121,7 +122,6 @@ SLOWEST_RATE = 200  # msgs/s: slower than this, a run is stuck rather than slow
 QUIET_SAMPLE_S = 0.25
 QUIET_CORES = 0.05
 MEMORY_SAMPLE_S = 0.05
-CLK_TCK = os.sysconf("SC_CLK_TCK")
 BROKER_READY = re.compile(r"broker listening on \S+:(\d+);")
 SIDECAR_READY = re.compile(r"sidecar listening on \S+:(\d+)")
 REDIS_START = (
@@ -137,15 +137,6 @@ class BenchError(Exception):
 
 
 # -- processes ------------------------------------------------------------------------------------
-def process_cpu_seconds(pid: int) -> float:
-    """User + system CPU time of a process (all its threads) so far, from Linux /proc."""
-    try:
-        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    except OSError:
-        return 0.0
-    return (int(fields[11]) + int(fields[12])) / CLK_TCK
-
-
 def own_cpu_seconds() -> float:
     usage = resource.getrusage(resource.RUSAGE_SELF)
     return usage.ru_utime + usage.ru_stime
@@ -259,13 +250,7 @@ class Child:
 
     def stop(self) -> int:
         """SIGTERM, then SIGKILL if it has not exited within the deadline; the exit code."""
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-        try:
-            code = self.proc.wait(STOP_DEADLINE_S)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            code = self.proc.wait(STOP_DEADLINE_S)
+        code, _ = stop_process(self.proc, STOP_DEADLINE_S)
         if self.memory is not None:
             self.memory.stop()
         self._log_file.close()
