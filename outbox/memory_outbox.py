@@ -14,7 +14,7 @@ checks them against a recount.
 from __future__ import annotations
 
 import threading
-from collections.abc import Container, Sequence
+from collections.abc import Callable, Container, Sequence
 from dataclasses import replace
 from urllib.parse import urlsplit
 
@@ -115,46 +115,36 @@ class MemoryOutbox(Outbox):
     def reschedule(
         self, message_id: str, owner: str, next_send_time_ms: int, error: str, now_ms: int
     ) -> bool:
-        with self._lock:
-            entry = self._owned(message_id, owner)
-            if entry is None:
-                return False
-            self._store(
-                replace(
-                    entry,
-                    attempts=entry.attempts + 1,
-                    last_error=error,
-                    next_send_time_ms=next_send_time_ms,
-                    lease_owner=None,
-                    lease_until_ms=0,
-                )
-            )
-            return True
+        return self._settle_leased(
+            message_id, owner, lambda entry: replace(
+                entry, attempts=entry.attempts + 1, last_error=error,
+                next_send_time_ms=next_send_time_ms, lease_owner=None, lease_until_ms=0,
+            ),
+        )  # fmt: skip
 
     def bury(self, message_id: str, owner: str, error: str, now_ms: int) -> bool:
-        with self._lock:
-            entry = self._owned(message_id, owner)
-            if entry is None:
-                return False
-            self._store(
-                replace(
-                    entry,
-                    state=EntryState.DEAD,
-                    attempts=entry.attempts + 1,
-                    last_error=error,
-                    lease_owner=None,
-                    lease_until_ms=0,
-                    state_changed_ms=now_ms,
-                )
-            )
-            return True
+        return self._settle_leased(
+            message_id, owner, lambda entry: replace(
+                entry, state=EntryState.DEAD, attempts=entry.attempts + 1, last_error=error,
+                lease_owner=None, lease_until_ms=0, state_changed_ms=now_ms,
+            ),
+        )  # fmt: skip
 
     def release(self, message_id: str, owner: str) -> bool:
+        return self._settle_leased(
+            message_id, owner, lambda entry: replace(entry, lease_owner=None, lease_until_ms=0)
+        )
+
+    def _settle_leased(
+        self, message_id: str, owner: str, settle: Callable[[OutboxEntry], OutboxEntry]
+    ) -> bool:
+        """Replace ``owner``'s leased entry with ``settle(entry)``; False when the lease is not
+        (or no longer) ``owner``'s."""
         with self._lock:
             entry = self._owned(message_id, owner)
             if entry is None:
                 return False
-            self._store(replace(entry, lease_owner=None, lease_until_ms=0))
+            self._store(settle(entry))
             return True
 
     def requeue(self, message_ids: Sequence[str] | None, now_ms: int) -> int:

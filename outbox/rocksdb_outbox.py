@@ -303,10 +303,8 @@ class RocksDBOutbox(Outbox):
     def requeue(self, message_ids: Sequence[str] | None, now_ms: int) -> int:
         u64(now_ms)
         if message_ids is not None:
-            ids = list(dict.fromkeys(message_ids))
-            return sum(
-                self._requeue_batch(ids[i : i + REQUEUE_BATCH_MAX], now_ms)
-                for i in range(0, len(ids), REQUEUE_BATCH_MAX)
+            return _listed_in_batches(
+                message_ids, REQUEUE_BATCH_MAX, lambda ids: self._requeue_batch(ids, now_ms)
             )
         requeued = 0
         dead = STATE + STATE_CODE[EntryState.DEAD]
@@ -322,10 +320,8 @@ class RocksDBOutbox(Outbox):
     def retry_now(self, message_ids: Sequence[str] | None, now_ms: int) -> int:
         u64(now_ms)
         if message_ids is not None:
-            ids = list(dict.fromkeys(message_ids))
-            return sum(
-                self._retry_now_batch(ids[i : i + RETRY_NOW_BATCH_MAX], now_ms)
-                for i in range(0, len(ids), RETRY_NOW_BATCH_MAX)
+            return _listed_in_batches(
+                message_ids, RETRY_NOW_BATCH_MAX, lambda ids: self._retry_now_batch(ids, now_ms)
             )
         # Every PENDING entry, page by page in seq order: retry_now leaves the index as it is.
         changed = 0
@@ -700,3 +696,12 @@ class RocksDBOutbox(Outbox):
 
     def _load_state(self) -> State:
         return load_state(self._db)
+
+
+def _listed_in_batches(
+    message_ids: Sequence[str], batch_max: int, apply: Callable[[Sequence[str]], int]
+) -> int:
+    """``apply`` to the distinct ``message_ids``, at most ``batch_max`` at a time (one write
+    each); the sum of what the batches changed."""
+    ids = list(dict.fromkeys(message_ids))
+    return sum(apply(ids[i : i + batch_max]) for i in range(0, len(ids), batch_max))
