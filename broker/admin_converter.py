@@ -7,6 +7,7 @@ from collections.abc import Iterable
 
 from rocketmq.grpc_protocol import definition_pb2 as pb
 
+from broker.consumer_progress import QueueProgress
 from broker.group_config import (
     GroupConfig,
     validate_group_name,
@@ -126,6 +127,23 @@ def to_pb_group(gc: GroupConfig) -> apb.Group:
 def format_host(host: HostAddress) -> str:
     ip, port = host
     return f"[{ip}]:{port}" if ":" in ip else f"{ip}:{port}"
+
+
+def to_pb_topic_progress(topic: str, queues: Iterable[QueueProgress]) -> apb.GroupTopicProgress:
+    return apb.GroupTopicProgress(
+        topic=topic,
+        queues=[
+            apb.GroupQueueProgress(
+                queue_id=q.queue_id,
+                min_queue_offset=q.min_queue_offset,
+                max_queue_offset=q.max_queue_offset,
+                consume_offset=q.consume_offset,
+                lag=q.lag,
+                inflight_count=q.inflight_count,
+            )
+            for q in queues
+        ],
+    )
 
 
 def to_pb_stored_message(msg: MessageExt) -> apb.StoredMessage:

@@ -31,6 +31,7 @@ from broker.admin_converter import (
     TO_PB_CLIENT_TYPE,
     to_pb_group,
     to_pb_topic,
+    to_pb_topic_progress,
     validate_message_id,
     validate_reset,
     within_budget,
@@ -269,18 +270,8 @@ class BrokerAdminService(broker_admin_pb2_grpc.BrokerAdminServicer):  # type: ig
             raise
 
     def _progress(self, group: str, topic: str) -> apb.GroupTopicProgress:
-        queues = [
-            apb.GroupQueueProgress(
-                queue_id=q.queue_id,
-                min_queue_offset=q.min_queue_offset,
-                max_queue_offset=q.max_queue_offset,
-                consume_offset=q.consume_offset,
-                lag=q.lag,
-                inflight_count=q.inflight_count,
-            )
-            for q in topic_progress(self._store, self._topics, self._pop, group, topic)
-        ]
-        return apb.GroupTopicProgress(topic=topic, queues=queues)
+        queues = topic_progress(self._store, self._topics, self._pop, group, topic)
+        return to_pb_topic_progress(topic, queues)
 
     def _members(self, group: str) -> list[apb.GroupMember]:
         return [
