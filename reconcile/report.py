@@ -18,6 +18,7 @@ from __future__ import annotations
 import html
 import json
 import math
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -99,31 +100,26 @@ def _figure_html(fig: go.Figure, div_id: str) -> str:
 
 
 def findings_chart(summary: dict[str, Any]) -> go.Figure:
-    buckets = summary["per_bucket"]
-    x = [b["bucket_start"] for b in buckets]
-    fig = go.Figure(
-        [
-            go.Bar(name=f, x=x, y=[b[f] for b in buckets], marker_color=COLOURS[f])
-            for f in ("lost", "duplicated", "recovered", "unexpected", "pending", "dead")
-        ]
-    )
-    fig.update_layout(
-        title=f"Findings per {_bucket_text(summary)} bucket", barmode="stack",
-        xaxis_title="bucket start (UTC)", yaxis_title="messages",
-    )  # fmt: skip
-    return fig
+    findings = ("lost", "duplicated", "recovered", "unexpected", "pending", "dead")
+    return _bucket_chart(summary, findings, f"Findings per {_bucket_text(summary)} bucket")
 
 
 def outcomes_chart(summary: dict[str, Any]) -> go.Figure:
+    title = f"Messages per {_bucket_text(summary)} bucket, by outcome"
+    return _bucket_chart(summary, OUTCOMES, title)
+
+
+def _bucket_chart(summary: dict[str, Any], categories: Sequence[str], title: str) -> go.Figure:
+    """One stacked bar per time bucket, a segment per category."""
     buckets = summary["per_bucket"]
     x = [b["bucket_start"] for b in buckets]
-    fig = go.Figure(
-        [go.Bar(name=o, x=x, y=[b[o] for b in buckets], marker_color=COLOURS[o]) for o in OUTCOMES]
-    )
+    bars = [
+        go.Bar(name=c, x=x, y=[b[c] for b in buckets], marker_color=COLOURS[c]) for c in categories
+    ]
+    fig = go.Figure(bars)
     fig.update_layout(
-        title=f"Messages per {_bucket_text(summary)} bucket, by outcome", barmode="stack",
-        xaxis_title="bucket start (UTC)", yaxis_title="messages",
-    )  # fmt: skip
+        title=title, barmode="stack", xaxis_title="bucket start (UTC)", yaxis_title="messages"
+    )
     return fig
 
 
