@@ -26,9 +26,11 @@ from broker.store.errors import StoreError
 from broker.topic_config import TopicMessageType
 from outbox.factory import redact
 from rocketbox import admin_client as admin
+from rocketbox.event_loop import EVENT_LOOP_DEFAULT, EVENT_LOOPS
 from rocketbox.logs import LOG_FORMATS, configure_logging
 from rocketbox.outbox_cli import outbox_group
 from rocketbox.reconcile_cli import reconcile_command
+from rocketbox.run_settings import RunSettings, run_async
 from rocketbox.sidecar_cli import optional_listen, sidecar_command, start_sidecar
 from sidecar.channels import Endpoint
 from sidecar.config import SidecarConfig
@@ -51,9 +53,17 @@ UP_PROFILES = {
     type=click.Choice(LOG_FORMATS),
     help="json: one object per line, with message_id and topic on lines about a message.",
 )
-def main(log_level: str, log_format: str) -> None:
+@click.option(
+    "--event-loop",
+    default=EVENT_LOOP_DEFAULT,
+    type=click.Choice(EVENT_LOOPS),
+    help="The servers' asyncio loop: uvloop (libuv, cheaper per call) or the standard one.",
+)
+@click.pass_context
+def main(ctx: click.Context, log_level: str, log_format: str, event_loop: str) -> None:
     """rocketbox: a reliable-producer sidecar with a durable retry outbox, and its broker."""
     configure_logging(log_level, log_format)
+    ctx.obj = RunSettings(event_loop=event_loop)
 
 
 def store_geometry_options(command: Callable[..., None]) -> Callable[..., None]:
@@ -143,7 +153,7 @@ def up(
             listen_port=sidecar_port,
         )
 
-    asyncio.run(_run_broker(config, [], [], sidecar_config))
+    run_async(_run_broker(config, [], [], sidecar_config))
 
 
 @main.command()
@@ -184,6 +194,12 @@ def up(
 @click.option("--transaction-timeout-ms", default=6_000, type=click.IntRange(min=0))
 @click.option("--transaction-check-interval-ms", default=30_000, type=click.IntRange(min=1))
 @click.option("--transaction-check-max", default=15, type=click.IntRange(min=1))
+@click.option(
+    "--max-message-size-bytes",
+    default=4 * 1024 * 1024,
+    type=click.IntRange(1, 64 * 1024 * 1024),
+    help="The largest body the broker stores (RocketMQ's maxMessageSize).",
+)
 @click.option("--wait-time-ms-in-send-queue", default=200, type=click.IntRange(min=1))
 @click.option("--send-queue-capacity", default=10_000, type=click.IntRange(min=1))
 @click.option("--send-workers", default=64, type=click.IntRange(min=1))
@@ -214,6 +230,7 @@ def broker(
     transaction_timeout_ms: int,
     transaction_check_interval_ms: int,
     transaction_check_max: int,
+    max_message_size_bytes: int,
     wait_time_ms_in_send_queue: int,
     send_queue_capacity: int,
     send_workers: int,
@@ -229,6 +246,7 @@ def broker(
         max_index_num=max_index_num,
         flush_disk_type=FlushDiskType(flush_disk_type),
         file_reserved_hours=file_reserved_hours,
+        max_message_size_bytes=max_message_size_bytes,
     )
     try:
         config = BrokerConfig(
@@ -254,7 +272,7 @@ def broker(
         group_specs = [parse_group_spec(spec) for spec in groups]
     except (BrokerError, ValueError) as e:
         raise click.BadParameter(str(e)) from e
-    asyncio.run(_run_broker(config, topic_specs, group_specs))
+    run_async(_run_broker(config, topic_specs, group_specs))
 
 
 main.add_command(sidecar_command)

@@ -11,7 +11,9 @@ import click
 
 from outbox.entry import OutboxLimits
 from outbox.errors import OutboxError
+from rocketbox.run_settings import run_async
 from sidecar.channels import Endpoint
+from sidecar.coalescer import COALESCE_BYTES_MAX_LIMIT, CoalesceConfig
 from sidecar.config import ResendConfig, SidecarConfig
 from sidecar.producer import ProducerConfig
 from sidecar.sidecar import Sidecar
@@ -104,6 +106,42 @@ def optional_listen(
 @click.option("--delivered-retention-hours", default=72.0, type=click.FloatRange(min=0))
 @click.option("--shutdown-grace-ms", default=10_000, type=click.IntRange(min=0))
 @click.option(
+    "--intake-in-flight-max",
+    default=2_048,
+    type=click.IntRange(min=1),
+    help="Messages inside the sidecar at once; one more is refused at once "
+    "(RESOURCE_EXHAUSTED with a retry-after) instead of queued.",
+)
+@click.option(
+    "--coalesce/--no-coalesce",
+    default=True,
+    help="Send plain messages accepted concurrently for one topic as one SendMessage.",
+)
+@click.option(
+    "--coalesce-messages-max",
+    default=128,
+    type=click.IntRange(1, 1_024),
+    help="Messages in one coalesced SendMessage.",
+)
+@click.option(
+    "--coalesce-bytes-max",
+    default=COALESCE_BYTES_MAX_LIMIT,
+    type=click.IntRange(1, COALESCE_BYTES_MAX_LIMIT),
+    help="Body bytes in one coalesced SendMessage.",
+)
+@click.option(
+    "--coalesce-requests-in-flight-max",
+    default=1,
+    type=click.IntRange(1, 64),
+    help="Coalesced SendMessage requests of one topic out at once.",
+)
+@click.option(
+    "--fifo-fence-refresh-interval-ms",
+    default=1_000,
+    type=click.IntRange(min=1),
+    help="How often the in-memory FIFO fence is re-read from the outbox.",
+)
+@click.option(
     "--ack-ledger",
     "ack_ledger_path",
     default=None,
@@ -134,6 +172,12 @@ def sidecar_command(
     backoff_max_ms: int,
     delivered_retention_hours: float,
     shutdown_grace_ms: int,
+    intake_in_flight_max: int,
+    coalesce: bool,
+    coalesce_messages_max: int,
+    coalesce_bytes_max: int,
+    coalesce_requests_in_flight_max: int,
+    fifo_fence_refresh_interval_ms: int,
     ack_ledger_path: Path | None,
 ) -> None:
     """Serve rocketbox.v1.SidecarService: send to the broker with RocketMQ's retries, spool
@@ -170,11 +214,19 @@ def sidecar_command(
             metrics_port=metrics_listen.port if metrics_listen else 0,
             outbox_stats_interval_ms=outbox_stats_interval_ms,
             shutdown_grace_ms=shutdown_grace_ms,
+            intake_in_flight_max=intake_in_flight_max,
+            coalesce=CoalesceConfig(
+                enabled=coalesce,
+                coalesce_messages_max=coalesce_messages_max,
+                coalesce_bytes_max=coalesce_bytes_max,
+                coalesce_requests_in_flight_max=coalesce_requests_in_flight_max,
+            ),
+            fifo_fence_refresh_interval_ms=fifo_fence_refresh_interval_ms,
             ack_ledger_path=ack_ledger_path,
         )
     except ValueError as e:
         raise click.BadParameter(str(e)) from e
-    asyncio.run(run_sidecar(config))
+    run_async(run_sidecar(config))
 
 
 async def start_sidecar(config: SidecarConfig) -> Sidecar:

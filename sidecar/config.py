@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from outbox.entry import OutboxLimits
+from sidecar.coalescer import CoalesceConfig
 from sidecar.producer import ProducerConfig
 
 
@@ -58,6 +59,13 @@ class SidecarConfig:
     send_batch_entries_max: int = 1_000
     send_batch_bytes_max: int = 16 * 1024 * 1024
     send_stream_in_flight_max: int = 1_024
+    # Admission control: messages inside the sidecar at once, over all calls; one more is
+    # refused at once (RESOURCE_EXHAUSTED, retry-after). At least one full batch or stream.
+    intake_in_flight_max: int = 2_048
+    coalesce: CoalesceConfig = field(default_factory=CoalesceConfig)
+    # How often the in-memory FIFO fence is re-read from the outbox (sidecar/fifo_fence.py):
+    # lifts fences whose entries another sidecar delivered, fences groups another one spooled.
+    fifo_fence_refresh_interval_ms: int = 1_000
     # Time in-flight calls get to finish on SIGTERM before they are cancelled.
     shutdown_grace_ms: int = 10_000
     # How often readiness re-checks that the outbox is writable.
@@ -69,3 +77,8 @@ class SidecarConfig:
     outbox_stats_interval_ms: int = 5_000
     # Optional acknowledgement ledger (JSON lines): what each app was told, for reconciliation.
     ack_ledger_path: Path | None = None
+
+    def __post_init__(self) -> None:
+        for name in ("intake_in_flight_max", "fifo_fence_refresh_interval_ms"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")

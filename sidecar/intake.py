@@ -2,16 +2,18 @@
 
     validate ──bad──► SendRejectedError (nothing sent, nothing spooled)
        │
-    FIFO group with entries in the outbox? ──yes──► spool behind them (FIFO_FENCE)
+    FIFO group fenced (entries in the outbox)? ──yes──► spool behind them (FIFO_FENCE)
        │ no
-    producer.send (retries) ──stored──► STORED
+    send (plain messages coalesced per topic; retries) ──stored──► STORED
        │ failed (throttled / unavailable / ambiguous)
-    outbox.put (durable) ──► SPOOLED   or, when the outbox refuses, OutboxFullError /
-                                        OutboxUnavailableError: the app is told it was not taken
+    spool (durable; shared writes) ──► SPOOLED   or, when the outbox refuses, OutboxFullError /
+                                                  OutboxUnavailableError: the app is told it
+                                                  was not taken
 
 Messages of one (topic, message group) pass intake one at a time, in arrival order: the fence
 check, the send and the spool of one are done before the next begins, so no later message of the
-group can overtake an earlier one that is being spooled.
+group can overtake an earlier one that is being spooled. The fence is kept in memory, backed by
+the outbox (sidecar/fifo_fence.py): a message costs no trip to the outbox unless it is spooled.
 """
 
 from __future__ import annotations
@@ -22,12 +24,13 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from outbox.entry import OutboxEntry, OutboxMessage, SpoolCause
-from sidecar.async_outbox import AsyncOutbox
 from sidecar.backoff import Backoff
 from sidecar.clock import now_ms
-from sidecar.errors import SendFailedError
-from sidecar.metrics import SidecarMetrics
-from sidecar.producer import Producer, SendReceipt
+from sidecar.coalescer import SendCoalescer
+from sidecar.errors import SendFailedError, SendRejectedError
+from sidecar.fifo_fence import FifoFence
+from sidecar.producer import SendReceipt
+from sidecar.spool_writer import SpoolWriter
 from sidecar.validation import validate_message
 
 LOG = logging.getLogger(__name__)
@@ -49,17 +52,17 @@ Accepted = Stored | Spooled
 class Intake:
     def __init__(
         self,
-        producer: Producer,
-        outbox: AsyncOutbox,
+        coalescer: SendCoalescer,
+        spool_writer: SpoolWriter,
+        fence: FifoFence,
         backoff: Backoff,
         on_spooled: Callable[[], None],
-        metrics: SidecarMetrics | None = None,
     ) -> None:
-        self._producer = producer
-        self._outbox = outbox
+        self._coalescer = coalescer
+        self._spool_writer = spool_writer
+        self._fence = fence
         self._backoff = backoff
         self._on_spooled = on_spooled
-        self._metrics = metrics or SidecarMetrics()
         # One lock per FIFO group with messages in intake, and how many hold or await it.
         self._group_locks: dict[tuple[str, str], tuple[asyncio.Lock, int]] = {}
 
@@ -76,10 +79,7 @@ class Intake:
         self._group_locks[key] = (lock, users + 1)
         try:
             async with lock:
-                fenced = await self._outbox.call(
-                    self._outbox.outbox.has_pending_group, message.topic, message.message_group
-                )
-                if fenced:
+                if key in self._fence:
                     return await self._spool(
                         message,
                         SpoolCause.FIFO_FENCE,
@@ -96,11 +96,14 @@ class Intake:
                 self._group_locks[key] = (lock, users - 1)
 
     async def _send_or_spool(self, message: OutboxMessage) -> Accepted:
-        try:
-            receipt = await self._producer.send(message)
-        except SendFailedError as e:
-            return await self._spool(message, e.cause, e.detail, e.maybe_stored, due_now=False)
-        return Stored(receipt)
+        outcome = await self._coalescer.send(message)
+        if isinstance(outcome, SendRejectedError):
+            raise outcome
+        if isinstance(outcome, SendFailedError):
+            return await self._spool(
+                message, outcome.cause, outcome.detail, outcome.maybe_stored, due_now=False
+            )
+        return Stored(outcome)
 
     async def _spool(
         self,
@@ -124,12 +127,13 @@ class Intake:
             last_error=f"{cause.value}: {detail}",
             state_changed_ms=created_ms,
         )
-        with self._metrics.put_seconds.time():
-            stored = await self._outbox.call(self._outbox.outbox.put, [entry])
+        stored = await self._spool_writer.spool(entry)
+        if message.message_group:
+            self._fence.add((message.topic, message.message_group))
         LOG.debug(
             "spooled %s to %s: %s (%s)", message.message_id, message.topic, cause.value, detail,
             extra={"message_id": message.message_id, "topic": message.topic},
         )  # fmt: skip
         if due_now:
             self._on_spooled()  # others wait for their back-off: the pool's poll finds them
-        return Spooled(stored[0])
+        return Spooled(stored)

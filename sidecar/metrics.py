@@ -4,7 +4,11 @@
   SPOOLED or REJECTED; cause the spool cause, the rejection's gRPC code, or "" when stored).
 - ``rocketbox_sidecar_send_seconds{state}``: intake to answer.
 - ``rocketbox_sidecar_resends_total{outcome}``: the resend pool's DELIVERED, RESCHEDULED, BURIED.
-- ``rocketbox_outbox_put_seconds``: a spool's durable write.
+- ``rocketbox_sidecar_intake_in_flight``: messages inside the sidecar now (admission control's
+  count, bounded by ``intake_in_flight_max``).
+- ``rocketbox_sidecar_broker_send_messages``: messages per SendMessage request (coalescing).
+- ``rocketbox_outbox_put_seconds``: one durable spool write (shared by concurrent spools).
+- ``rocketbox_outbox_put_entries``: entries per spool write.
 - ``rocketbox_outbox_entries{state}``: depth by PENDING, IN_FLIGHT, DELIVERED, DEAD.
 - ``rocketbox_outbox_bytes``: body bytes counted against ``outbox_bytes_max``.
 - ``rocketbox_outbox_oldest_pending_age_seconds``: 0 when nothing is pending.
@@ -21,6 +25,8 @@ from outbox.entry import OutboxStats
 
 # Seconds: a local send takes about a millisecond; a spool after retries up to the send timeout.
 LATENCY_BUCKETS_S = (0.0005, 0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5)
+# Messages per request or entries per write: 1 is the uncoalesced case.
+BATCH_SIZE_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024)
 
 
 class SidecarMetrics:
@@ -39,9 +45,20 @@ class SidecarMetrics:
             "rocketbox_sidecar_resends", "Resend outcomes.", ["outcome"], registry=r
         )
         self.put_seconds = Histogram(
-            "rocketbox_outbox_put_seconds", "A spool's durable write.",
+            "rocketbox_outbox_put_seconds", "One durable spool write.",
             buckets=LATENCY_BUCKETS_S, registry=r,
         )  # fmt: skip
+        self.put_entries = Histogram(
+            "rocketbox_outbox_put_entries", "Entries per spool write.",
+            buckets=BATCH_SIZE_BUCKETS, registry=r,
+        )  # fmt: skip
+        self.broker_send_messages = Histogram(
+            "rocketbox_sidecar_broker_send_messages", "Messages per SendMessage request.",
+            buckets=BATCH_SIZE_BUCKETS, registry=r,
+        )  # fmt: skip
+        self.intake_in_flight = Gauge(
+            "rocketbox_sidecar_intake_in_flight", "Messages inside the sidecar now.", registry=r
+        )
         self.entries = Gauge(
             "rocketbox_outbox_entries", "Outbox entries by state.", ["state"], registry=r
         )

@@ -6,7 +6,13 @@ Every message gets exactly one answer. Errors are translated here, once:
 |---|---|---|
 | SendRejectedError | INVALID_ARGUMENT / NOT_FOUND + google.rpc.BadRequest | same code and field |
 | OutboxFullError | RESOURCE_EXHAUSTED + google.rpc.RetryInfo | same, retry_after |
+| more than intake_in_flight_max inside | RESOURCE_EXHAUSTED + google.rpc.RetryInfo | same |
 | OutboxUnavailableError, shutting down | UNAVAILABLE | same |
+
+Admission control: at most ``intake_in_flight_max`` messages are inside the sidecar at once
+(from intake to answer, over all calls). One more is refused at once with RESOURCE_EXHAUSTED and
+a retry-after rather than queued, so under overload the latency of what is accepted stays bounded
+and the excess costs the sidecar next to nothing.
 """
 
 from __future__ import annotations
@@ -35,6 +41,8 @@ from sidecar.metrics import SidecarMetrics
 
 LOG = logging.getLogger(__name__)
 UNAVAILABLE_RETRY_AFTER_MS = 1_000
+# What an app refused by admission control waits: a few coalesced requests' time.
+INTAKE_FULL_RETRY_AFTER_MS = 100
 
 
 class ShuttingDownError(Exception):
@@ -57,7 +65,8 @@ class SidecarService(sidecar_pb2_grpc.SidecarServiceServicer):  # type: ignore[m
         send_batch_entries_max: int,
         send_batch_bytes_max: int,
         send_stream_in_flight_max: int,
-        on_answer: Callable[[str, str, Accepted], None] | None = None,
+        intake_in_flight_max: int,
+        on_answer: Callable[[int, str, str, Accepted], None] | None = None,
         metrics: SidecarMetrics | None = None,
     ) -> None:
         self._intake = intake
@@ -65,6 +74,8 @@ class SidecarService(sidecar_pb2_grpc.SidecarServiceServicer):  # type: ignore[m
         self._batch_entries_max = send_batch_entries_max
         self._batch_bytes_max = send_batch_bytes_max
         self._stream_in_flight_max = send_stream_in_flight_max
+        self._intake_in_flight_max = intake_in_flight_max
+        self.intake_in_flight = 0
         self._on_answer = on_answer
         self._metrics = metrics or SidecarMetrics()
         self.accepting = True
@@ -96,6 +107,19 @@ class SidecarService(sidecar_pb2_grpc.SidecarServiceServicer):  # type: ignore[m
                 grpc.StatusCode.UNAVAILABLE, "", "the sidecar is shutting down",
                 UNAVAILABLE_RETRY_AFTER_MS,
             )  # fmt: skip
+        if self.intake_in_flight >= self._intake_in_flight_max:
+            raise Rejected(
+                grpc.StatusCode.RESOURCE_EXHAUSTED, "", f"the sidecar is at its limit of "
+                f"{self._intake_in_flight_max} messages in flight (intake_in_flight_max)",
+                INTAKE_FULL_RETRY_AFTER_MS,
+            )  # fmt: skip
+        self.intake_in_flight += 1
+        try:
+            return await self._intake_answer(message)
+        finally:
+            self.intake_in_flight -= 1
+
+    async def _intake_answer(self, message: OutboxMessage) -> Accepted:
         try:
             accepted = await self._intake.accept(message)
         except SendRejectedError as e:
@@ -110,7 +134,7 @@ class SidecarService(sidecar_pb2_grpc.SidecarServiceServicer):  # type: ignore[m
                 f"could not spool it: {e}", UNAVAILABLE_RETRY_AFTER_MS,
             ) from e  # fmt: skip
         if self._on_answer is not None:
-            self._on_answer(message.message_id, message.topic, accepted)
+            self._on_answer(now_ms(), message.message_id, message.topic, accepted)
         return accepted
 
     async def _result_or_rejection(self, m: api.Message) -> api.SendResult:

@@ -16,7 +16,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from typing import Any
 from wsgiref.simple_server import WSGIServer
 
 import grpc
@@ -30,13 +29,16 @@ from rocketbox_api.v1 import sidecar_pb2, sidecar_pb2_grpc
 from sidecar.async_outbox import AsyncOutbox
 from sidecar.backoff import Backoff
 from sidecar.clock import now_ms
+from sidecar.coalescer import SendCoalescer
 from sidecar.config import SidecarConfig
-from sidecar.intake import Accepted, Intake, Stored
+from sidecar.fifo_fence import FifoFence
+from sidecar.intake import Intake
 from sidecar.ledger import AckLedger
 from sidecar.metrics import SidecarMetrics
 from sidecar.producer import Producer
 from sidecar.resend_pool import ResendPool
 from sidecar.server import SidecarService
+from sidecar.spool_writer import SpoolWriter
 
 LOG = logging.getLogger(__name__)
 SERVICE_NAME = sidecar_pb2.DESCRIPTOR.services_by_name["SidecarService"].full_name
@@ -61,9 +63,15 @@ class Sidecar:
         self.outbox = AsyncOutbox(outbox, c.outbox_threads)
         self.producer = Producer(c.producer)
         backoff = Backoff(c.resend.backoff_initial_ms, c.resend.backoff_max_ms)
+        self.fence = FifoFence(self.outbox)
+        await self.fence.load()
         self.pool = ResendPool(c.resend, self.producer, self.outbox, backoff, self.metrics)
         intake = Intake(
-            self.producer, self.outbox, backoff, on_spooled=self.pool.wake, metrics=self.metrics
+            SendCoalescer(self.producer, c.coalesce, self.metrics),
+            SpoolWriter(self.outbox, self.metrics),
+            self.fence,
+            backoff,
+            on_spooled=self.pool.wake,
         )
         if c.ack_ledger_path is not None:
             self._ledger = AckLedger(c.ack_ledger_path)
@@ -72,9 +80,11 @@ class Sidecar:
             c.send_batch_entries_max,
             c.send_batch_bytes_max,
             c.send_stream_in_flight_max,
-            on_answer=self._record if self._ledger else None,
+            c.intake_in_flight_max,
+            on_answer=self._ledger.record if self._ledger else None,
             metrics=self.metrics,
         )
+        self.metrics.intake_in_flight.set_function(lambda: self.service.intake_in_flight)
         self._health = health.aio.HealthServicer()
         server = grpc.aio.server(
             options=(
@@ -103,6 +113,7 @@ class Sidecar:
         self._tasks = [
             asyncio.create_task(self.pool.run(), name="resend pool"),
             asyncio.create_task(self._readiness_loop(), name="readiness"),
+            asyncio.create_task(self._fence_loop(), name="FIFO fence refresh"),
         ]
         if self._metrics_server is not None:
             # Only for the gauges: stats may scan the outbox (MySQL), so not without a reader.
@@ -178,25 +189,17 @@ class Sidecar:
             await asyncio.sleep(self.config.outbox_stats_interval_ms / 1000.0)
 
     async def _ledger_loop(self) -> None:
-        assert self._ledger is not None
+        ledger = self._ledger
+        assert ledger is not None
+        loop = asyncio.get_running_loop()
         while True:
             await asyncio.sleep(LEDGER_FLUSH_INTERVAL_MS / 1000.0)
-            self._ledger.flush()
+            await loop.run_in_executor(None, ledger.write, ledger.take())
 
-    def _record(self, message_id: str, topic: str, accepted: Accepted) -> None:
-        assert self._ledger is not None
-        line: dict[str, Any] = {
-            "message_id": message_id,
-            "topic": topic,
-            "time_ms": now_ms(),
-        }
-        if isinstance(accepted, Stored):
-            line |= {
-                "state": "STORED",
-                "queue_id": accepted.receipt.queue_id,
-                "queue_offset": accepted.receipt.queue_offset,
-                "durable": accepted.receipt.durable,
-            }
-        else:
-            line |= {"state": "SPOOLED", "cause": accepted.entry.cause.value}
-        self._ledger.record(line)
+    async def _fence_loop(self) -> None:
+        while True:
+            await asyncio.sleep(self.config.fifo_fence_refresh_interval_ms / 1000.0)
+            try:
+                await self.fence.refresh()
+            except OutboxError as e:  # fences stay up meanwhile: order is kept, not lost
+                LOG.debug("FIFO fence refresh failed: %s", e)
