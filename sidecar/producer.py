@@ -240,8 +240,9 @@ class Producer:
         return candidates[next(self._round_robin) % len(candidates)]
 
     def _to_wire(self, m: OutboxMessage, queue: WritableQueue) -> definition_pb2.Message:
-        born = timestamp_pb2.Timestamp()
-        born.FromMilliseconds(m.born_timestamp_ms or now_ms())
+        born_ms = m.born_timestamp_ms or now_ms()
+        # Built from its fields: FromMilliseconds is Python code, paid once per message.
+        born = timestamp_pb2.Timestamp(seconds=born_ms // 1000, nanos=born_ms % 1000 * 1_000_000)
         system = definition_pb2.SystemProperties(
             keys=list(m.keys),
             message_id=m.message_id,

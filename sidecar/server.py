@@ -27,6 +27,7 @@ import grpc
 from google.protobuf import any_pb2
 from google.rpc import code_pb2, error_details_pb2, status_pb2
 from grpc_status import rpc_status
+from prometheus_client import Counter, Histogram
 
 from outbox.entry import OutboxMessage
 from outbox.errors import OutboxError, OutboxFullError
@@ -76,6 +77,7 @@ class SidecarService(sidecar_pb2_grpc.SidecarServiceServicer):  # type: ignore[m
         self._stream_in_flight_max = send_stream_in_flight_max
         self._intake_in_flight_max = intake_in_flight_max
         self.intake_in_flight = 0
+        self._children: dict[tuple[str, str], tuple[Counter, Histogram]] = {}
         self._on_answer = on_answer
         self._metrics = metrics or SidecarMetrics()
         self.accepting = True
@@ -98,8 +100,15 @@ class SidecarService(sidecar_pb2_grpc.SidecarServiceServicer):  # type: ignore[m
         return to_result(message.message_id, accepted)
 
     def _count(self, state: str, cause: str, started_s: float) -> None:
-        self._metrics.sends.labels(state, cause).inc()
-        self._metrics.send_seconds.labels(state).observe(time.monotonic() - started_s)
+        # The labelled children are looked up once per (state, cause), not per message.
+        children = self._children.get((state, cause))
+        if children is None:
+            children = self._children[(state, cause)] = (
+                self._metrics.sends.labels(state, cause),
+                self._metrics.send_seconds.labels(state),
+            )
+        children[0].inc()
+        children[1].observe(time.monotonic() - started_s)
 
     async def _answer(self, message: OutboxMessage) -> Accepted:
         if not self.accepting:
