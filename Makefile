@@ -20,10 +20,12 @@ CHROMIUM := /usr/bin/chromium
 
 .PHONY: run test lint bench bench-compiled bench-broker clean
 
-$(STAMP): pyproject.toml
+# The client library (client/, its own distribution rocketbox-client) goes into the same venv.
+$(STAMP): pyproject.toml client/pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --disable-pip-version-check --upgrade pip
 	$(BIN)/python -m pip install --quiet --disable-pip-version-check -e '.[dev]'
+	$(BIN)/python -m pip install --quiet --disable-pip-version-check -e client
 	touch $(STAMP)
 
 $(NODE_STAMP): $(NODE_DIR)/package.json $(NODE_DIR)/package-lock.json
@@ -73,8 +75,12 @@ bench-compiled: $(STAMP)
 bench-broker: $(STAMP)
 	$(BIN)/python bench/broker_bench.py
 
-# The sidecar beside a direct client of the broker, its outbox backends (RocksDB, Redis and MariaDB
-# on 127.0.0.1, which must be running: exits 2 otherwise) and its targets. ARGS=--quick: a smoke run.
+# The sidecar beside a direct client of the broker (Send, SendStream, SendBatch, the client library's
+# batching sender, coalescing on and off, latency at 300 and 1,000 msgs/s, overload), its outbox
+# backends broker down and throttled, its drain, each row with its CPU per message and its target;
+# expected 6-10 minutes on 2 cores. RocksDB, Redis and MariaDB on 127.0.0.1 must be running and the
+# client library installed (exits 2 otherwise). ARGS=--quick: a smoke run of a minute or two;
+# ARGS="--only a --json out.json" one part; docs/benchmarks.md says what each row means.
 .PHONY: bench-sidecar
 bench-sidecar: $(STAMP)
 	$(BIN)/python bench/sidecar_bench.py $(ARGS)
