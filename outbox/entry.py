@@ -18,8 +18,8 @@ import base64
 import enum
 import json
 from collections.abc import Mapping
-from dataclasses import dataclass, field, replace
-from typing import Any
+from dataclasses import dataclass, field
+from typing import Any, TypeVar
 
 from outbox.errors import OutboxFullError
 
@@ -120,15 +120,31 @@ class OutboxEntry:
 
     def delivered(self, receipt: DeliveryReceipt) -> OutboxEntry:
         """The tombstone: the body is dropped, the receipt is what the audit needs."""
-        return replace(
+        return evolve(
             self,
-            message=replace(self.message, body=b""),
+            message=evolve(self.message, body=b""),
             state=EntryState.DELIVERED,
             receipt=receipt,
             lease_owner=None,
             lease_until_ms=0,
             state_changed_ms=receipt.delivered_ms,
         )
+
+
+_Slotted = TypeVar("_Slotted", OutboxMessage, OutboxEntry)
+_FIELDS = {cls: frozenset(cls.__slots__) for cls in (OutboxMessage, OutboxEntry)}
+
+
+def evolve(obj: _Slotted, **changes: Any) -> _Slotted:
+    """``dataclasses.replace`` for an OutboxMessage or OutboxEntry at a third of its cost (no
+    ``__init__`` call, no field introspection; they have no ``__post_init__`` to skip): a drain
+    does it a few times per message, on the thread every claim and delivery waits for."""
+    cls = type(obj)
+    assert changes.keys() <= _FIELDS[cls], changes.keys()
+    new = object.__new__(cls)
+    for name in cls.__slots__:
+        object.__setattr__(new, name, changes[name] if name in changes else getattr(obj, name))
+    return new
 
 
 def entry_to_dict(entry: OutboxEntry, *, with_body: bool) -> dict[str, Any]:

@@ -18,10 +18,17 @@ from collections.abc import Callable, Container, Sequence
 from dataclasses import replace
 from urllib.parse import urlsplit
 
-from outbox.entry import DeliveryReceipt, EntryState, OutboxEntry, OutboxLimits, OutboxStats
+from outbox.entry import (
+    DeliveryReceipt,
+    EntryState,
+    OutboxEntry,
+    OutboxLimits,
+    OutboxStats,
+    evolve,
+)
 from outbox.errors import OutboxConfigError, OutboxUnavailableError
 from outbox.factory import redact
-from outbox.outbox import Outbox
+from outbox.outbox import Outbox, check_put_entries
 
 
 class MemoryOutbox(Outbox):
@@ -75,6 +82,14 @@ class MemoryOutbox(Outbox):
                 e.state is EntryState.PENDING and e.fifo_group == (topic, message_group)
                 for e in self._entries.values()
             )
+
+    def pending_groups(self) -> set[tuple[str, str]]:
+        with self._lock:
+            return {
+                group
+                for e in self._entries.values()
+                if e.state is EntryState.PENDING and (group := e.fifo_group) is not None
+            }
 
     def claim_due(self, now_ms: int, limit: int, lease_ms: int, owner: str) -> list[OutboxEntry]:
         check_claim_args(lease_ms, owner)
@@ -259,16 +274,6 @@ class MemoryOutbox(Outbox):
 # Helpers every backend shares: one reading of the contract's rules on arguments and entries.
 
 
-def check_put_entries(entries: Sequence[OutboxEntry]) -> None:
-    for entry in entries:
-        if entry.state is not EntryState.PENDING:
-            raise ValueError(f"put takes PENDING entries; {entry.message_id} is {entry.state}")
-        if entry.lease_owner is not None:
-            raise ValueError(f"put takes unleased entries; {entry.message_id} is leased")
-        if min(entry.created_ms, entry.next_send_time_ms, entry.state_changed_ms) < 0:
-            raise ValueError(f"put takes times in ms since the epoch; {entry.message_id} has < 0")
-
-
 def check_claim_args(lease_ms: int, owner: str) -> None:
     # A lease of 0 ms would leave a claimed entry due at once: two workers could hold it.
     if lease_ms < 1:
@@ -307,17 +312,10 @@ def due_score(entry: OutboxEntry) -> int:
     return max(entry.next_send_time_ms, entry.lease_until_ms)
 
 
-_ENTRY_FIELDS = OutboxEntry.__slots__
-
-
 def with_seq(entry: OutboxEntry, seq: int) -> OutboxEntry:
-    """``replace(entry, seq=seq)`` at half the cost: a put does this once per entry, on the
-    committer thread every concurrent put waits for."""
-    stored = object.__new__(OutboxEntry)
-    for name in _ENTRY_FIELDS:
-        object.__setattr__(stored, name, getattr(entry, name))
-    object.__setattr__(stored, "seq", seq)
-    return stored
+    """``replace(entry, seq=seq)``, cheaply: a put does this once per entry, on the committer
+    thread every concurrent put waits for."""
+    return evolve(entry, seq=seq)
 
 
 def requeued_entry(entry: OutboxEntry, now_ms: int) -> OutboxEntry:

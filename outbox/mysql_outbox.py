@@ -12,18 +12,21 @@ URL: ``mysql+pymysql://user:password@host:port/db?table=NAME`` (``table`` defaul
 is created when missing.
 
 Concurrency, in READ COMMITTED (each statement sees what was committed before it; no gap locks):
-- ``put``: concurrent callers share one transaction (outbox/group_commit.py) that first locks the
-  puts' counter row. Puts of every sidecar queue on it, so the bound is exact across processes
-  and seqs are allocated in commit order.
-- ``mark_delivered``: concurrent callers share one transaction too.
-- ``claim_due``: the due rows are locked with SKIP LOCKED, so claims never wait for each other
-  and never take the same row. For FIFO entries the query also tests, in its snapshot, that the
-  entry is its group's head with no live lease in the group. Then, per FIFO group among the
-  candidates, the claim takes a MariaDB user lock (``GET_LOCK(name, 0)``, never waiting; a group
-  whose lock is held elsewhere is left for a later claim) and tests again in a fresh view: claims
-  and requeues of a group commit before they give its lock up, so this view holds whatever they
-  did. Without it, a claim whose snapshot predates a requeue could send the requeued entry's
-  successor beside it.
+- ``put``: concurrent callers, and the requests of a ``put_groups``, share one transaction
+  (outbox/group_commit.py) that first locks the puts' counter row. Puts of every sidecar queue on
+  it, so the bound is exact across processes and seqs are allocated in commit order.
+- ``mark_delivered``: concurrent callers, and the items of a ``mark_delivered_many``, share one
+  transaction too: one UPDATE gives every row its own receipt.
+- ``pending_groups``: one loose scan of ``ix_fifo_head`` (a seek per distinct group of the table).
+- ``claim_due``: a consistent read finds the first claimable row on the due index, then the due
+  rows from there are locked with SKIP LOCKED, so claims never wait for each other and never
+  take the same row (outbox/mysql_schema.py says why it starts there). For FIFO entries the
+  query also tests, in its snapshot, that the entry is its group's head with no live lease in
+  the group. Then, per FIFO group among the candidates, the claim takes a MariaDB user lock
+  (``GET_LOCK(name, 0)``, never waiting; a group whose lock is held elsewhere is left for a later
+  claim) and tests again in a fresh view: claims and requeues of a group commit before they give
+  its lock up, so this view holds whatever they did. Without it, a claim whose snapshot predates
+  a requeue could send the requeued entry's successor beside it.
 """
 
 from __future__ import annotations
@@ -43,12 +46,13 @@ from outbox.entry import DeliveryReceipt, EntryState, OutboxEntry, OutboxLimits,
 from outbox.errors import (
     EntryTooLargeError,
     OutboxConfigError,
+    OutboxError,
     OutboxFullError,
     OutboxUnavailableError,
 )
 from outbox.factory import redact
 from outbox.group_commit import BatchCommitter, GroupCommitter, Result
-from outbox.memory_outbox import check_claim_args, check_purge_state, check_put_entries
+from outbox.memory_outbox import check_claim_args, check_purge_state
 from outbox.mysql_schema import (
     COUNTER_SLOTS,
     DEAD,
@@ -59,13 +63,14 @@ from outbox.mysql_schema import (
     TABLE_NAME_CHARS_MAX,
     Statements,
     as_stored,
+    claimed_row_to_entry,
     entry_to_row,
     fifo_head,
     not_fifo,
     row_to_entry,
     tables,
 )
-from outbox.outbox import Outbox
+from outbox.outbox import Outbox, check_put_entries
 
 _T = TypeVar("_T")
 
@@ -193,12 +198,21 @@ class MySQLOutbox(Outbox):
     # -- put -----------------------------------------------------------------------------------
 
     def put(self, entries: Sequence[OutboxEntry]) -> list[OutboxEntry]:
-        check_put_entries(entries)
+        self._check_put(entries)
         if not entries:
             return []
+        return self._puts.submit(entries)
+
+    def put_groups(
+        self, requests: Sequence[Sequence[OutboxEntry]]
+    ) -> list[list[OutboxEntry] | OutboxError]:
+        # Submitted together: up to GROUP_COMMIT_BATCH_MAX requests share one transaction.
+        return self._puts.put_groups(requests, self._check_put)
+
+    def _check_put(self, entries: Sequence[OutboxEntry]) -> None:
+        check_put_entries(entries)
         for entry in entries:
             self._check_storable(entry)
-        return self._puts.submit(entries)
 
     def _check_storable(self, entry: OutboxEntry) -> None:
         m = entry.message
@@ -304,6 +318,10 @@ class MySQLOutbox(Outbox):
             ).first()
         return row is not None
 
+    def pending_groups(self) -> set[tuple[str, str]]:
+        with self._transaction("pending_groups") as conn:
+            return {(topic, group) for topic, group in conn.execute(self._sql.pending_groups)}
+
     def stats(self, now_ms: int) -> OutboxStats:
         """An aggregate pass over the table: for metrics and admin, not a hot path."""
         t = self._entries
@@ -367,11 +385,16 @@ class MySQLOutbox(Outbox):
         with self._translated("claim_due"), self._group_locks() as locks:
             conn = locks.conn
             with conn.begin():
-                candidates = (
-                    conn.execute(self._sql.claim_candidates, {"now_ms": now_ms, "limit": limit})
-                    .mappings()
-                    .all()
-                )
+                start = conn.execute(self._sql.claim_start, {"now_ms": now_ms}).first()
+                if start is None:
+                    return []  # nothing claimable: no locking read at all
+                params = {
+                    "now_ms": now_ms,
+                    "from_due_ms": start.due_ms,
+                    "from_seq": start.seq,
+                    "limit": limit,
+                }
+                candidates = conn.execute(self._sql.claim_candidates, params).mappings().all()
                 fifo = [row for row in candidates if row["message_group"]]
                 if fifo:
                     confirmed = self._confirm_fifo_heads(locks, fifo, now_ms)
@@ -391,10 +414,7 @@ class MySQLOutbox(Outbox):
                     )
         # Soonest due first: by due_ms, when each became claimable (for an entry whose lease
         # ran out, the lease's end).
-        return [
-            row_to_entry(row, lease_owner=owner, lease_until_ms=lease_until_ms)
-            for row in candidates
-        ]
+        return [claimed_row_to_entry(row, owner, lease_until_ms) for row in candidates]
 
     def _confirm_fifo_heads(
         self, locks: _GroupLocks, fifo: Sequence[Mapping[Any, Any]], now_ms: int
@@ -431,9 +451,16 @@ class MySQLOutbox(Outbox):
     # -- state changes -------------------------------------------------------------------------
 
     def mark_delivered(self, message_id: str, receipt: DeliveryReceipt) -> bool:
-        # The resend pool marks each resent message from its own thread: concurrent calls
-        # share one transaction, as puts do.
+        # Concurrent calls (resend workers, sidecars' threads) share one transaction, as puts do.
         return self._deliveries.submit((message_id, receipt))
+
+    def mark_delivered_many(self, deliveries: Sequence[tuple[str, DeliveryReceipt]]) -> list[bool]:
+        # Submitted together: up to GROUP_COMMIT_BATCH_MAX of them share one transaction.
+        answers = self._deliveries.submit_many(deliveries)
+        for answer in answers:
+            if isinstance(answer, BaseException):
+                raise answer  # the transaction failed: every item's answer
+        return [answer is True for answer in answers]
 
     def _commit_deliveries(
         self, requests: Sequence[tuple[str, DeliveryReceipt]]
@@ -458,9 +485,13 @@ class MySQLOutbox(Outbox):
                     body_bytes += row.body_size
             if receipts:
                 statement, rows_max = self._sql.tombstones(len(receipts))
-                params: dict[str, object] = {"seqs": list(receipts)}
-                padding = [(0, _NO_RECEIPT)] * (rows_max - len(receipts))
-                for i, (seq, receipt) in enumerate([*receipts.items(), *padding]):
+                seqs = sorted(receipts)
+                params: dict[str, object] = {"seqs": seqs}
+                # Unused slots: seqs above every real one (they must keep increasing).
+                padding = range(seqs[-1] + 1, seqs[-1] + 1 + rows_max - len(seqs))
+                slots = [(seq, receipts[seq]) for seq in seqs]
+                slots += [(seq, _NO_RECEIPT) for seq in padding]
+                for i, (seq, receipt) in enumerate(slots):
                     params[f"seq_{i}"] = seq
                     params[f"queue_id_{i}"] = receipt.queue_id
                     params[f"queue_offset_{i}"] = receipt.queue_offset

@@ -10,6 +10,13 @@ Promises:
   docstring says what that survives). All or nothing: a refused ``put`` (``OutboxFullError``)
   wrote none of its entries. An entry whose message id is already in the outbox, in any state, is
   not written again; ``put`` returns the stored one.
+- ``put_groups`` is many independent ``put`` requests made durable together, in one durable write
+  where the backend allows (a batch of spools): each request keeps ``put``'s promises and gets
+  its own answer, its stored entries or the OutboxError that refused it. A request refused by the
+  bound (or too large for the backend) refuses none of the others; a backend failure answers
+  every request not yet durable with that error (with one write, every request). Requests are
+  answered as if put one after another in the order given, so later ones find the entries of
+  earlier ones stored.
 - ``claim_due`` leases entries that are PENDING, due (``next_send_time_ms <= now_ms``) and not
   under a live lease, soonest due first. While leased, no other claim returns them. A FIFO entry
   (one with a message group) is claimable only when it is the lowest-``seq`` PENDING entry of its
@@ -17,6 +24,11 @@ Promises:
 - ``reschedule``, ``bury`` and ``release`` act only for the lease's owner and return False
   otherwise (the lease expired and another worker may hold the entry now). ``mark_delivered`` acts
   on any PENDING entry whatever its lease: the broker has the message, that is a fact.
+  ``mark_delivered_many`` is ``mark_delivered`` for each item in order, in one write where the
+  backend allows; an id given twice is delivered by its first item (the second answers False).
+- ``pending_groups`` is every (topic, message group) for which ``has_pending_group`` is True,
+  read at once and cheaply (an index, not every entry, where the backend allows): the sidecar
+  loads its FIFO fence from it.
 - The bound (``OutboxLimits``) counts PENDING and DEAD entries and their body bytes.
 """
 
@@ -32,6 +44,7 @@ from outbox.entry import (
     OutboxLimits,
     OutboxStats,
 )
+from outbox.errors import EntryTooLargeError, OutboxError, OutboxFullError
 
 SCAN_PAGE_MAX = 1_000
 
@@ -57,12 +70,45 @@ class Outbox(abc.ABC):
         Raises OutboxFullError (nothing written) when they would pass the bound.
         """
 
+    def put_groups(
+        self, requests: Sequence[Sequence[OutboxEntry]]
+    ) -> list[list[OutboxEntry] | OutboxError]:
+        """``put`` each request, each answered on its own: its stored entries, or the OutboxError
+        that refused it (``OutboxFullError``, ``EntryTooLargeError``) or that the backend failed
+        with, which then answers the requests after it too. A ValueError (entries that are not
+        new) is the caller's bug and raises, whichever request it is in.
+
+        This default makes one write per request; a backend with a group committer overrides it
+        to make them all durable in one write.
+        """
+        for entries in requests:
+            check_put_entries(entries)
+        answers: list[list[OutboxEntry] | OutboxError] = []
+        for index, entries in enumerate(requests):
+            try:
+                answers.append(self.put(entries))
+            except (OutboxFullError, EntryTooLargeError) as refused:
+                answers.append(refused)
+            except OutboxError as failed:
+                answers.extend([failed] * (len(requests) - index))
+                break
+        return answers
+
     @abc.abstractmethod
     def get(self, message_id: str) -> OutboxEntry | None: ...
 
     @abc.abstractmethod
     def has_pending_group(self, topic: str, message_group: str) -> bool:
         """True while the FIFO group has PENDING entries: new sends of it must queue behind."""
+
+    def pending_groups(self) -> set[tuple[str, str]]:
+        """Every (topic, message group) with PENDING entries: ``has_pending_group`` at once.
+
+        This default reads every PENDING entry; each backend overrides it with one cheap read.
+        """
+        return {
+            group for e in self.scan_all(EntryState.PENDING) if (group := e.fifo_group) is not None
+        }
 
     @abc.abstractmethod
     def claim_due(self, now_ms: int, limit: int, lease_ms: int, owner: str) -> list[OutboxEntry]:
@@ -71,6 +117,11 @@ class Outbox(abc.ABC):
     @abc.abstractmethod
     def mark_delivered(self, message_id: str, receipt: DeliveryReceipt) -> bool:
         """PENDING → DELIVERED tombstone. False when the entry is not PENDING (or absent)."""
+
+    def mark_delivered_many(self, deliveries: Sequence[tuple[str, DeliveryReceipt]]) -> list[bool]:
+        """``mark_delivered`` for each (message id, receipt), in order: a resend batch's
+        tombstones. This default makes one write per item; backends override it with one."""
+        return [self.mark_delivered(message_id, receipt) for message_id, receipt in deliveries]
 
     @abc.abstractmethod
     def reschedule(
@@ -142,3 +193,14 @@ class Outbox(abc.ABC):
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def check_put_entries(entries: Sequence[OutboxEntry]) -> None:
+    """What ``put`` takes, on every backend: new entries (ValueError otherwise)."""
+    for entry in entries:
+        if entry.state is not EntryState.PENDING:
+            raise ValueError(f"put takes PENDING entries; {entry.message_id} is {entry.state}")
+        if entry.lease_owner is not None:
+            raise ValueError(f"put takes unleased entries; {entry.message_id} is leased")
+        if min(entry.created_ms, entry.next_send_time_ms, entry.state_changed_ms) < 0:
+            raise ValueError(f"put takes times in ms since the epoch; {entry.message_id} has < 0")

@@ -36,13 +36,19 @@ Keys (``P`` is the prefix)::
     P:t:DELIVERED, P:t:DEAD zset message_id → state_changed_ms (purge)
     P:created               zset message_id → created_ms of PENDING entries (stats)
     P:leases                zset message_id → lease end of leased PENDING entries (stats)
+    P:groups                set of the <len>:<topic>:<group> names of the groups with PENDING
+                            entries (pending_groups); P:groups:ready once it holds every one
+                            (an outbox older than it gets it built at the first
+                            pending_groups). Every sidecar sharing the outbox must keep it:
+                            run one version
     P:n                     hash: pending, dead, delivered, bytes (the bound's counters)
     P:seq                   the last seq assigned
     P:probe                 check_writable's write
 
-Group commit: concurrent ``put`` callers share one script call (outbox/group_commit.py), which
-checks and writes every request of the batch, each all-or-nothing on its own. The scripts are in
-outbox/redis_scripts.py.
+Group commit: concurrent ``put`` callers, and the requests of a ``put_groups``, share one script
+call (outbox/group_commit.py), which checks and writes every request of the batch, each
+all-or-nothing on its own. ``mark_delivered_many`` is one script call (per
+``DELIVER_BATCH_MAX`` items). The scripts are in outbox/redis_scripts.py.
 
 A requeued FIFO entry older than its group's leased head is due when that lease ends rather than
 at once, so that the group never has two entries in flight.
@@ -72,13 +78,8 @@ from outbox.entry import (
 from outbox.errors import OutboxConfigError, OutboxError, OutboxUnavailableError
 from outbox.factory import redact
 from outbox.group_commit import GroupCommitter, Result
-from outbox.memory_outbox import (
-    check_claim_args,
-    check_purge_state,
-    check_put_entries,
-    with_seq,
-)
-from outbox.outbox import Outbox
+from outbox.memory_outbox import check_claim_args, check_purge_state, with_seq
+from outbox.outbox import Outbox, check_put_entries
 
 PREFIX_DEFAULT = "rocketbox:outbox"
 # Connections the sidecar's threads share; a caller beyond them waits up to the timeout.
@@ -87,6 +88,8 @@ REDIS_POOL_WAIT_S = 10.0
 # Every call has a deadline (a half-open connection must not hang a resend worker forever).
 REDIS_SOCKET_TIMEOUT_S = 10.0
 CLAIM_BATCH_MAX = 10_000
+# Deliveries per script call of mark_delivered_many: no call holds the server for long.
+DELIVER_BATCH_MAX = 1_000
 PURGE_BATCH_MAX = 10_000
 REQUEUE_BATCH_MAX = 1_000
 RETRY_NOW_BATCH_MAX = 1_000
@@ -127,6 +130,7 @@ class RedisOutbox(Outbox):
         self._retry_now_script = _script(client, redis_scripts.RETRY_NOW)
         self._purge_script = _script(client, redis_scripts.PURGE)
         self._scan_script = _script(client, redis_scripts.SCAN)
+        self._pending_groups_script = _script(client, redis_scripts.PENDING_GROUPS)
         self._stats_script = _script(client, redis_scripts.STATS)
         self._committer = GroupCommitter(self._commit, name=f"redis-outbox-put:{prefix}")
 
@@ -162,15 +166,27 @@ class RedisOutbox(Outbox):
             return []
         return self._committer.submit(list(entries))
 
+    def put_groups(
+        self, requests: Sequence[Sequence[OutboxEntry]]
+    ) -> list[list[OutboxEntry] | OutboxError]:
+        # Submitted together: up to GROUP_COMMIT_BATCH_MAX requests share one script call.
+        return self._committer.put_groups(requests, check_put_entries)
+
     def get(self, message_id: str) -> OutboxEntry | None:
         with self._errors("get"):
             fields = cast(dict[bytes, bytes], self._client.hgetall(self._entry_key(message_id)))
         return _entry_from_hash(fields) if fields else None
 
     def has_pending_group(self, topic: str, message_group: str) -> bool:
+        if not message_group:
+            return False  # an empty group is no group (OutboxEntry.fifo_group)
         with self._errors("has_pending_group"):
             key = f"{self.prefix}:g:{_group_name(topic, message_group)}"
             return bool(self._client.exists(key))
+
+    def pending_groups(self) -> set[tuple[str, str]]:
+        names = self._run(self._pending_groups_script, "pending_groups", [])
+        return {_group_of_name(name.decode()) for name in names}
 
     def claim_due(self, now_ms: int, limit: int, lease_ms: int, owner: str) -> list[OutboxEntry]:
         check_claim_args(lease_ms, owner)
@@ -181,14 +197,18 @@ class RedisOutbox(Outbox):
         return [_entry_from_hash(_pairs(flat)) for flat in claimed]
 
     def mark_delivered(self, message_id: str, receipt: DeliveryReceipt) -> bool:
-        args = [
-            message_id,
-            receipt.queue_id,
-            receipt.queue_offset,
-            receipt.delivered_ms,
-            int(receipt.durable),
-        ]
-        return bool(self._run(self._delivered_script, "mark_delivered", args))
+        (delivered,) = self.mark_delivered_many([(message_id, receipt)])
+        return delivered
+
+    def mark_delivered_many(self, deliveries: Sequence[tuple[str, DeliveryReceipt]]) -> list[bool]:
+        answers: list[bool] = []
+        for start in range(0, len(deliveries), DELIVER_BATCH_MAX):
+            args: list[Any] = []
+            for message_id, r in deliveries[start : start + DELIVER_BATCH_MAX]:
+                args += [message_id, r.queue_id, r.queue_offset, r.delivered_ms, int(r.durable)]
+            reply = self._run(self._delivered_script, "mark_delivered", args)
+            answers += [flag == ord("1") for flag in reply]
+        return answers
 
     def reschedule(
         self, message_id: str, owner: str, next_send_time_ms: int, error: str, now_ms: int
@@ -359,6 +379,14 @@ def _group_name(topic: str, message_group: str) -> str:
     return f"{len(topic)}:{topic}:{message_group}"
 
 
+def _group_of_name(name: str) -> tuple[str, str]:
+    """The (topic, message group) that ``_group_name`` named."""
+    length, _, rest = name.partition(":")
+    topic_chars = int(length)
+    assert rest[topic_chars : topic_chars + 1] == ":", name
+    return rest[:topic_chars], rest[topic_chars + 1 :]
+
+
 def _put_fields(entry: OutboxEntry) -> list[Any]:
     """The put script's fields of one entry; numbers as strings, for Lua's sake."""
     m = entry.message
@@ -380,7 +408,8 @@ def _put_fields(entry: OutboxEntry) -> list[Any]:
         str(entry.created_ms),
         str(entry.attempts),
         str(entry.state_changed_ms),
-        _group_name(m.topic, group) if group is not None else "",
+        # An empty group is no group (OutboxEntry.fifo_group).
+        _group_name(m.topic, group) if group else "",
         entry.last_error,
         json.dumps(meta, separators=(",", ":")),
     ]

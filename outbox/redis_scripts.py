@@ -15,6 +15,7 @@ from __future__ import annotations
 PRELUDE = """
 local P = ARGV[1]
 local DUE, LEASES, COUNTS = P .. ':due', P .. ':leases', P .. ':n'
+local GROUPS = P .. ':groups'
 local function ekey(id) return P .. ':e:' .. id end
 -- A P:due member: the seq, zero-padded, then the id. Entries due at the same time leave in
 -- seq order, as members of equal score sort by their bytes.
@@ -25,7 +26,8 @@ local function due_score(h)
   if f[2] and f[2] ~= '' and tonumber(f[3]) > tonumber(f[1]) then return f[3] end
   return f[1]
 end
--- PENDING entry id leaves its indexes; its group's next entry becomes claimable.
+-- PENDING entry id leaves its indexes; its group's next entry becomes claimable, or the group
+-- leaves P:groups with its last PENDING entry.
 local function leave_pending(id, h)
   local grp, seq = unpack(redis.call('HMGET', h, 'grp', 'seq'))
   redis.call('ZREM', DUE, dmember(seq, id))
@@ -39,7 +41,11 @@ local function leave_pending(id, h)
     redis.call('ZREM', gk, id)
     if head == id then
       local nxt = redis.call('ZRANGE', gk, 0, 0, 'WITHSCORES')
-      if nxt[1] then redis.call('ZADD', DUE, due_score(ekey(nxt[1])), dmember(nxt[2], nxt[1])) end
+      if nxt[1] then
+        redis.call('ZADD', DUE, due_score(ekey(nxt[1])), dmember(nxt[2], nxt[1]))
+      else
+        redis.call('SREM', GROUPS, grp)
+      end
     end
   end
 end
@@ -106,7 +112,10 @@ for r, list in ipairs(requests) do
           redis.call('ZADD', DUE, nst, dmember(seq, id))
         else
           local gk = P .. ':g:' .. grp
-          if redis.call('EXISTS', gk) == 0 then redis.call('ZADD', DUE, nst, dmember(seq, id)) end
+          if redis.call('EXISTS', gk) == 0 then
+            redis.call('ZADD', DUE, nst, dmember(seq, id))
+            redis.call('SADD', GROUPS, grp)
+          end
           redis.call('ZADD', gk, seq, id)
         end
         parts[#parts + 1] = string.format('%d', seq)
@@ -159,21 +168,32 @@ end
 return claimed
 """
 
-# ARGV: prefix, id, queue_id, queue_offset, delivered_ms, durable (0/1). Returns 1 or 0.
+# ARGV: prefix, then per delivery: id, queue_id, queue_offset, delivered_ms, durable (0/1).
+# Returns one character per delivery, '1' (delivered) or '0' (not PENDING), in order.
 DELIVERED = """
-local id = ARGV[2]
-local h = ekey(id)
-if redis.call('HGET', h, 'state') ~= 'PENDING' then return 0 end
-local f = redis.call('HMGET', h, 'size', 'seq')
-leave_pending(id, h)
-redis.call('HSET', h, 'state', 'DELIVERED', 'changed', ARGV[5], 'owner', '', 'lease', 0,
-  'size', 0, 'q_id', ARGV[3], 'q_off', ARGV[4], 'd_ms', ARGV[5], 'durable', ARGV[6])
-redis.call('HDEL', h, 'body')
-redis.call('HINCRBY', COUNTS, 'delivered', 1)
-redis.call('HINCRBY', COUNTS, 'bytes', -tonumber(f[1]))
-redis.call('ZADD', P .. ':s:DELIVERED', f[2], id)
-redis.call('ZADD', P .. ':t:DELIVERED', ARGV[5], id)
-return 1
+local answers, delivered, freed = {}, 0, 0
+for a = 2, #ARGV, 5 do
+  local id, d_ms = ARGV[a], ARGV[a + 3]
+  local h = ekey(id)
+  if redis.call('HGET', h, 'state') ~= 'PENDING' then
+    answers[#answers + 1] = '0'
+  else
+    local f = redis.call('HMGET', h, 'size', 'seq')
+    leave_pending(id, h)
+    redis.call('HSET', h, 'state', 'DELIVERED', 'changed', d_ms, 'owner', '', 'lease', 0,
+      'size', 0, 'q_id', ARGV[a + 1], 'q_off', ARGV[a + 2], 'd_ms', d_ms, 'durable', ARGV[a + 4])
+    redis.call('HDEL', h, 'body')
+    redis.call('ZADD', P .. ':s:DELIVERED', f[2], id)
+    redis.call('ZADD', P .. ':t:DELIVERED', d_ms, id)
+    delivered, freed = delivered + 1, freed + tonumber(f[1])
+    answers[#answers + 1] = '1'
+  end
+end
+if delivered > 0 then
+  redis.call('HINCRBY', COUNTS, 'delivered', delivered)
+  redis.call('HINCRBY', COUNTS, 'bytes', -freed)
+end
+return table.concat(answers)
 """
 
 # ARGV: prefix, id, owner, error, now_ms. Returns 1 or 0 (not PENDING, or not the owner).
@@ -232,6 +252,7 @@ for a = 3, #ARGV do
       local head = redis.call('ZRANGE', gk, 0, 0, 'WITHSCORES')
       if not head[1] then
         redis.call('ZADD', DUE, now, dmember(f[2], id))
+        redis.call('SADD', GROUPS, f[4])
       elseif tonumber(head[2]) > tonumber(f[2]) then
         -- Older than its group's head, it goes first; the old head stops being claimable.
         -- Should the old head be leased, this one waits for that lease to end rather than be
@@ -337,4 +358,32 @@ local soonest = redis.call('ZRANGE', DUE, 0, 0, 'WITHSCORES')[2] or false
 local in_flight = redis.call('ZCOUNT', LEASES, '(' .. ARGV[2], '+inf')
 return {counts[1] or '0', counts[2] or '0', counts[3] or '0', counts[4] or '0', in_flight,
   oldest, soonest}
+"""
+
+# ARGV: prefix. Returns the P:groups members (group names, as in P:g:<name>) that have PENDING
+# entries. P:groups came after the other keys: an outbox that predates it gets it built here
+# once, by a SCAN of its P:g:* keys (the one time this script walks the keyspace), and
+# P:groups:ready says it was. A member whose P:g key is gone (dropped by a sidecar of a version
+# without P:groups) is removed on the way.
+PENDING_GROUPS = r"""
+local READY = P .. ':groups:ready'
+if redis.call('EXISTS', READY) == 0 then
+  local pattern = string.gsub(P, '[%*%?%[%]\\]', '\\%0') .. ':g:*'
+  local cursor = '0'
+  repeat
+    local page = redis.call('SCAN', cursor, 'MATCH', pattern, 'COUNT', 1000)
+    cursor = page[1]
+    for _, key in ipairs(page[2]) do redis.call('SADD', GROUPS, string.sub(key, #P + 4)) end
+  until cursor == '0'
+  redis.call('SET', READY, '1')
+end
+local found = {}
+for _, grp in ipairs(redis.call('SMEMBERS', GROUPS)) do
+  if redis.call('EXISTS', P .. ':g:' .. grp) == 1 then
+    found[#found + 1] = grp
+  else
+    redis.call('SREM', GROUPS, grp)
+  end
+end
+return found
 """

@@ -92,6 +92,16 @@ def group_key(topic: str, message_group: str) -> bytes:
     return GROUP + _U16.pack(len(topic_b)) + topic_b + _U16.pack(len(group_b)) + group_b
 
 
+def group_of_key(prefix: bytes) -> tuple[str, str]:
+    """The (topic, message group) that ``group_key`` made ``prefix`` of."""
+    (topic_bytes,) = _U16.unpack_from(prefix, len(GROUP))
+    topic_end = len(GROUP) + _U16.size + topic_bytes
+    (group_bytes,) = _U16.unpack_from(prefix, topic_end)
+    group_start = topic_end + _U16.size
+    assert len(prefix) == group_start + group_bytes, prefix
+    return prefix[len(GROUP) + _U16.size : topic_end].decode(), prefix[group_start:].decode()
+
+
 def group_prefix(entry: OutboxEntry) -> bytes | None:
     group = entry.fifo_group
     return None if group is None else group_key(*group)

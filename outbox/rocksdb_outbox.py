@@ -19,11 +19,12 @@ Durability:
 - One process: RocksDB locks its directory (the LOCK file), and a second opener, in this process
   or another, gets OutboxUnavailableError. The threads of the process share one instance.
 
-Group commit: concurrent ``put`` callers hand their entries to one committer thread
-(outbox/group_commit.py) that stages all of them in one WriteBatch. The batch is written, and so
-becomes visible, under the lock; the WAL fsync runs after the lock is released, so claims never
-wait for the disk; then the callers' ``put`` calls return. Should that fsync fail, the callers are
-told so although their entries are in the outbox: they may be sent twice, never lost.
+Group commit: concurrent ``put`` callers, and the requests of a ``put_groups``, hand their entries
+to one committer thread (outbox/group_commit.py) that stages all of them in one WriteBatch. The
+batch is written, and so becomes visible, under the lock; the WAL fsync runs after the lock is
+released, so claims never wait for the disk; then the callers' ``put`` calls return. Should that
+fsync fail, the callers are told so although their entries are in the outbox: they may be sent
+twice, never lost. ``mark_delivered_many`` is one WriteBatch, as ``mark_delivered`` is.
 
 A requeued FIFO entry older than its group's leased head is due when that lease ends rather than
 at once, so that the group never has two entries in flight.
@@ -45,19 +46,25 @@ from urllib.parse import parse_qs, urlsplit
 
 import rocksdict
 
-from outbox.entry import DeliveryReceipt, EntryState, OutboxEntry, OutboxLimits, OutboxStats
-from outbox.errors import OutboxConfigError, OutboxUnavailableError
+from outbox.entry import (
+    DeliveryReceipt,
+    EntryState,
+    OutboxEntry,
+    OutboxLimits,
+    OutboxStats,
+    evolve,
+)
+from outbox.errors import OutboxConfigError, OutboxError, OutboxUnavailableError
 from outbox.factory import redact
 from outbox.group_commit import GroupCommitter, Result
 from outbox.memory_outbox import (
     check_claim_args,
     check_purge_state,
-    check_put_entries,
     may_retry_now,
     requeued_entry,
     with_seq,
 )
-from outbox.outbox import Outbox
+from outbox.outbox import Outbox, check_put_entries
 from outbox.rocksdb_layout import (
     CHANGED,
     CREATED,
@@ -80,6 +87,7 @@ from outbox.rocksdb_layout import (
     due_key,
     expect,
     group_key,
+    group_of_key,
     group_prefix,
     index_items,
     load_state,
@@ -187,12 +195,21 @@ class RocksDBOutbox(Outbox):
     # -- the contract -------------------------------------------------------------------------
 
     def put(self, entries: Sequence[OutboxEntry]) -> list[OutboxEntry]:
-        check_put_entries(entries)
-        for entry in entries:
-            group_prefix(entry)  # refuse over-long names here rather than fail the whole batch
+        self._check_put(entries)
         if not entries:
             return []
         return self._committer.submit(list(entries))
+
+    def put_groups(
+        self, requests: Sequence[Sequence[OutboxEntry]]
+    ) -> list[list[OutboxEntry] | OutboxError]:
+        # Submitted together: up to GROUP_COMMIT_BATCH_MAX requests share one synced WriteBatch.
+        return self._committer.put_groups(requests, self._check_put)
+
+    def _check_put(self, entries: Sequence[OutboxEntry]) -> None:
+        check_put_entries(entries)
+        for entry in entries:
+            group_prefix(entry)  # refuse over-long names here rather than fail the whole batch
 
     def get(self, message_id: str) -> OutboxEntry | None:
         with _rocksdb_errors(self.path):
@@ -203,6 +220,11 @@ class RocksDBOutbox(Outbox):
         prefix = group_key(topic, message_group)
         with self._lock:
             return prefix in self._state.heads
+
+    def pending_groups(self) -> set[tuple[str, str]]:
+        # Every group with PENDING entries has a head, kept in memory: no read at all.
+        with self._lock:
+            return {group_of_key(prefix) for prefix in self._state.heads}
 
     def claim_due(self, now_ms: int, limit: int, lease_ms: int, owner: str) -> list[OutboxEntry]:
         check_claim_args(lease_ms, owner)
@@ -232,7 +254,7 @@ class RocksDBOutbox(Outbox):
             for _, _, message_id in picks:
                 old = expect(txn.get(message_id), EntryState.PENDING, message_id)
                 assert self._is_candidate(old), old
-                new = replace(old, lease_owner=owner, lease_until_ms=now_ms + lease_ms)
+                new = evolve(old, lease_owner=owner, lease_until_ms=now_ms + lease_ms)
                 txn.put(state_key(EntryState.PENDING, new.seq), state_value(new))
                 txn.put_entry(new)
                 self._state.lease(new)
@@ -245,16 +267,31 @@ class RocksDBOutbox(Outbox):
             return claimed
 
     def mark_delivered(self, message_id: str, receipt: DeliveryReceipt) -> bool:
-        u64(receipt.delivered_ms)
+        (delivered,) = self.mark_delivered_many([(message_id, receipt)])
+        return delivered
+
+    def mark_delivered_many(self, deliveries: Sequence[tuple[str, DeliveryReceipt]]) -> list[bool]:
+        for _, receipt in deliveries:
+            u64(receipt.delivered_ms)
+        answers = [False] * len(deliveries)
         with self._lock, _rocksdb_errors(self.path):
             self._check_open()
             txn = self._txn()
-            old = txn.get(message_id)
-            if old is None or old.state is not EntryState.PENDING:
-                return False
-            self._leave_pending(txn, old, old.delivered(receipt))
-            self._write(txn)
-            return True
+            txn.prefetch(message_id for message_id, _ in deliveries)
+            seqs = [e.seq if (e := txn.get(m)) is not None else 0 for m, _ in deliveries]
+            # In seq order (_leave_pending's rule for a batch of several), the first of two
+            # items with one id first: it is the one that delivers.
+            order = sorted(range(len(deliveries)), key=lambda i: (seqs[i], i))
+            for i in order:
+                message_id, receipt = deliveries[i]
+                old = txn.get(message_id)
+                if old is None or old.state is not EntryState.PENDING:
+                    continue
+                self._leave_pending(txn, old, old.delivered(receipt))
+                answers[i] = True
+            if any(answers):
+                self._write(txn)
+        return answers
 
     def reschedule(
         self, message_id: str, owner: str, next_send_time_ms: int, error: str, now_ms: int
@@ -491,7 +528,7 @@ class RocksDBOutbox(Outbox):
         txn.put_indexed(CREATED, CREATED + U64.pack(entry.created_ms) + seq, message_id)
         due = DUE + U64.pack(entry.next_send_time_ms) + seq
         group = entry.message.message_group
-        if group is None:
+        if not group:  # an empty group is no group (OutboxEntry.fifo_group)
             txn.put_indexed(DUE, due, message_id)
             return entry
         prefix = group_key(entry.message.topic, group)
@@ -552,7 +589,9 @@ class RocksDBOutbox(Outbox):
     def _leave_pending(self, txn: Txn, old: OutboxEntry, new: OutboxEntry) -> None:
         """PENDING → DELIVERED or DEAD; the group's next entry, if any, becomes its head.
 
-        Only for a batch of this one entry: the next head is read from the database.
+        The next head is read from the database, which does not see the batch yet: a batch of
+        several calls it in seq order, so that an entry the batch took out before is never
+        the one found (it is behind, not after).
         """
         state = self._state
         if self._in_due(old):

@@ -96,7 +96,7 @@ def optional_listen(
 @click.option("--outbox-entries-max", default=1_000_000, type=click.IntRange(min=1))
 @click.option("--outbox-bytes-max", default=1024**3, type=click.IntRange(min=1))
 @click.option("--resend-concurrency-max", default=64, type=click.IntRange(min=1))
-@click.option("--claim-batch-max", default=256, type=click.IntRange(min=1))
+@click.option("--claim-batch-max", default=512, type=click.IntRange(min=1))
 @click.option("--lease-ms", default=30_000, type=click.IntRange(min=1))
 @click.option("--poll-interval-ms", default=200, type=click.IntRange(min=1))
 @click.option("--attempts-max", default=64, type=click.IntRange(min=1))

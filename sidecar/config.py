@@ -17,8 +17,10 @@ class ResendConfig:
 
     # Resends in flight at once, over all claimed entries.
     resend_concurrency_max: int = 64
-    # Entries one claim leases.
-    claim_batch_max: int = 256
+    # Entries one claim leases: one outbox round trip and commit whatever the count, so a drain
+    # wants them large (MySQL here drained 7.8-9.4k rows/s at 256, 8.6-9.9k at 512; RocksDB and
+    # Redis the same at either); they are held in memory until resent, bodies and all.
+    claim_batch_max: int = 512
     # How long a claimed entry is ours: longer than a send with all its retries.
     lease_ms: int = 30_000
     # How often an idle pool looks for due entries (a spool wakes it at once).

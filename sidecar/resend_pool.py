@@ -2,8 +2,9 @@
 
 One claimer loop leases due entries (``claim_batch_max`` at a time) and hands them to resend
 tasks; at most ``resend_concurrency_max`` resends run at once. Plain messages of one topic are
-resent together, up to ``RESEND_BATCH_MESSAGES_MAX`` per SendMessage request (one result per
-message), and marked delivered in one trip to the outbox. A resend:
+resent together, up to ``RESEND_BATCH_MESSAGES_MAX`` (and ``RESEND_BATCH_BYTES_MAX``) per
+SendMessage request (one result per message), and the stored ones are marked delivered in one
+outbox write (``mark_delivered_many``). A resend:
 
 1. checks the broker's index first when the entry may already be stored (an ambiguous send, or
    a resend that failed ambiguously): found → delivered, without sending it twice;
@@ -14,7 +15,10 @@ message), and marked delivered in one trip to the outbox. A resend:
 
 FIFO order is the outbox's promise: it hands out only a group's head, so a group has one resend
 in flight, in order. A delivered head makes its successor due at once, so the claimer looks again
-immediately after any delivery.
+immediately after any delivery. Each FIFO entry the outbox took out of PENDING (delivered or
+buried) is reported to ``on_fifo_delivered(topic, message_group)``, if given: the sidecar's
+in-memory FIFO fence learns there that the group may have emptied (it may still have entries
+behind the one reported).
 
 On stop the claimer stops, resends in flight finish (their own send timeout bounds them), and the
 leases of claimed entries not yet started are released, so another sidecar sharing the outbox
@@ -28,6 +32,7 @@ import contextlib
 import logging
 import time
 import uuid
+from collections.abc import Callable
 
 from outbox.entry import DeliveryReceipt, EntryState, OutboxEntry, SpoolCause
 from sidecar.async_outbox import AsyncOutbox
@@ -43,9 +48,11 @@ HOUR_MS = 3_600_000
 RESEND_OUTCOMES = ("DELIVERED", "RESCHEDULED", "BURIED")
 
 
-# A resend batch: one SendMessage request (RocketMQ stores it on one queue). The broker's
-# limit on a request is 4 MiB of bodies; the count keeps one failed request's blast small.
-RESEND_BATCH_MESSAGES_MAX = 32
+# A resend batch: one SendMessage request (RocketMQ stores it on one queue) and one outbox write.
+# A request costs ~300 µs of CPU whatever it carries, so a drain goes at the broker's speed only
+# with many messages per request; the count keeps one failed request's blast bounded. The
+# broker's limit on a request is 4 MiB of bodies.
+RESEND_BATCH_MESSAGES_MAX = 128
 RESEND_BATCH_BYTES_MAX = 4 * 1024 * 1024
 
 
@@ -54,22 +61,23 @@ def resend_jobs(claimed: list[OutboxEntry]) -> list[list[OutboxEntry]]:
     or delayed message, or one that may already be stored (its index check comes first),
     alone."""
     jobs: list[list[OutboxEntry]] = []
-    open_batches: dict[str, list[OutboxEntry]] = {}
+    # Per topic: its open batch and the body bytes in it.
+    open_batches: dict[str, tuple[list[OutboxEntry], int]] = {}
     for entry in claimed:
         m = entry.message
         if m.message_group or m.delivery_timestamp_ms is not None or may_be_stored(entry):
             jobs.append([entry])
             continue
-        batch = open_batches.get(m.topic)
-        if batch is not None and (
-            len(batch) >= RESEND_BATCH_MESSAGES_MAX
-            or sum(len(e.message.body) for e in batch) + len(m.body) > RESEND_BATCH_BYTES_MAX
+        batch, batch_bytes = open_batches.get(m.topic, ([], 0))
+        if (
+            not batch
+            or len(batch) >= RESEND_BATCH_MESSAGES_MAX
+            or batch_bytes + len(m.body) > RESEND_BATCH_BYTES_MAX
         ):
-            batch = None
-        if batch is None:
-            batch = open_batches[m.topic] = []
+            batch, batch_bytes = [], 0
             jobs.append(batch)
         batch.append(entry)
+        open_batches[m.topic] = (batch, batch_bytes + len(m.body))
     return jobs
 
 
@@ -87,12 +95,14 @@ class ResendPool:
         outbox: AsyncOutbox,
         backoff: Backoff,
         metrics: SidecarMetrics | None = None,
+        on_fifo_delivered: Callable[[str, str], None] | None = None,
     ) -> None:
         self.config = config
         self._producer = producer
         self._outbox = outbox
         self._backoff = backoff
         self._metrics = metrics or SidecarMetrics()
+        self._on_fifo_delivered = on_fifo_delivered
         self.owner = f"sidecar-{uuid.uuid4().hex[:12]}"
         self._wake = asyncio.Event()
         self._slots = asyncio.Semaphore(config.resend_concurrency_max)
@@ -197,6 +207,7 @@ class ResendPool:
     async def _send(self, job: list[OutboxEntry]) -> None:
         """One SendMessage request for the job (the producer retries), then each entry settled."""
         outcomes = await self._producer.send_many([e.message for e in job])
+        delivered_ms = now_ms()
         delivered: list[tuple[OutboxEntry, DeliveryReceipt]] = []
         for entry, outcome in zip(job, outcomes, strict=True):
             if isinstance(outcome, SendRejectedError):
@@ -205,21 +216,38 @@ class ResendPool:
                 await self._failed(entry, outcome)
             else:
                 receipt = DeliveryReceipt(
-                    outcome.queue_id, outcome.queue_offset, now_ms(), outcome.durable
+                    outcome.queue_id, outcome.queue_offset, delivered_ms, outcome.durable
                 )
                 delivered.append((entry, receipt))
         if delivered:
             await self._delivered(delivered)
 
     async def _delivered(self, delivered: list[tuple[OutboxEntry, DeliveryReceipt]]) -> None:
-        """Tombstones for the entries, in one trip to the outbox's threads."""
-        outbox = self._outbox.outbox
-        await self._outbox.call(
-            lambda: [outbox.mark_delivered(e.message_id, r) for e, r in delivered]
+        """Tombstones for the entries, in one outbox write."""
+        done = await self._outbox.call(
+            self._outbox.outbox.mark_delivered_many, [(e.message_id, r) for e, r in delivered]
         )
+        # Counted whatever the answer: an entry already delivered (by another sidecar, or by
+        # an earlier resend whose tombstone came late) is at the broker all the same.
         self._count("DELIVERED", len(delivered))
+        for (entry, _), changed in zip(delivered, done, strict=True):
+            if changed:
+                self._fifo_settled(entry)
         if any(e.fifo_group is not None for e, _ in delivered):
             self.wake()  # a successor is its group's head now
+
+    def _fifo_settled(self, entry: OutboxEntry) -> None:
+        """Tell ``on_fifo_delivered`` that this entry, if FIFO, left PENDING."""
+        group = entry.fifo_group
+        if self._on_fifo_delivered is None or group is None:
+            return
+        try:
+            self._on_fifo_delivered(*group)
+        except Exception:  # the hook's failure must not leave the resend to its lease
+            LOG.exception(
+                "on_fifo_delivered failed for %s", entry.message_id,
+                extra={"message_id": entry.message_id, "topic": entry.message.topic},
+            )  # fmt: skip
 
     def _count(self, outcome: str, n: int = 1) -> None:
         self.totals[outcome] += n
@@ -254,6 +282,7 @@ class ResendPool:
         )
         if done:
             self._count("BURIED")
+            self._fifo_settled(entry)
             LOG.error(
                 "buried %s to %s: %s", entry.message_id, entry.message.topic, error,
                 extra={"message_id": entry.message_id, "topic": entry.message.topic},

@@ -50,6 +50,7 @@ class Sidecar:
         self.config = config
         self.port = 0
         self._tasks: list[asyncio.Task[None]] = []
+        self._fence_checks: set[asyncio.Task[None]] = set()
         self._ledger: AckLedger | None = None
         self._server: grpc.aio.Server | None = None
         self.metrics = SidecarMetrics()
@@ -65,7 +66,10 @@ class Sidecar:
         backoff = Backoff(c.resend.backoff_initial_ms, c.resend.backoff_max_ms)
         self.fence = FifoFence(self.outbox)
         await self.fence.load()
-        self.pool = ResendPool(c.resend, self.producer, self.outbox, backoff, self.metrics)
+        self.pool = ResendPool(
+            c.resend, self.producer, self.outbox, backoff, self.metrics,
+            on_fifo_delivered=self._recheck_fence,
+        )  # fmt: skip
         intake = Intake(
             SendCoalescer(self.producer, c.coalesce, self.metrics),
             SpoolWriter(self.outbox, self.metrics),
@@ -141,6 +145,9 @@ class Sidecar:
         for r in results:
             if isinstance(r, BaseException) and not isinstance(r, asyncio.CancelledError):
                 LOG.error("a sidecar task failed", exc_info=r)
+        # The pool has stopped, so no more checks start: those begun finish before the outbox
+        # closes under them.
+        await asyncio.gather(*self._fence_checks, return_exceptions=True)
         await self.producer.close()
         await self.outbox.close()
         if self._metrics_server is not None:
@@ -195,6 +202,19 @@ class Sidecar:
         while True:
             await asyncio.sleep(LEDGER_FLUSH_INTERVAL_MS / 1000.0)
             await loop.run_in_executor(None, ledger.write, ledger.take())
+
+    def _recheck_fence(self, topic: str, message_group: str) -> None:
+        """A FIFO entry left PENDING: lift its group's fence if it was the last (on a task of
+        the sidecar's own, awaited at stop)."""
+        task = asyncio.create_task(self.fence.recheck((topic, message_group)))
+        self._fence_checks.add(task)
+        task.add_done_callback(self._fence_check_done)
+
+    def _fence_check_done(self, task: asyncio.Task[None]) -> None:
+        self._fence_checks.discard(task)
+        if not task.cancelled() and (e := task.exception()) is not None:
+            # The fence stays up: order is kept; the periodic refresh lifts it later.
+            LOG.debug("FIFO fence recheck failed: %s", e)
 
     async def _fence_loop(self) -> None:
         while True:

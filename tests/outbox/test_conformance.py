@@ -3,14 +3,19 @@
 Each test runs on memory (the reference), RocksDB, Redis and MySQL, and proves one promise:
 - put stores every field and body byte, assigns increasing seqs, is idempotent by message id (in
   any state, within one put too), and is all-or-nothing against the bound, which counts PENDING
-  and DEAD entries and body bytes but not delivered tombstones;
+  and DEAD entries and body bytes but not delivered tombstones; put_groups answers each of its
+  requests as that put would, in order, one refused request refusing none of the others;
 - claim_due takes due entries soonest first (an expired lease counts from its end; ties in seq
   order), never early, never one under a live lease (threads and, for the shared backends, two
   processes never get the same entry), and takes an expired lease back;
 - FIFO groups: only the head is claimable, at most one entry in flight, entries leave in seq
   order across reschedules, burials and a requeue of an older entry;
+- pending_groups is exactly the groups has_pending_group says are pending (an empty group is no
+  group; leased entries fence, dead and delivered ones do not);
 - reschedule, bury and release act for the lease owner only; mark_delivered for any PENDING entry
-  and leaves a tombstone (no body, receipt kept); requeue and purge do what they say, and purge
+  and leaves a tombstone (no body, receipt kept), and mark_delivered_many is it for each item
+  in order (FIFO groups move on to the right head whatever order their entries come in);
+  requeue and purge do what they say, and purge
   refuses PENDING; retry_now makes entries due later due now, but never one leased, one whose
   FIFO group has an entry in flight, nor a DEAD or DELIVERED one;
 - stats, scan/scan_all paging, export_jsonl, check_writable/close, and the factory's errors;
@@ -51,6 +56,7 @@ from outbox import (
     open_outbox,
 )
 from outbox.export import export_jsonl
+from outbox.group_commit import GROUP_COMMIT_BATCH_MAX
 from outbox.memory_outbox import MemoryOutbox
 from outbox.outbox import SCAN_PAGE_MAX
 from tests.outbox.conftest import SHARED_BACKENDS, OpenOutbox
@@ -120,6 +126,58 @@ def test_put_is_idempotent_by_message_id_in_any_state(outbox: Outbox) -> None:
     assert tombstone.state is EntryState.DELIVERED
     assert tombstone.message.body == b""
     assert outbox.stats(NOW_MS).pending == 1
+
+
+def test_put_groups_answers_each_request_as_its_own_put(open_ob: OpenOutbox) -> None:
+    ob = open_ob(OutboxLimits(outbox_entries_max=6, full_retry_after_ms=1_234))
+    (first,) = ob.put([entry(1)])
+    answers = ob.put_groups(
+        [
+            [entry(2), entry(3)],
+            [entry(10 + k) for k in range(5)],  # 3 + 5 > 6: refused, and only it
+            [entry(4), entry(1)],  # 1 is stored already: costs nothing
+            [],
+            [entry(3)],  # stored by the first request of this very call
+            [entry(5, group="g"), entry(6, group="g")],
+        ]
+    )
+    stored = [a for a in answers if isinstance(a, list)]
+    assert [type(a).__name__ for a in answers] == ["list", "OutboxFullError", *["list"] * 4]
+    full = answers[1]
+    assert isinstance(full, OutboxFullError)
+    assert full.retry_after_ms == 1_234
+    assert [ids(a) for a in stored] == [
+        [message_id(2), message_id(3)],
+        [message_id(4), message_id(1)],
+        [],
+        [message_id(3)],
+        [message_id(5), message_id(6)],
+    ]
+    assert stored[1][1] == first
+    assert stored[3] == [stored[0][1]]
+    # Stored as put one after another: seqs increase in the order of the requests.
+    seqs = [e.seq for e in [first, *stored[0], stored[1][0], *stored[4]]]
+    assert seqs == sorted(seqs)
+    assert len(set(seqs)) == len(seqs)
+    for answer in stored:
+        assert all(ob.get(e.message_id) == e for e in answer)
+    assert all(ob.get(message_id(10 + k)) is None for k in range(5))
+    assert ob.stats(NOW_MS).pending == 6
+    assert ob.has_pending_group(TOPIC, "g")
+    assert ob.put_groups([]) == []
+
+
+def test_put_groups_refuses_entries_that_are_not_new_before_writing_any(outbox: Outbox) -> None:
+    with pytest.raises(ValueError, match="PENDING"):
+        outbox.put_groups([[entry(1)], [replace(entry(2), state=EntryState.DEAD)]])
+    assert outbox.get(message_id(1)) is None
+
+
+def test_put_groups_of_more_requests_than_a_commit_batch(outbox: Outbox) -> None:
+    requests = [[entry(n)] for n in range(GROUP_COMMIT_BATCH_MAX * 2 + 3)]
+    answers = outbox.put_groups(requests)
+    assert [ids(a) if isinstance(a, list) else a for a in answers] == [ids(r) for r in requests]
+    assert outbox.stats(NOW_MS).pending == len(requests)
 
 
 def test_put_of_nothing_stores_nothing(outbox: Outbox) -> None:
@@ -395,6 +453,34 @@ def test_has_pending_group_while_the_group_has_pending_entries(outbox: Outbox) -
     assert outbox.has_pending_group(TOPIC, "other")
 
 
+def test_pending_groups_are_the_groups_with_pending_entries(outbox: Outbox) -> None:
+    assert outbox.pending_groups() == set()
+    outbox.put(
+        [
+            entry(1, group="g"),
+            entry(2, group="g"),
+            entry(3, group="g", topic="OtherTopic"),  # same group name, another topic
+            entry(4, group="h"),
+            entry(5),
+            entry(6, group=""),  # an empty group is no group
+        ]
+    )
+    expected = {(TOPIC, "g"), ("OtherTopic", "g"), (TOPIC, "h")}
+    assert outbox.pending_groups() == expected
+    assert not outbox.has_pending_group(TOPIC, "")
+    assert sorted(claim(outbox)) == sorted(message_id(n) for n in (1, 3, 4, 5, 6))
+    assert outbox.pending_groups() == expected  # leased entries are pending
+    assert outbox.mark_delivered(message_id(1), receipt(1))
+    assert outbox.bury(message_id(4), "w1", "dead", NOW_MS)
+    assert outbox.pending_groups() == {(TOPIC, "g"), ("OtherTopic", "g")}
+    assert outbox.mark_delivered_many([(message_id(2), receipt(2)), (message_id(3), receipt(3))])
+    assert outbox.pending_groups() == set()
+    assert outbox.requeue([message_id(4)], NOW_MS) == 1  # dead, and pending again
+    assert outbox.pending_groups() == {(TOPIC, "h")}
+    for topic, group in [(TOPIC, "g"), ("OtherTopic", "g"), (TOPIC, "h")]:
+        assert outbox.has_pending_group(topic, group) == ((topic, group) in {(TOPIC, "h")})
+
+
 # -- reschedule, bury, release, mark_delivered ---------------------------------------------------
 
 
@@ -468,6 +554,36 @@ def test_mark_delivered_leaves_a_tombstone_with_the_receipt(outbox: Outbox) -> N
     assert not outbox.mark_delivered(message_id(1), weak)
     assert not outbox.mark_delivered(message_id(999), weak)
     assert claim(outbox, NOW_MS + 10**9) == []
+
+
+def test_mark_delivered_many_is_mark_delivered_for_each_item_in_order(outbox: Outbox) -> None:
+    outbox.put([entry(1), entry(2), *(entry(n, group="g") for n in (3, 4, 5, 6))])
+    outbox.put([entry(n, group="h") for n in (7, 8)])
+    assert sorted(claim(outbox)) == sorted(message_id(n) for n in (1, 2, 3, 7))
+    answers = outbox.mark_delivered_many(
+        [
+            (message_id(1), receipt(1)),
+            (message_id(4), receipt(4)),  # out of turn, before its group's head
+            (message_id(3), receipt(3)),  # the head: 5 is next (4 has left)
+            (message_id(1), receipt(99)),  # delivered by its first item already
+            (message_id(999), receipt(999)),  # not in the outbox
+            (message_id(8), receipt(8)),  # behind 7, which comes after it in this call
+            (message_id(7), receipt(7)),
+        ]
+    )
+    assert answers == [True, True, True, False, False, True, True]
+    for n in (1, 3, 4, 7, 8):
+        got = outbox.get(message_id(n))
+        assert got is not None
+        assert (got.state, got.receipt, got.message.body) == (
+            EntryState.DELIVERED,
+            receipt(n),
+            b"",
+        )
+    assert outbox.pending_groups() == {(TOPIC, "g")}
+    assert claim(outbox) == [message_id(5)]  # the group's new head, and only it
+    assert outbox.stats(NOW_MS).pending == 3
+    assert outbox.mark_delivered_many([]) == []
 
 
 def test_mark_delivered_needs_no_lease(outbox: Outbox) -> None:
@@ -783,6 +899,8 @@ def test_check_writable_until_closed(outbox: Outbox) -> None:
         outbox.check_writable()
     with pytest.raises(OutboxUnavailableError):
         outbox.put([entry(1)])
+    answers = outbox.put_groups([[entry(2)], [entry(3)]])
+    assert [type(a) for a in answers] == [OutboxUnavailableError] * 2
     outbox.close()  # twice is fine
 
 
@@ -856,26 +974,17 @@ def test_random_operations_agree_with_the_reference(open_ob: OpenOutbox) -> None
     for step in range(400):
         now += rng.choice([0, 0, 1, 10, 100, LEASE_MS // 2])
         op = rng.choice(
-            ["put", "put", "claim", "claim", "done", "done", "requeue", "retry", "purge"]
+            [
+                *["put", "put_groups", "claim", "claim", "done", "done", "done_many"],
+                *["requeue", "retry", "purge"],
+            ]
         )
         call: Callable[[Outbox], object]
         if op == "put":
-            batch = []
-            for _ in range(rng.randint(1, 3)):
-                if known and rng.random() < 0.2:
-                    batch.append(entry(rng.choice(known)))  # already stored
-                    continue
-                known.append(len(known) + 1)
-                batch.append(
-                    entry(
-                        known[-1],
-                        next_send_time_ms=now + rng.choice([-50, 0, 30, 200]),
-                        group=rng.choice([None, None, "g1", "g2"]),
-                        body=bytes(rng.randint(1, 300)),
-                        created_ms=now - rng.randint(0, 1_000),
-                    )
-                )
-            call = methodcaller("put", batch)
+            call = methodcaller("put", random_put(rng, known, now))
+        elif op == "put_groups":
+            requests = [random_put(rng, known, now) for _ in range(rng.randint(1, 4))]
+            call = methodcaller("put_groups", requests)
         elif op == "claim":
             owner = rng.choice(["w1", "w2"])
             call = methodcaller("claim_due", now, rng.randint(1, 4), LEASE_MS, owner)
@@ -885,6 +994,10 @@ def test_random_operations_agree_with_the_reference(open_ob: OpenOutbox) -> None
             call = partial(
                 finish, action=action, message_id=target, owner=rng.choice(["w1", "w2"]), now_ms=now
             )
+        elif op == "done_many":
+            picked = [rng.choice(known) if known else 0 for _ in range(rng.randint(1, 4))]
+            deliveries = [(message_id(n), receipt(n, now)) for n in picked]
+            call = methodcaller("mark_delivered_many", deliveries)
         elif op == "requeue":
             dead = [
                 e.message_id for e in reference.scan_all(EntryState.DEAD) if e.fifo_group is None
@@ -899,6 +1012,7 @@ def test_random_operations_agree_with_the_reference(open_ob: OpenOutbox) -> None
         for check in (
             call,
             methodcaller("has_pending_group", TOPIC, "g1"),
+            methodcaller("pending_groups"),
             partial(stats_but_next_due, now_ms=now),
         ):
             expected, got = answer(check, reference), answer(check, subject)
@@ -916,13 +1030,35 @@ def test_random_operations_agree_with_the_reference(open_ob: OpenOutbox) -> None
     for seen in (
         "put:full",
         "put:done",
+        "put_groups:done",
         "claim:done",
         "done:done",
+        "done_many:done",
         "requeue:done",
         "retry:done",
         "purge:done",
     ):
         assert events[seen] > 0, (seen, events)
+
+
+def random_put(rng: random.Random, known: list[int], now: int) -> list[OutboxEntry]:
+    """A put's entries: one to three, some of them stored already; ``known`` grows."""
+    batch = []
+    for _ in range(rng.randint(1, 3)):
+        if known and rng.random() < 0.2:
+            batch.append(entry(rng.choice(known)))  # already stored
+            continue
+        known.append(len(known) + 1)
+        batch.append(
+            entry(
+                known[-1],
+                next_send_time_ms=now + rng.choice([-50, 0, 30, 200]),
+                group=rng.choice([None, None, "g1", "g2"]),
+                body=bytes(rng.randint(1, 300)),
+                created_ms=now - rng.randint(0, 1_000),
+            )
+        )
+    return batch
 
 
 def describe(call: Callable[[Outbox], object]) -> str:
@@ -935,19 +1071,20 @@ def describe(call: Callable[[Outbox], object]) -> str:
 def brief(result: object) -> object:
     """Entries by id and lease, the rest as it is: enough to follow a failing run."""
     if isinstance(result, list):
-        return [
-            (e.message_id[-4:], e.state.value, e.lease_owner, e.next_send_time_ms % 1_000_000)
-            if isinstance(e, OutboxEntry)
-            else e
-            for e in result
-        ]
+        return [brief(r) for r in result]
+    if isinstance(result, OutboxEntry):
+        e = result
+        return (e.message_id[-4:], e.state.value, e.lease_owner, e.next_send_time_ms % 1_000_000)
     return result
 
 
 def event(result: object) -> str:
-    """done: the call did something; nothing: it did not; full: the bound refused it."""
+    """done: the call did something; nothing: it did not; full: the bound refused it (all of
+    it: a put_groups with a request stored did something)."""
     if result == "OutboxFullError":
         return "full"
+    if isinstance(result, list):
+        return "done" if any(r and r != "OutboxFullError" for r in result) else "nothing"
     return "done" if result else "nothing"
 
 
@@ -972,11 +1109,18 @@ def scan_everything(outbox: Outbox) -> list[OutboxEntry]:
 
 
 def answer(call: Callable[[Outbox], object], outbox: Outbox) -> object:
-    """The call's result with seqs zeroed, or the name of the error it raised."""
+    """The call's result with seqs zeroed, or the name of the error it raised (or answered)."""
     try:
-        result = call(outbox)
+        return without_seqs(call(outbox))
     except OutboxFullError:
         return "OutboxFullError"
+
+
+def without_seqs(result: object) -> object:
+    if isinstance(result, OutboxFullError):
+        return "OutboxFullError"
+    if isinstance(result, OutboxEntry):
+        return replace(result, seq=0)
     if isinstance(result, list):
-        return [replace(e, seq=0) if isinstance(e, OutboxEntry) else e for e in result]
+        return [without_seqs(r) for r in result]
     return result

@@ -3,9 +3,11 @@
 Against the machine's real MariaDB, each test on tables of its own, this proves:
 - the schema: seq AUTO_INCREMENT, message_id unique, the body a LONGBLOB, the due index leading
   with the claim key, the FIFO indexes; the table is the one the URL names;
-- the claim's locking query is a range scan of that due index which reads only due rows:
-  delivered tombstones and entries not yet due cost it nothing; the locking reads that wait
-  name the index of the rows they lock (an optimizer's choice once deadlocked two sidecars);
+- the claim's locking query is a range scan of that due index which reads only due rows,
+  from where a consistent read found the first claimable one: delivered tombstones and
+  entries not yet due cost it nothing, and a claim with nothing due locks nothing; the locking
+  reads that wait name the index of the rows they lock (an optimizer's choice once deadlocked
+  two sidecars);
 - two outboxes on one table (two sidecars) never claim the same entry from concurrent threads,
   and share one exact bound;
 - FIFO across two outboxes claiming concurrently: only heads are ever claimed (a head that the
@@ -13,11 +15,12 @@ Against the machine's real MariaDB, each test on tables of its own, this proves:
   two entries in flight, and its entries are claimed in seq order; a claim leaves alone a group
   whose lock another session holds, gives the locks it took back, and a requeue of a FIFO
   entry waits for that lock;
-- a committed put survives SIGKILL of the process that made it;
+- a committed put survives SIGKILL of the process that made it; a put_groups of 64 requests is
+  one INSERT, and a mark_delivered_many of 64 entries one UPDATE, each in one transaction;
 - driver errors become OutboxUnavailableError with a clear message (server unreachable, table
   gone), and a connection the server killed is replaced without the caller noticing; an entry
-  the schema cannot hold is refused with EntryTooLargeError, and a bad table name with
-  OutboxConfigError.
+  the schema cannot hold is refused with EntryTooLargeError (in a put_groups, its request
+  alone), and a bad table name with OutboxConfigError.
 """
 
 from __future__ import annotations
@@ -121,13 +124,14 @@ def run_threads(targets: list[Callable[[], None]]) -> None:
 
 @contextlib.contextmanager
 def catch_statements(marker: str) -> Iterator[list[tuple[str, dict[str, Any]]]]:
-    """Every statement containing ``marker`` that any engine sends while the block runs."""
+    """Every statement containing ``marker`` that any engine sends while the block runs, with
+    its parameters when they are named (not those of an executemany)."""
     caught: list[tuple[str, dict[str, Any]]] = []
 
     def catch(*args: Any) -> None:
         _conn, _cursor, statement, parameters, _context, _many = args
-        if marker in statement and isinstance(parameters, dict):
-            caught.append((statement, dict(parameters)))
+        if marker in statement:
+            caught.append((statement, dict(parameters) if isinstance(parameters, dict) else {}))
 
     sa.event.listen(sa.Engine, "before_cursor_execute", catch)
     try:
@@ -196,27 +200,34 @@ def test_the_claim_scans_the_due_index_and_only_due_rows(
     for n in range(250):  # tombstones: the bulk of a long-running outbox
         assert ob.mark_delivered(message_id(n), receipt(n))
 
+    # Nothing due: the consistent read that finds where claimable entries start says so, and
+    # no locking read follows.
+    with catch_statements("FORCE INDEX (ix_due)") as caught:
+        assert ob.claim_due(NOW_MS - 3_600_000, 100, LEASE_MS, "w1") == []
+    ((statement, _),) = caught
+    assert "FOR UPDATE" not in statement
+
     # The backend's own locking query, caught on its way to the server.
-    early_ms = NOW_MS - 3_600_000
     with catch_statements("SKIP LOCKED") as caught:
-        assert ob.claim_due(early_ms, 100, LEASE_MS, "w1") == []  # nothing due: nothing changes
+        assert ids(ob.claim_due(NOW_MS, 1, LEASE_MS, "w1")) == [message_id(250)]
     ((statement, parameters),) = caught
-    # The same query at NOW_MS, executed under ANALYZE (in a transaction rolled back).
-    at_now = {k: NOW_MS if v == early_ms else v for k, v in parameters.items()}
+    # The same query again with a limit of 100, executed under ANALYZE (in a transaction
+    # rolled back).
+    assert parameters["limit"] == 1
     with engine.connect() as conn:
         analyzed = json.loads(
-            conn.exec_driver_sql(f"ANALYZE FORMAT=JSON {statement}", at_now).scalar_one()
+            conn.exec_driver_sql(
+                f"ANALYZE FORMAT=JSON {statement}", {**parameters, "limit": 100}
+            ).scalar_one()
         )
         conn.rollback()
     (access,) = analyzed["query_block"]["nested_loop"]
     scan = access["table"]
-    assert (scan["access_type"], scan["key"], scan["used_key_parts"]) == (
-        "range",
-        "ix_due",
-        ["due_ms"],
-    )
-    # 50 due entries read; not the 250 tombstones, not the 20 entries due in a minute.
-    assert scan["r_rows"] == 50
+    assert (scan["access_type"], scan["key"]) == ("range", "ix_due")
+    assert scan["used_key_parts"][0] == "due_ms"
+    # The 49 due entries left read; not the 250 tombstones, not the entry just claimed, not
+    # the 20 entries due in a minute.
+    assert scan["r_rows"] == 49
     assert "filesort" not in json.dumps(analyzed)
 
 
@@ -456,6 +467,27 @@ sys.stdin.readline()
 """
 
 
+def test_put_groups_and_mark_delivered_many_are_one_statement_each(
+    open_mysql: OpenMySQL, table: str
+) -> None:
+    ob = open_mysql()
+    with catch_statements(f"INSERT INTO {table} ") as caught:
+        answers = ob.put_groups([[entry(n)] for n in range(64)])
+    assert all(isinstance(a, list) for a in answers)
+    assert len(caught) == 1
+    claimed = ob.claim_due(NOW_MS, 64, LEASE_MS, "w1")
+    with catch_statements(f"UPDATE {table} ") as caught:
+        delivered = ob.mark_delivered_many(
+            [(e.message_id, receipt(n)) for n, e in enumerate(claimed)]
+        )
+    assert delivered == [True] * 64
+    assert len(caught) == 1
+    for n, e in enumerate(claimed):
+        got = ob.get(e.message_id)
+        assert got is not None
+        assert got.receipt == receipt(n)
+
+
 def test_a_committed_put_survives_sigkill_of_its_process(url: str, open_mysql: OpenMySQL) -> None:
     child = subprocess.Popen(
         [sys.executable, "-c", PUT_AND_HANG, url],
@@ -561,6 +593,16 @@ def test_an_entry_the_schema_cannot_hold_is_refused_whole(open_mysql: OpenMySQL)
         assert not refused.value.retriable
     assert ob.get(message_id(2)) is None
     assert ob.stats(NOW_MS).pending == 0
+    # In a put_groups, that request alone is refused.
+    too_big_request = [
+        entry(2),
+        replace(entry(1), message=replace(entry(1).message, topic="T" * 256)),
+    ]
+    refused_one, stored = ob.put_groups([too_big_request, [entry(3)]])
+    assert isinstance(refused_one, EntryTooLargeError)
+    assert isinstance(stored, list)
+    assert ids(stored) == [message_id(3)]
+    assert ob.stats(NOW_MS).pending == 1
 
 
 def test_the_bound_counts_survive_a_reopen(open_mysql: OpenMySQL) -> None:

@@ -2,6 +2,8 @@
 
 - the key prefix isolates outboxes in one database, and two instances on one prefix (two
   sidecars) are one outbox: idempotency, claims and the bound hold across them;
+- pending_groups works on an outbox written before its set of groups existed (it builds the set
+  once), and drops a name whose group is gone;
 - every server refusal reaches the caller as OutboxUnavailableError, chained to redis-py's error:
   no server listening, a read-only replica (READONLY), a server at its maxmemory (OOM) — and a
   put refused by the server wrote nothing. The last two run a private redis-server.
@@ -20,7 +22,7 @@ import redis.exceptions as rex
 from outbox import OutboxFullError, OutboxLimits, OutboxUnavailableError, open_outbox
 from outbox.redis_outbox import PREFIX_DEFAULT, RedisOutbox
 from tests.outbox.conftest import OpenOutbox
-from tests.outbox.entries import LEASE_MS, NOW_MS, entry, ids, message_id, receipt
+from tests.outbox.entries import LEASE_MS, NOW_MS, TOPIC, entry, ids, message_id, receipt
 from tests.services import free_port, redis_url, start_private_redis
 
 START_DEADLINE_S = 30.0
@@ -97,6 +99,24 @@ def test_two_instances_on_one_prefix_are_one_outbox(
     with pytest.raises(OutboxFullError):
         a.put([entry(6), entry(7)])  # 4 pending + 2 > 5, whoever asks
     assert b.get(message_id(6)) is None
+
+
+def test_pending_groups_of_an_outbox_older_than_its_set_of_groups(open_ob: OpenOutbox) -> None:
+    ob = open_ob()
+    assert isinstance(ob, RedisOutbox)
+    ob.put([entry(1, group="g"), entry(2, group="g"), entry(3, group="h", topic="T2"), entry(4)])
+    admin = redis.Redis.from_url(redis_url())
+    try:
+        # As a version before P:groups left it: group keys, no set.
+        admin.delete(f"{ob.prefix}:groups", f"{ob.prefix}:groups:ready")
+        assert ob.pending_groups() == {(TOPIC, "g"), ("T2", "h")}
+        assert admin.exists(f"{ob.prefix}:groups:ready")
+        # A name whose group key is gone (emptied by a sidecar that did not keep the set).
+        admin.sadd(f"{ob.prefix}:groups", "2:T9:gone")
+        assert ob.pending_groups() == {(TOPIC, "g"), ("T2", "h")}
+        assert not admin.sismember(f"{ob.prefix}:groups", "2:T9:gone")
+    finally:
+        admin.close()
 
 
 def test_no_server_is_unavailable(tmp_path: Path) -> None:

@@ -8,6 +8,8 @@
   (``?read_only=true``) reads beside it and every write it tries fails;
 - after 20k deliveries a claim is still one range scan: it returns the right entries and RocksDB
   steps over almost no deleted keys to find them (a deterministic count, not a timing);
+- a put_groups of 64 requests is one write and one WAL fsync; a mark_delivered_many is one
+  write and no fsync of its own;
 - relative paths in the URL.
 """
 
@@ -30,6 +32,8 @@ from tests.outbox.rocksdb_writer import writer_body
 REPO_ROOT = Path(__file__).resolve().parents[2]
 PUT_DEADLINE_S = 60.0
 SKIPS = "rocksdb.number.iter.skip"
+WAL_SYNCS = "rocksdb.wal.synced"
+WRITES = "rocksdb.write.self"
 
 
 def open_rocksdb(path: Path, *, statistics: bool = False) -> RocksDBOutbox:
@@ -234,6 +238,25 @@ def test_claim_after_20k_deliveries_is_still_one_range_scan(tmp_path: Path) -> N
         assert (stats.pending, stats.in_flight, stats.delivered) == (10, 10, deliveries)
         assert outbox.purge(EntryState.DELIVERED, NOW_MS + 2) == deliveries
         assert outbox.stats(NOW_MS).delivered == 0
+    finally:
+        outbox.close()
+
+
+def test_put_groups_is_one_synced_write_and_mark_delivered_many_one_write(
+    tmp_path: Path,
+) -> None:
+    outbox = open_rocksdb(tmp_path / "outbox", statistics=True)
+    try:
+        synced, writes = outbox.ticker(WAL_SYNCS), outbox.ticker(WRITES)
+        answers = outbox.put_groups([[entry(n)] for n in range(64)])
+        assert all(isinstance(a, list) for a in answers)
+        assert (outbox.ticker(WAL_SYNCS) - synced, outbox.ticker(WRITES) - writes) == (1, 1)
+
+        claimed = outbox.claim_due(NOW_MS, 64, LEASE_MS, "w1")
+        synced, writes = outbox.ticker(WAL_SYNCS), outbox.ticker(WRITES)
+        delivered = outbox.mark_delivered_many([(e.message_id, receipt(0)) for e in claimed])
+        assert delivered == [True] * 64
+        assert (outbox.ticker(WAL_SYNCS) - synced, outbox.ticker(WRITES) - writes) == (0, 1)
     finally:
         outbox.close()
 
