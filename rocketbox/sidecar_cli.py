@@ -113,6 +113,13 @@ def optional_listen(
     "(RESOURCE_EXHAUSTED with a retry-after) instead of queued.",
 )
 @click.option(
+    "--pending-calls-max",
+    default=256,
+    type=click.IntRange(min=1),
+    help="Calls gRPC may hold before the sidecar takes them; past it a call is refused at "
+    "once (CANCELLED) instead of waiting behind a saturated sidecar.",
+)
+@click.option(
     "--coalesce/--no-coalesce",
     default=True,
     help="Send plain messages accepted concurrently for one topic as one SendMessage.",
@@ -173,6 +180,7 @@ def sidecar_command(
     delivered_retention_hours: float,
     shutdown_grace_ms: int,
     intake_in_flight_max: int,
+    pending_calls_max: int,
     coalesce: bool,
     coalesce_messages_max: int,
     coalesce_bytes_max: int,
@@ -215,6 +223,7 @@ def sidecar_command(
             outbox_stats_interval_ms=outbox_stats_interval_ms,
             shutdown_grace_ms=shutdown_grace_ms,
             intake_in_flight_max=intake_in_flight_max,
+            pending_calls_max=pending_calls_max,
             coalesce=CoalesceConfig(
                 enabled=coalesce,
                 coalesce_messages_max=coalesce_messages_max,

@@ -64,6 +64,10 @@ class SidecarConfig:
     # Admission control: messages inside the sidecar at once, over all calls; one more is
     # refused at once (RESOURCE_EXHAUSTED, retry-after). At least one full batch or stream.
     intake_in_flight_max: int = 2_048
+    # Calls gRPC holds before the sidecar's code takes them (grpc.server.max_pending_requests,
+    # soft and hard): the queue in front of admission control. Past it gRPC refuses a call at
+    # once (CANCELLED); unbounded, a saturated sidecar lets calls wait there for seconds.
+    pending_calls_max: int = 256
     coalesce: CoalesceConfig = field(default_factory=CoalesceConfig)
     # How often the in-memory FIFO fence is re-read from the outbox (sidecar/fifo_fence.py):
     # lifts fences whose entries another sidecar delivered, fences groups another one spooled.
@@ -81,6 +85,6 @@ class SidecarConfig:
     ack_ledger_path: Path | None = None
 
     def __post_init__(self) -> None:
-        for name in ("intake_in_flight_max", "fifo_fence_refresh_interval_ms"):
+        for name in ("intake_in_flight_max", "pending_calls_max", "fifo_fence_refresh_interval_ms"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")

@@ -27,7 +27,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 import grpc
-from google.protobuf import timestamp_pb2
 from rocketmq.grpc_protocol import definition_pb2, service_pb2
 
 from outbox.entry import OutboxMessage, SpoolCause
@@ -240,17 +239,23 @@ class Producer:
         return candidates[next(self._round_robin) % len(candidates)]
 
     def _to_wire(self, m: OutboxMessage, queue: WritableQueue) -> definition_pb2.Message:
+        # Fields are set in place: building the submessages with keyword arguments and copying
+        # them in cost three times as much, on every message of every request.
+        wire = definition_pb2.Message(body=m.body)
+        wire.topic.name = m.topic
+        wire.topic.resource_namespace = self.config.namespace
+        if m.properties:
+            wire.user_properties.update(m.properties)
+        system = wire.system_properties
+        if m.keys:
+            system.keys.extend(m.keys)
+        system.message_id = m.message_id
+        system.body_encoding = definition_pb2.IDENTITY
         born_ms = m.born_timestamp_ms or now_ms()
-        # Built from its fields: FromMilliseconds is Python code, paid once per message.
-        born = timestamp_pb2.Timestamp(seconds=born_ms // 1000, nanos=born_ms % 1000 * 1_000_000)
-        system = definition_pb2.SystemProperties(
-            keys=list(m.keys),
-            message_id=m.message_id,
-            body_encoding=definition_pb2.IDENTITY,
-            born_timestamp=born,
-            born_host=self._born_host,
-            queue_id=queue.queue_id,
-        )
+        system.born_timestamp.seconds = born_ms // 1000
+        system.born_timestamp.nanos = born_ms % 1000 * 1_000_000
+        system.born_host = self._born_host
+        system.queue_id = queue.queue_id
         if m.tag is not None:
             system.tag = m.tag
         if m.message_group:
@@ -261,12 +266,7 @@ class Producer:
             system.delivery_timestamp.FromMilliseconds(m.delivery_timestamp_ms)
         else:
             system.message_type = definition_pb2.NORMAL
-        return definition_pb2.Message(
-            topic=definition_pb2.Resource(name=m.topic, resource_namespace=self.config.namespace),
-            user_properties=dict(m.properties),
-            system_properties=system,
-            body=m.body,
-        )
+        return wire
 
     async def lookup_stored(self, message_id: str, topic: str) -> StoredLookup:
         """Ask the broker's index whether it holds ``message_id`` of ``topic``. When no broker

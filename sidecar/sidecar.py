@@ -94,6 +94,8 @@ class Sidecar:
             options=(
                 ("grpc.max_receive_message_length", c.send_batch_bytes_max + 1024 * 1024),
                 ("grpc.so_reuseport", 0),
+                ("grpc.server.max_pending_requests", c.pending_calls_max),
+                ("grpc.server.max_pending_requests_hard_limit", c.pending_calls_max),
             )
         )
         sidecar_pb2_grpc.add_SidecarServiceServicer_to_server(self.service, server)
