@@ -9,7 +9,8 @@ outbox write (``mark_delivered_many``). A resend:
 1. checks the broker's index first when the entry may already be stored (an ambiguous send, or
    a resend that failed ambiguously): found → delivered, without sending it twice;
 2. sends with the same message id, through the producer's retries; the resend path never spools;
-3. stored → ``mark_delivered`` (a tombstone with the broker's queue offset); failed →
+3. stored → marked delivered (a tombstone with the broker's queue offset; one write for the
+   batch); failed →
    ``reschedule`` after a back-off, or ``bury`` once ``attempts_max`` or ``age_max_s`` is
    passed; rejected by the broker (e.g. its topic was deleted) → buried at once.
 
