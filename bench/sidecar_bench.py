@@ -152,10 +152,10 @@ DRAIN_POLL_MS = 50
 T = TypeVar("T")
 # Which rows need what may not have landed yet, by part.
 FEATURES_BY_PART = {
-    "a": ("--no-coalesce", "--intake-in-flight-max", "rocketbox_client"),
+    "a": ("--no-coalesce", "--intake-in-flight-max", "--pending-calls-max", "rocketbox_client"),
     "b": ("rocketbox_client",),
     "c": (),
-    "d": ("--intake-in-flight-max", "rocketbox_client"),
+    "d": ("--intake-in-flight-max", "--pending-calls-max", "rocketbox_client"),
 }
 
 

@@ -369,6 +369,8 @@ def features() -> dict[str, Feature]:
                 "--no-coalesce" in helps[("sidecar",)]),
         Feature("--intake-in-flight-max", "(a) overload",
                 "--intake-in-flight-max" in helps[("sidecar",)]),
+        Feature("--pending-calls-max", "(a) overload",
+                "--pending-calls-max" in helps[("sidecar",)]),
         Feature("rocketbox_client", "(a) and (b) the client library's batching sender "
                 "(pip install -e client)", library),
     ]  # fmt: skip
