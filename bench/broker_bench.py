@@ -69,7 +69,7 @@ from typing import Any, TypeVar
 import grpc
 import nats
 import nats.errors
-from bench_process import process_cpu_seconds, stop_process
+from bench_process import process_cpu_seconds, stop_process, wait_idle
 from google.protobuf.duration_pb2 import Duration
 from google.protobuf.timestamp_pb2 import Timestamp
 from nats.aio.client import Client as NatsClient
@@ -94,8 +94,6 @@ STALL_DEADLINE_S = 60.0
 RPC_TIMEOUT_S = 30.0
 SLOWEST_RATE = 500  # msgs/s: slower than this, a run is stuck rather than slow
 FLUSH_MODES = ("ASYNC_FLUSH", "SYNC_FLUSH")
-QUIET_SAMPLE_S = 0.25
-QUIET_CORES = 0.05
 Metadata = tuple[tuple[str, str], ...]
 T = TypeVar("T")
 
@@ -221,16 +219,9 @@ def start_broker(data_dir: Path, flush: str, segment_mib: int, *extra: str) -> C
 
 
 def wait_quiet(child: ChildProcess) -> None:
-    """After the warm-up, until the child's background work (the store preparing its next
-    segment, zero-filled) is done: its CPU use below QUIET_CORES over QUIET_SAMPLE_S. The
-    measurement then sees the broker's steady state, as a broker that has run a while."""
-    deadline = time.monotonic() + READY_DEADLINE_S
-    while time.monotonic() < deadline:
-        before = child.cpu_seconds()
-        time.sleep(QUIET_SAMPLE_S)
-        if child.cpu_seconds() - before < QUIET_CORES * QUIET_SAMPLE_S:
-            return
-    raise BenchError(f"{child.name} still busy {READY_DEADLINE_S:.0f} s after the warm-up")
+    """Until ``child`` is idle after a load (bench_process.wait_idle)."""
+    if not wait_idle(child.cpu_seconds, READY_DEADLINE_S):
+        raise BenchError(f"{child.name} still busy {READY_DEADLINE_S:.0f} s after the warm-up")
 
 
 def stop_checked(child: ChildProcess) -> None:

@@ -25,7 +25,7 @@ from typing import IO, Any
 import grpc
 import redis
 import sqlalchemy as sa
-from bench_process import process_cpu_seconds, stop_process
+from bench_process import process_cpu_seconds, stop_process, wait_idle
 
 from outbox.factory import open_outbox
 from outbox.outbox import Outbox
@@ -44,8 +44,6 @@ MYSQL_URL = f"mysql+pymysql://root@{HOST}:{MYSQL_PORT}/test"
 READY_DEADLINE_S = 60.0
 STOP_DEADLINE_S = 60.0
 RPC_TIMEOUT_S = 30.0
-QUIET_SAMPLE_S = 0.25
-QUIET_CORES = 0.05
 MEMORY_SAMPLE_S = 0.05
 BROKER_READY = re.compile(r"broker listening on \S+:(\d+);")
 SIDECAR_READY = re.compile(r"sidecar listening on \S+:(\d+)")
@@ -378,15 +376,9 @@ def features() -> dict[str, Feature]:
 
 
 def wait_quiet(child: Child) -> None:
-    """Until a process's background work after a load (the broker preparing its next segment,
-    the sidecar's outbox compacting) is done, so the next measurement sees its steady state."""
-    deadline = time.monotonic() + READY_DEADLINE_S
-    while time.monotonic() < deadline:
-        before = child.cpu_seconds()
-        time.sleep(QUIET_SAMPLE_S)
-        if child.cpu_seconds() - before < QUIET_CORES * QUIET_SAMPLE_S:
-            return
-    raise BenchError(f"{child.name} still busy {READY_DEADLINE_S:.0f} s after the warm-up")
+    """Until ``child`` is idle after a load (bench_process.wait_idle)."""
+    if not wait_idle(child.cpu_seconds, READY_DEADLINE_S):
+        raise BenchError(f"{child.name} still busy {READY_DEADLINE_S:.0f} s after the warm-up")
 
 
 async def set_flow_control(broker: Child, on: bool) -> None:
