@@ -42,6 +42,7 @@ class InFlightBatcher(Generic[ItemT, AnswerT]):
         bytes_max: int,
         requests_in_flight_max: int,
         size_bytes: Callable[[ItemT], int] = lambda _: 0,
+        on_idle: Callable[[], None] | None = None,
     ) -> None:
         if items_max < 1 or bytes_max < 1 or requests_in_flight_max < 1:
             raise ValueError(
@@ -53,6 +54,8 @@ class InFlightBatcher(Generic[ItemT, AnswerT]):
         self._bytes_max = bytes_max
         self._requests_in_flight_max = requests_in_flight_max
         self._size_bytes = size_bytes
+        # Told when the last request returned with nothing waiting (the owner may drop us).
+        self._on_idle = on_idle
         self._waiting: deque[tuple[ItemT, asyncio.Future[AnswerT]]] = deque()
         self._in_flight: set[asyncio.Task[None]] = set()
         self._dispatch_scheduled = False
@@ -116,3 +119,5 @@ class InFlightBatcher(Generic[ItemT, AnswerT]):
         if self._waiting and not self._dispatch_scheduled:
             # What accumulated while this request was out leaves now.
             self._dispatch()
+        if self.idle and not self._dispatch_scheduled and self._on_idle is not None:
+            self._on_idle()

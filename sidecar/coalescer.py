@@ -19,6 +19,7 @@ Each message keeps its own result:
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -81,22 +82,24 @@ class SendCoalescer:
         lane = self._lanes.get(message.topic)
         if lane is None:
             c = self._config
-            lane = self._lanes[message.topic] = InFlightBatcher(
+            topic = message.topic
+            lane = self._lanes[topic] = InFlightBatcher(
                 self._send_request,
                 c.coalesce_messages_max,
                 c.coalesce_bytes_max,
                 c.coalesce_requests_in_flight_max,
                 size_bytes=lambda m: len(m.body),
+                # Topics come and go: only busy lanes are kept.
+                on_idle=functools.partial(self._drop_lane, topic),
             )
-        try:
-            return await lane.submit(message)
-        finally:
-            if lane.idle and self._lanes.get(message.topic) is lane:
-                del self._lanes[message.topic]  # topics come and go: keep only busy lanes
+        return await lane.submit(message)
 
     async def wait_idle(self) -> None:
         for lane in list(self._lanes.values()):
             await lane.wait_idle()
+
+    def _drop_lane(self, topic: str) -> None:
+        del self._lanes[topic]
 
     async def _send_request(self, messages: Sequence[OutboxMessage]) -> list[SendOutcome]:
         self._metrics.broker_send_messages.observe(len(messages))

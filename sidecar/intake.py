@@ -95,6 +95,12 @@ class Intake:
             else:
                 self._group_locks[key] = (lock, users - 1)
 
+    async def wait_idle(self) -> None:
+        """Until the broker requests and spool writes in flight have answered (a clean stop:
+        the outbox must not close under a write)."""
+        await self._coalescer.wait_idle()
+        await self._spool_writer.wait_idle()
+
     async def _send_or_spool(self, message: OutboxMessage) -> Accepted:
         outcome = await self._coalescer.send(message)
         if isinstance(outcome, SendRejectedError):

@@ -70,7 +70,7 @@ class Sidecar:
             c.resend, self.producer, self.outbox, backoff, self.metrics,
             on_fifo_delivered=self._recheck_fence,
         )  # fmt: skip
-        intake = Intake(
+        self.intake = Intake(
             SendCoalescer(self.producer, c.coalesce, self.metrics),
             SpoolWriter(self.outbox, self.metrics),
             self.fence,
@@ -80,7 +80,7 @@ class Sidecar:
         if c.ack_ledger_path is not None:
             self._ledger = AckLedger(c.ack_ledger_path)
         self.service = SidecarService(
-            intake,
+            self.intake,
             c.send_batch_entries_max,
             c.send_batch_bytes_max,
             c.send_stream_in_flight_max,
@@ -140,6 +140,8 @@ class Sidecar:
             # In-flight calls get the grace to finish (each is bounded by the send timeout,
             # then spooled); new calls are refused by the server itself.
             await self._server.stop(c.shutdown_grace_ms / 1000.0)
+        # Calls cut off by the grace may leave coalesced requests and spool writes running.
+        await self.intake.wait_idle()
         self.pool.stop()
         for task in self._tasks[1:]:
             task.cancel()
