@@ -6,6 +6,8 @@
 - ``rocketbox_sidecar_resends_total{outcome}``: the resend pool's DELIVERED, RESCHEDULED, BURIED.
 - ``rocketbox_sidecar_intake_in_flight``: messages inside the sidecar now (admission control's
   count, bounded by ``intake_in_flight_max``).
+- ``rocketbox_sidecar_fifo_fenced_groups``: FIFO groups whose new messages are spooled behind
+  their entries in the outbox (the in-memory fence).
 - ``rocketbox_sidecar_broker_send_messages``: messages per SendMessage request (coalescing).
 - ``rocketbox_outbox_put_seconds``: one durable spool write (shared by concurrent spools).
 - ``rocketbox_outbox_put_entries``: entries per spool write.
@@ -55,6 +57,10 @@ class SidecarMetrics:
         self.broker_send_messages = Histogram(
             "rocketbox_sidecar_broker_send_messages", "Messages per SendMessage request.",
             buckets=BATCH_SIZE_BUCKETS, registry=r,
+        )  # fmt: skip
+        self.fifo_fenced_groups = Gauge(
+            "rocketbox_sidecar_fifo_fenced_groups", "FIFO groups fenced behind the outbox.",
+            registry=r,
         )  # fmt: skip
         self.intake_in_flight = Gauge(
             "rocketbox_sidecar_intake_in_flight", "Messages inside the sidecar now.", registry=r

@@ -89,6 +89,7 @@ class Sidecar:
             metrics=self.metrics,
         )
         self.metrics.intake_in_flight.set_function(lambda: self.service.intake_in_flight)
+        self.metrics.fifo_fenced_groups.set_function(lambda: len(self.fence))
         self._health = health.aio.HealthServicer()
         server = grpc.aio.server(
             options=(

@@ -2,7 +2,7 @@
 
 Both spool while the broker is down; when it is back, both resend pools drain the same outbox at
 once. Every message must then be in the broker exactly once: a claim leased to one sidecar is
-never taken by the other.
+never taken by the other. And a FIFO group one sidecar spooled is fenced in the other too.
 """
 
 from __future__ import annotations
@@ -15,12 +15,17 @@ import pytest
 import redis
 import sqlalchemy
 
+from outbox.factory import open_outbox
+from rocketbox_api.v1 import sidecar_pb2 as api
+from sidecar.clock import now_ms
 from tests.broker.broker_process import BrokerProcess, wait_until
-from tests.services import mysql_url, redis_url, unique_name
+from tests.prometheus import metrics_port, sample, scrape
+from tests.services import free_port, mysql_url, redis_url, unique_name
 from tests.sidecar.sidecar_process import SidecarProcess, message, outcome, send, stored_copies
 
 MESSAGES_PER_SIDECAR = 100
 DELIVERY_DEADLINE_S = 60.0
+B_METRICS_LINE = re.compile(r"sidecar metrics on [^\s]+:(\d+)")
 
 
 @pytest.fixture(params=["redis", "mysql"])
@@ -86,3 +91,54 @@ def test_two_sidecars_on_one_outbox_never_send_an_entry_twice(
             sidecar.kill()
         if back is not None:
             back.kill()
+
+
+def test_a_group_another_sidecar_spooled_is_fenced_here_until_delivered(
+    broker: BrokerProcess,
+) -> None:
+    """The FIFO fence is in memory, but backed by the shared outbox: a group that sidecar A
+    spooled is fenced in sidecar B once B's refresh has read the outbox, and lifted once the
+    group is delivered; the group's messages are stored in send order across both."""
+    prefix = unique_name("rocketbox_test")
+    url = f"{redis_url()}?prefix={prefix}"
+    # A cannot reach the broker, and its entry is not due for an hour: only B's refresh can
+    # learn of it, and B's pool cannot deliver it before the test says so.
+    a = SidecarProcess(
+        f"127.0.0.1:{free_port()}", url, "--backoff-initial-ms=3600000",
+        "--backoff-max-ms=3600000",
+    )  # fmt: skip
+    b = SidecarProcess(
+        broker.endpoint, url, "--fifo-fence-refresh-interval-ms=50", "--metrics-listen=127.0.0.1:0"
+    )
+    ids: list[str] = []
+    try:
+        port = metrics_port(b.output(), B_METRICS_LINE)
+
+        def fenced_groups() -> float:
+            return sample(scrape(port), "rocketbox_sidecar_fifo_fenced_groups")
+
+        def send_to(sidecar: SidecarProcess) -> api.SendResult:
+            with sidecar.client() as stub:
+                r = send(stub, message("Fifo", f"step {len(ids)}".encode(), message_group="g"))
+            ids.append(r.message_id)
+            return r
+
+        assert send_to(a).spooled.cause == api.SPOOL_CAUSE_UNAVAILABLE
+        wait_until(lambda: fenced_groups() == 1, DELIVERY_DEADLINE_S, "B fencing A's group")
+        assert send_to(b).spooled.cause == api.SPOOL_CAUSE_FIFO_FENCE
+        a.stop()  # its pool would claim the entry too, fail, and put it back for an hour
+        with open_outbox(url) as outbox:
+            assert outbox.retry_now([ids[0]], now_ms()) == 1  # A's entry: due now, for B's pool
+        wait_until(lambda: fenced_groups() == 0, DELIVERY_DEADLINE_S, "B lifting the fence")
+        assert send_to(b).HasField("stored")
+        copies = [stored_copies(broker.endpoint, i) for i in ids]
+        assert [len(c) for c in copies] == [1, 1, 1], "each message stored once"
+        offsets = [c[0].queue_offset for c in copies]
+        assert offsets == sorted(offsets), f"stored out of send order: {offsets}"
+    finally:
+        a.stop()
+        b.stop()
+        client = redis.Redis.from_url(redis_url())
+        keys = list(client.scan_iter(match=f"{prefix}*"))
+        if keys:
+            client.delete(*keys)
