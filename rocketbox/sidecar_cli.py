@@ -91,7 +91,7 @@ def optional_listen(
     "--outbox-threads",
     default=64,
     type=click.IntRange(1, 1024),
-    help="Threads for the outbox's blocking calls; concurrent spools share commits.",
+    help="Threads for the outbox's blocking calls (spool writes, resends' claims and marks).",
 )
 @click.option("--outbox-entries-max", default=1_000_000, type=click.IntRange(min=1))
 @click.option("--outbox-bytes-max", default=1024**3, type=click.IntRange(min=1))

@@ -55,8 +55,8 @@ class SidecarConfig:
     resend: ResendConfig = field(default_factory=ResendConfig)
     listen_host: str = "127.0.0.1"
     listen_port: int = 8980
-    # Threads that run the outbox's blocking calls; concurrent puts share commits (group
-    # commit), so this bounds how many spools can be batched together.
+    # Threads for the outbox's blocking calls: spool writes (one at a time, each carrying every
+    # spool that waited), the resend pool's claims and marks, readiness and the FIFO fence.
     outbox_threads: int = 64
     send_batch_entries_max: int = 1_000
     send_batch_bytes_max: int = 16 * 1024 * 1024
