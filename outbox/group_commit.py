@@ -152,8 +152,18 @@ class BatchCommitter(Generic[RequestT, AnswerT]):
 
 
 class GroupCommitter(BatchCommitter[Sequence[OutboxEntry], list[OutboxEntry]]):
-    """``put``'s group commit: ``submit(entries)`` blocks until they are durable (their stored
-    form) or refused (raises)."""
+    """``put``'s group commit: ``put(entries, check)`` blocks until they are durable (their
+    stored form) or refused (raises)."""
+
+    def put(
+        self, entries: Sequence[OutboxEntry], check: Callable[[Sequence[OutboxEntry]], None]
+    ) -> list[OutboxEntry]:
+        """``Outbox.put`` through this committer: ``check`` (the backend's own checks of a put)
+        raises for a refused request; an empty one is answered at once."""
+        check(entries)
+        if not entries:
+            return []
+        return self.submit(list(entries))
 
     def put_groups(
         self,

@@ -198,10 +198,7 @@ class MySQLOutbox(Outbox):
     # -- put -----------------------------------------------------------------------------------
 
     def put(self, entries: Sequence[OutboxEntry]) -> list[OutboxEntry]:
-        self._check_put(entries)
-        if not entries:
-            return []
-        return self._puts.submit(entries)
+        return self._puts.put(entries, self._check_put)
 
     def put_groups(
         self, requests: Sequence[Sequence[OutboxEntry]]

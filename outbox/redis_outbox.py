@@ -161,10 +161,7 @@ class RedisOutbox(Outbox):
     # -- the contract -------------------------------------------------------------------------
 
     def put(self, entries: Sequence[OutboxEntry]) -> list[OutboxEntry]:
-        check_put_entries(entries)
-        if not entries:
-            return []
-        return self._committer.submit(list(entries))
+        return self._committer.put(entries, check_put_entries)
 
     def put_groups(
         self, requests: Sequence[Sequence[OutboxEntry]]

@@ -195,10 +195,7 @@ class RocksDBOutbox(Outbox):
     # -- the contract -------------------------------------------------------------------------
 
     def put(self, entries: Sequence[OutboxEntry]) -> list[OutboxEntry]:
-        self._check_put(entries)
-        if not entries:
-            return []
-        return self._committer.submit(list(entries))
+        return self._committer.put(entries, self._check_put)
 
     def put_groups(
         self, requests: Sequence[Sequence[OutboxEntry]]
