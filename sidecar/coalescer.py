@@ -64,6 +64,7 @@ class CoalesceConfig:
 
 
 def coalescable(m: OutboxMessage) -> bool:
+    """May share a SendMessage with other messages of its topic: neither FIFO nor delayed."""
     return not m.message_group and m.delivery_timestamp_ms is None
 
 

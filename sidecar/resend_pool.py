@@ -39,6 +39,7 @@ from outbox.entry import DeliveryReceipt, EntryState, OutboxEntry, SpoolCause
 from sidecar.async_outbox import AsyncOutbox
 from sidecar.backoff import Backoff
 from sidecar.clock import now_ms
+from sidecar.coalescer import coalescable
 from sidecar.config import ResendConfig
 from sidecar.errors import SendFailedError, SendRejectedError
 from sidecar.metrics import SidecarMetrics
@@ -66,7 +67,7 @@ def resend_jobs(claimed: list[OutboxEntry]) -> list[list[OutboxEntry]]:
     open_batches: dict[str, tuple[list[OutboxEntry], int]] = {}
     for entry in claimed:
         m = entry.message
-        if m.message_group or m.delivery_timestamp_ms is not None or may_be_stored(entry):
+        if not coalescable(m) or may_be_stored(entry):
             jobs.append([entry])
             continue
         batch, batch_bytes = open_batches.get(m.topic, ([], 0))
