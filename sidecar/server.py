@@ -46,10 +46,6 @@ UNAVAILABLE_RETRY_AFTER_MS = 1_000
 INTAKE_FULL_RETRY_AFTER_MS = 100
 
 
-class ShuttingDownError(Exception):
-    pass
-
-
 class Rejected(Exception):  # noqa: N818 - an outcome, carried to the edge as one value
     def __init__(self, code: grpc.StatusCode, field: str, reason: str, retry_after_ms: int = 0):
         super().__init__(f"{field}: {reason}" if field else reason)
