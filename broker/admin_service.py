@@ -64,6 +64,12 @@ LOG = logging.getLogger(__name__)
 ADMIN_SERVICE_NAME: Final = apb.DESCRIPTOR.services_by_name["BrokerAdmin"].full_name
 Context = grpc.aio.ServicerContext[Any, Any]
 T = TypeVar("T")
+# A message answered SEND_OK is in the commitlog at once and in the index once the dispatcher has
+# read it, moments later. GetMessage first waits, this long at most, for the dispatch of all that
+# was appended before it came: "not found" then means not stored, which a sender deciding
+# whether to send again (the sidecar's resend pool) relies on. Past it: UNAVAILABLE, ask again.
+GET_MESSAGE_DISPATCH_WAIT_MS = 2_000
+_DISPATCH_POLL_S = 0.001
 
 
 class BrokerAdminService(broker_admin_pb2_grpc.BrokerAdminServicer):  # type: ignore[misc]  # untyped stubs
@@ -142,11 +148,29 @@ class BrokerAdminService(broker_admin_pb2_grpc.BrokerAdminServicer):  # type: ig
     ) -> apb.GetMessageResponse:
         msg_id = request.message_id
         await _answer(context, lambda: validate_message_id(msg_id))
+        if not await self._dispatched(self._store.max_phy_offset):
+            await context.abort(
+                grpc.StatusCode.UNAVAILABLE,
+                f"the message index is {self._store.dispatch_behind_bytes} bytes behind the "
+                f"commitlog after {GET_MESSAGE_DISPATCH_WAIT_MS} ms; ask again",
+            )
         copies = await _answer(context, lambda: self._store.query_message_by_id(msg_id))
         if not copies:
             await context.abort(grpc.StatusCode.NOT_FOUND, f"no stored message with id {msg_id}")
         messages, truncated = within_budget(sorted(copies, key=lambda m: m.commit_log_offset))
         return apb.GetMessageResponse(messages=messages, truncated=truncated)
+
+    async def _dispatched(self, phy_offset: int) -> bool:
+        """Wait until every record below ``phy_offset`` is in the index (False: not in time)."""
+        store = self._store
+        loop = asyncio.get_running_loop()
+        deadline_s = loop.time() + GET_MESSAGE_DISPATCH_WAIT_MS / 1000.0
+        # The end first, then how far behind it dispatch is: a lower bound of what is dispatched.
+        while store.max_phy_offset - store.dispatch_behind_bytes < phy_offset:
+            if loop.time() >= deadline_s:
+                return False
+            await asyncio.sleep(_DISPATCH_POLL_S)
+        return True
 
     async def QueryMessage(  # noqa: N802
         self, request: apb.QueryMessageRequest, context: Context

@@ -30,6 +30,7 @@ from broker.group_config import GroupConfigManager
 from broker.grpc_service.client_registry import ClientRegistry
 from broker.grpc_service.consumer_activity import ConsumerActivity
 from broker.grpc_service.messaging_service import MessagingService
+from broker.grpc_service.protocol import fault_reply
 from broker.grpc_service.pull_activity import PullActivity
 from broker.metrics import BrokerMetrics
 from broker.pop_message import PopMessageService
@@ -41,6 +42,7 @@ from broker.timer_message import TimerMessageService
 from broker.topic_config import TopicConfigManager
 from broker.transaction_message import TransactionalMessageService
 from rocketbox_api.admin.v1 import broker_admin_pb2_grpc
+from rocketbox_api.server_guard import ServerGuard
 
 LOG = logging.getLogger(__name__)
 
@@ -196,12 +198,14 @@ class BrokerController:
     def _bind(self) -> grpc.aio.Server:
         cfg = self.config
         server = grpc.aio.server(
+            # Malformed requests and handler faults: a protocol answer, a rate-limited line.
+            interceptors=[ServerGuard(fault_reply)],
             options=[
                 ("grpc.max_receive_message_length", cfg.grpc_max_receive_message_bytes),
                 ("grpc.max_send_message_length", cfg.grpc_max_receive_message_bytes),
                 # A second broker on the same port must fail, not share it silently (spec §12).
                 ("grpc.so_reuseport", 0),
-            ]
+            ],
         )
         address = f"{cfg.listen_host}:{cfg.listen_port}"
         if cfg.tls_cert_file is not None and cfg.tls_key_file is not None:

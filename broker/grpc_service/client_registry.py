@@ -2,7 +2,9 @@
 
 Each client's last Settings and its open Telemetry stream live here. Other parts of the broker
 (transaction check-back) push commands to a client through its stream's bounded outbound queue.
-A client is forgotten when its stream ends or it says NotifyClientTermination.
+A client is forgotten when its stream ends or it says NotifyClientTermination. What a client
+can repeat at will (commands dropped because it does not read them, streams replaced) is logged
+through a RateLimitedLog, not once per request.
 """
 
 from __future__ import annotations
@@ -15,7 +17,11 @@ from dataclasses import dataclass, field
 from rocketmq.grpc_protocol import definition_pb2 as pb
 from rocketmq.grpc_protocol import service_pb2 as spb
 
+from rocketbox_api.rate_limited_log import RateLimitedLog
+
 LOG = logging.getLogger(__name__)
+_DROPPED_LOG = RateLimitedLog(LOG, logging.WARNING)
+_REPLACED_LOG = RateLimitedLog(LOG, logging.INFO)
 
 
 @dataclass(slots=True)
@@ -42,7 +48,9 @@ class ClientSession:
             self.outbound.put_nowait(command)
         except asyncio.QueueFull:
             self.dropped_commands += 1
-            LOG.warning("telemetry queue of client %s is full; command dropped", self.client_id)
+            _DROPPED_LOG.log(
+                "telemetry queue of client %s is full; command dropped", self.client_id
+            )
             return False
         return True
 
@@ -56,7 +64,9 @@ class ClientRegistry:
         session = ClientSession(client_id, asyncio.Queue(maxsize=self._outbound_max))
         previous = self._sessions.get(client_id)
         if previous is not None:
-            LOG.info("client %s opened a new telemetry stream; the old one is replaced", client_id)
+            _REPLACED_LOG.log(
+                "client %s opened a new telemetry stream; the old one is replaced", client_id
+            )
         self._sessions[client_id] = session
         return session
 

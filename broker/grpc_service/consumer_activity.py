@@ -5,6 +5,10 @@ ReceiveMessage answers with the proxy's stream shape (spec §8.5): ``status`` OK
 message, a ``delivery_timestamp``; or ``MESSAGE_NOT_FOUND`` and a timestamp when nothing came
 within the poll time. The poll never outlives the client's deadline. Messages taken for a stream
 that breaks before they were written are made visible again at once.
+
+Group, topic and receipt handles are checked before anything is looked up (request_limits.py):
+an AckMessage refused as a whole (a bad group or topic, no entries or more than ACK_ENTRIES_MAX,
+a malformed handle or message id) is answered by its top-level Status alone.
 """
 
 from __future__ import annotations
@@ -20,8 +24,18 @@ from rocketmq.grpc_protocol import service_pb2 as spb
 
 from broker.errors import TopicNotFoundError
 from broker.group_config import DLQ_TOPIC_PREFIX, GroupConfigManager
-from broker.grpc_service.converter import duration_ms, to_pb_message, to_timestamp
-from broker.grpc_service.protocol import OK_STATUS, Code, ProtocolError, status
+from broker.grpc_service.converter import to_pb_message, to_timestamp
+from broker.grpc_service.protocol import OK_STATUS, Code, ProtocolError, shown, status
+from broker.grpc_service.request_limits import (
+    ACK_ENTRIES_MAX,
+    FILTER_EXPRESSION_LENGTH_MAX,
+    RECEIPT_HANDLE_LENGTH_MAX,
+    duration_ms_of,
+    validate_entry_count,
+    validate_message_id,
+    validate_namespace,
+    validate_receipt_handle,
+)
 from broker.grpc_service.validator import validate_group, validate_topic
 from broker.pop_message import Delivery, InvalidReceiptHandleError, PopMessageService
 from broker.send_message import SendMessageService
@@ -70,6 +84,16 @@ class ConsumerActivity:
         try:
             validate_group(group)
             tc = self._topic(topic)
+            validate_namespace(
+                request.message_queue.topic, "message_queue.topic", Code.ILLEGAL_TOPIC
+            )
+            # Any queue id of the topic serves the whole topic (spec §6); -1 is the proxy's "all".
+            if not -1 <= request.message_queue.id < tc.queue_nums:
+                raise ProtocolError(
+                    Code.BAD_REQUEST,
+                    f"message_queue.id {request.message_queue.id} is not a queue of topic "
+                    f"{topic!r} (-1..{tc.queue_nums - 1})",
+                )
             tags = filter_tags(request.filter_expression)
             invisible_ms = self._invisible_ms(request)
             batch = min(request.batch_size, RECEIVE_BATCH_MAX) if request.batch_size > 0 else 0
@@ -77,11 +101,11 @@ class ConsumerActivity:
                 raise ProtocolError(
                     Code.BAD_REQUEST, f"batch_size must be in 1..{RECEIVE_BATCH_MAX}"
                 )
+            poll_ms = long_polling_ms(request, self._long_polling_ms, context)
         except ProtocolError as e:
             yield spb.ReceiveMessageResponse(status=e.to_status())
             yield _closing_frame()
             return
-        poll_ms = long_polling_ms(request, self._long_polling_ms, context)
         gc = self._groups.find_or_create(group)
         deliveries = await self._pop.receive(
             gc, topic, range(tc.queue_nums), tags, batch, invisible_ms, poll_ms
@@ -125,7 +149,9 @@ class ConsumerActivity:
             return AUTO_RENEW_INVISIBLE_MS
         if not request.HasField("invisible_duration"):
             raise ProtocolError(Code.ILLEGAL_INVISIBLE_TIME, "invisible_duration is required")
-        ms = duration_ms(request.invisible_duration)
+        ms = duration_ms_of(
+            request.invisible_duration, "invisible_duration", Code.ILLEGAL_INVISIBLE_TIME
+        )
         if not self._invisible_ms_min <= ms <= INVISIBLE_DURATION_MS_MAX:
             raise ProtocolError(
                 Code.ILLEGAL_INVISIBLE_TIME,
@@ -136,6 +162,14 @@ class ConsumerActivity:
 
     async def ack_message(self, request: spb.AckMessageRequest) -> spb.AckMessageResponse:
         group, topic = request.group.name, request.topic.name
+        try:
+            _validate_group_and_topic(request.group, request.topic)
+            validate_entry_count(len(request.entries), "entries", ACK_ENTRIES_MAX)
+            for i, entry in enumerate(request.entries):
+                validate_receipt_handle(entry.receipt_handle, f"entries[{i}].receipt_handle")
+                validate_message_id(entry.message_id, f"entries[{i}].message_id")
+        except ProtocolError as e:
+            return spb.AckMessageResponse(status=e.to_status())
         entries = []
         for entry in request.entries:
             try:
@@ -150,24 +184,28 @@ class ConsumerActivity:
             )
         codes = {e.status.code for e in entries}
         top = entries[0].status if len(codes) == 1 else status(Code.MULTIPLE_RESULTS)
-        if not entries:
-            top = status(Code.BAD_REQUEST, "entries is empty")
         return spb.AckMessageResponse(status=top, entries=entries)
 
     def change_invisible_duration(
         self, request: spb.ChangeInvisibleDurationRequest
     ) -> spb.ChangeInvisibleDurationResponse:
-        ms = duration_ms(request.invisible_duration)
         old = request.receipt_handle
-        if not 0 <= ms <= INVISIBLE_DURATION_MS_MAX:
-            # Echo the old handle: Python stores whatever comes back, even on errors (spec §12).
-            return spb.ChangeInvisibleDurationResponse(
-                status=status(
+        # Echo the old handle: Python stores whatever comes back, even on errors (spec §12);
+        # but not one too long to be a handle, which would only make the answer as large.
+        echo = old if len(old) <= RECEIPT_HANDLE_LENGTH_MAX else ""
+        try:
+            _validate_group_and_topic(request.group, request.topic)
+            validate_receipt_handle(old)
+            ms = duration_ms_of(
+                request.invisible_duration, "invisible_duration", Code.ILLEGAL_INVISIBLE_TIME
+            )
+            if ms > INVISIBLE_DURATION_MS_MAX:
+                raise ProtocolError(
                     Code.ILLEGAL_INVISIBLE_TIME,
                     f"invisible_duration {ms} ms is outside 0..{INVISIBLE_DURATION_MS_MAX} ms",
-                ),
-                receipt_handle=old,
-            )
+                )
+        except ProtocolError as e:
+            return spb.ChangeInvisibleDurationResponse(status=e.to_status(), receipt_handle=echo)
         try:
             d = self._pop.change_invisible_duration(request.group.name, request.topic.name, old, ms)
         except InvalidReceiptHandleError as e:
@@ -182,6 +220,11 @@ class ConsumerActivity:
         self, request: spb.ForwardMessageToDeadLetterQueueRequest
     ) -> spb.ForwardMessageToDeadLetterQueueResponse:
         try:
+            _validate_group_and_topic(request.group, request.topic)
+            validate_receipt_handle(request.receipt_handle)
+        except ProtocolError as e:
+            return spb.ForwardMessageToDeadLetterQueueResponse(status=e.to_status())
+        try:
             await self._pop.forward_to_dead_letter(
                 request.group.name, request.topic.name, request.receipt_handle
             )
@@ -195,6 +238,7 @@ class ConsumerActivity:
         try:
             validate_group(request.group.name)
             tc = self._topic(request.topic.name)
+            validate_namespace(request.topic, "topic", Code.ILLEGAL_TOPIC)
         except ProtocolError as e:
             return spb.QueryAssignmentResponse(status=e.to_status())
         resource = pb.Resource(
@@ -213,6 +257,11 @@ class ConsumerActivity:
         return spb.QueryAssignmentResponse(status=OK_STATUS, assignments=assignments)
 
 
+def _validate_group_and_topic(group: pb.Resource, topic: pb.Resource) -> None:
+    validate_group(group.name)
+    validate_topic(topic.name, allow_dead_letter=True)
+
+
 def _closing_frame() -> spb.ReceiveMessageResponse:
     """The stream's last frame: the broker's time (clients use it for latency metrics)."""
     return spb.ReceiveMessageResponse(delivery_timestamp=to_timestamp(time.time_ns() // 1_000_000))
@@ -225,12 +274,18 @@ def filter_tags(expression: pb.FilterExpression) -> frozenset[str] | None:
             Code.ILLEGAL_FILTER_EXPRESSION,
             "filter_expression: SQL92 filtering is not supported",
         )
+    if len(expression.expression) > FILTER_EXPRESSION_LENGTH_MAX:
+        raise ProtocolError(
+            Code.ILLEGAL_FILTER_EXPRESSION,
+            f"filter_expression is {len(expression.expression)} characters "
+            f"(limit {FILTER_EXPRESSION_LENGTH_MAX})",
+        )
     text = expression.expression.strip()
     if not text or text == "*":
         return None
     tags = frozenset(t.strip() for t in text.split("||") if t.strip())
     if not tags:
-        raise ProtocolError(Code.ILLEGAL_FILTER_EXPRESSION, f"filter_expression {text!r}")
+        raise ProtocolError(Code.ILLEGAL_FILTER_EXPRESSION, f"filter_expression {shown(text)}")
     return tags
 
 
@@ -238,9 +293,12 @@ def long_polling_ms(
     request: spb.ReceiveMessageRequest | spb.PullMessageRequest, default_ms: int, context: Context
 ) -> int:
     """How long a receive or pull may wait: the request's time (or the broker's default), at
-    most the proxy's 20 s (spec §8.5), and ending before the client's deadline does."""
+    most the proxy's 20 s (spec §8.5), and ending before the client's deadline does. A time
+    that is not a valid, non-negative Duration is refused with ILLEGAL_POLLING_TIME."""
     poll_ms = (
-        duration_ms(request.long_polling_timeout)
+        duration_ms_of(
+            request.long_polling_timeout, "long_polling_timeout", Code.ILLEGAL_POLLING_TIME
+        )
         if request.HasField("long_polling_timeout")
         else default_ms
     )

@@ -1,6 +1,11 @@
 """``apache.rocketmq.v2.MessagingService``: the producer side (routes, telemetry, send,
 transactions) here, the consumer side in consumer_activity.py. Thin: validate, convert, call the
 domain; every reply carries a Status (spec §1).
+
+A request refused as a whole (too many messages, a bad topic) is answered by its top-level
+Status; SendMessage then also gives each message an entry with that status, unless there are
+more than SEND_MESSAGES_MAX of them. RecallMessage and SyncLiteSubscription (newer features the
+broker lacks) are answered NOT_IMPLEMENTED in the Status.
 """
 
 from __future__ import annotations
@@ -22,14 +27,25 @@ from broker.group_config import GroupConfigManager
 from broker.grpc_service.client_registry import ClientRegistry
 from broker.grpc_service.consumer_activity import ConsumerActivity
 from broker.grpc_service.converter import peer_host, to_duration, to_inbound, to_pb_message
-from broker.grpc_service.protocol import OK_STATUS, Code, ProtocolError, status
+from broker.grpc_service.protocol import OK_STATUS, Code, ProtocolError, shown, status
 from broker.grpc_service.pull_activity import PullActivity
-from broker.grpc_service.validator import message_type_of, validate_message, validate_topic
+from broker.grpc_service.request_limits import (
+    SEND_MESSAGES_MAX,
+    echoed_id,
+    validate_message_id,
+    validate_namespace,
+)
+from broker.grpc_service.validator import (
+    message_type_of,
+    validate_group,
+    validate_message,
+    validate_topic,
+)
 from broker.send_message import SendMessageService
 from broker.store.errors import MessageIllegalError
 from broker.store.message import MessageExt
 from broker.store.status import PutMessageResult, PutMessageStatus
-from broker.topic_config import TopicConfig, TopicMessageType
+from broker.topic_config import QUEUE_NUMS_MAX, TopicConfig, TopicMessageType
 from broker.transaction_message import (
     Resolution,
     TransactionalMessageService,
@@ -52,6 +68,10 @@ _ACCEPTS = {
 # Proxy defaults (spec §3.4): producers retry 3 times, 10 ms growing to 1 s.
 PRODUCER_MAX_ATTEMPTS = 3
 RECEIVE_BATCH_SIZE = 32
+# A client's Settings, which the reply echoes: about a thousand topics or subscriptions.
+SETTINGS_BYTES_MAX = 64 * 1024
+# An EndTransaction's transaction id: ours are 32 hex characters.
+TRANSACTION_ID_LENGTH_MAX = 128
 # RocketMQ's consumer retry schedule: 1s 5s 10s 30s 1m 2m ... 10m 20m 30m 1h 2h.
 CONSUMER_BACKOFF_S = (
     1,
@@ -124,6 +144,7 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):  # type: igno
         try:
             # Consumers route to %DLQ%<group> too; sends to it are refused by send validation.
             validate_topic(name, allow_dead_letter=True)
+            validate_namespace(request.topic, "topic", Code.ILLEGAL_TOPIC)
             tc = self._sends.topic_config(name)
         except ProtocolError as e:
             return spb.QueryRouteResponse(status=e.to_status())
@@ -177,7 +198,9 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):  # type: igno
                 error = reader.exception()
                 if isinstance(error, ProtocolError):
                     await context.abort(grpc.StatusCode.INVALID_ARGUMENT, error.message)
-                return  # the client closed its side
+                if error is not None and not isinstance(error, grpc.aio.BaseError):
+                    raise error  # a fault: the server's guard answers INTERNAL and logs it
+                return  # the client closed its side (or gRPC ended the call)
         finally:
             for task in (getter, reader):
                 if task is not None and not task.done():
@@ -196,10 +219,7 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):  # type: igno
             session.last_seen_monotonic = asyncio.get_running_loop().time()
             if command.HasField("settings"):
                 settings = command.settings
-                if not (settings.HasField("publishing") or settings.HasField("subscription")):
-                    raise ProtocolError(
-                        Code.BAD_REQUEST, "settings carry no publishing or subscription"
-                    )
+                _validate_settings(settings)
                 session.settings = settings
                 session.push(
                     spb.TelemetryCommand(status=OK_STATUS, settings=self._settings_reply(settings))
@@ -256,6 +276,14 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):  # type: igno
         self, request: spb.SendMessageRequest, context: Context
     ) -> spb.SendMessageResponse:
         messages = list(request.messages)
+        if len(messages) > SEND_MESSAGES_MAX:
+            # One entry each would make the answer as large as the request could be.
+            return spb.SendMessageResponse(
+                status=status(
+                    Code.BAD_REQUEST,
+                    f"messages has {len(messages)} entries (limit {SEND_MESSAGES_MAX})",
+                )
+            )
         try:
             topic = self._validate_send(messages)
             born_host = peer_host(context.peer())
@@ -283,8 +311,10 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):  # type: igno
             raise ProtocolError(Code.MESSAGE_CORRUPTED, "messages is empty (1 message at least)")
         topics = {m.topic.name for m in messages}
         if len(topics) != 1:
+            shown_topics = ", ".join(shown(t) for t in sorted(topics)[:3])
             raise ProtocolError(
-                Code.MESSAGE_CORRUPTED, f"messages of several topics: {sorted(topics)}"
+                Code.MESSAGE_CORRUPTED,
+                f"messages are of {len(topics)} topics ({shown_topics}…), not one",
             )
         topic: str = messages[0].topic.name
         validate_topic(topic)
@@ -292,8 +322,9 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):  # type: igno
             tc: TopicConfig | None = self._sends.topic_config(topic)
         except TopicNotFoundError:
             tc = None  # answered TOPIC_NOT_FOUND by the send itself
+        queue_nums = tc.queue_nums if tc is not None else QUEUE_NUMS_MAX
         for m in messages:
-            validate_message(m, self._max_body_bytes, self._delay_max_ms)
+            validate_message(m, self._max_body_bytes, self._delay_max_ms, queue_nums)
             kind = message_type_of(m)
             if tc is not None and not tc.message_type.accepts(kind):
                 raise ProtocolError(
@@ -305,7 +336,7 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):  # type: igno
     @staticmethod
     def _send_failure(messages: Iterable[pb.Message], st: pb.Status) -> spb.SendMessageResponse:
         entries = [
-            spb.SendResultEntry(status=st, message_id=m.system_properties.message_id)
+            spb.SendResultEntry(status=st, message_id=echoed_id(m.system_properties.message_id))
             for m in messages
         ]
         return spb.SendMessageResponse(status=st, entries=entries)
@@ -314,6 +345,10 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):  # type: igno
     async def EndTransaction(  # noqa: N802
         self, request: spb.EndTransactionRequest, context: Context
     ) -> spb.EndTransactionResponse:
+        try:
+            _validate_end_transaction(request)
+        except ProtocolError as e:
+            return spb.EndTransactionResponse(status=e.to_status())
         if request.resolution == pb.TRANSACTION_RESOLUTION_UNSPECIFIED:
             return spb.EndTransactionResponse(status=OK_STATUS)  # left pending, as the proxy does
         resolution = Resolution.COMMIT if request.resolution == pb.COMMIT else Resolution.ROLLBACK
@@ -379,6 +414,52 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):  # type: igno
         self, request: spb.QueryOffsetRequest, context: Context
     ) -> spb.QueryOffsetResponse:
         return self._pulls.query_offset(request)
+
+    # -- newer features the broker lacks ------------------------------------------------------
+    async def RecallMessage(  # noqa: N802
+        self, request: spb.RecallMessageRequest, context: Context
+    ) -> spb.RecallMessageResponse:
+        return spb.RecallMessageResponse(
+            status=status(Code.NOT_IMPLEMENTED, "RecallMessage: this broker cannot recall messages")
+        )
+
+    async def SyncLiteSubscription(  # noqa: N802
+        self, request: spb.SyncLiteSubscriptionRequest, context: Context
+    ) -> spb.SyncLiteSubscriptionResponse:
+        return spb.SyncLiteSubscriptionResponse(
+            status=status(
+                Code.NOT_IMPLEMENTED, "SyncLiteSubscription: this broker has no lite topics"
+            )
+        )
+
+
+def _validate_settings(settings: pb.Settings) -> None:
+    size = settings.ByteSize()
+    if size > SETTINGS_BYTES_MAX:
+        raise ProtocolError(
+            Code.BAD_REQUEST, f"settings is {size} bytes (limit {SETTINGS_BYTES_MAX})"
+        )
+    if settings.HasField("subscription"):
+        validate_group(settings.subscription.group.name)
+    elif not settings.HasField("publishing"):
+        raise ProtocolError(Code.BAD_REQUEST, "settings carry no publishing or subscription")
+
+
+def _validate_end_transaction(request: spb.EndTransactionRequest) -> None:
+    validate_topic(request.topic.name)
+    validate_message_id(request.message_id)
+    tid = request.transaction_id
+    if not tid.strip() or len(tid) > TRANSACTION_ID_LENGTH_MAX:
+        raise ProtocolError(
+            Code.INVALID_TRANSACTION_ID,
+            f"transaction_id is {len(tid)} characters (1..{TRANSACTION_ID_LENGTH_MAX}, not blank)",
+        )
+    if request.resolution not in (pb.TRANSACTION_RESOLUTION_UNSPECIFIED, pb.COMMIT, pb.ROLLBACK):
+        raise ProtocolError(
+            Code.BAD_REQUEST,
+            f"resolution {request.resolution}: "
+            "COMMIT, ROLLBACK or TRANSACTION_RESOLUTION_UNSPECIFIED",
+        )
 
 
 def _put_status(result: PutMessageResult) -> pb.Status:

@@ -2,18 +2,42 @@
 
 Every unary response carries a ``Status`` and completes with gRPC OK, even for business errors,
 as the RocketMQ proxy does and the official clients expect (spec §1). ``ProtocolError`` is how
-handlers bail out with such a status; the servicer turns it into the response.
+handlers bail out with such a status; the servicer turns it into the response. A fault no handler
+expected is answered the same way, INTERNAL_SERVER_ERROR in the Status (``fault_reply``, used by
+the server's guard), except on the Telemetry stream, which ends with gRPC INTERNAL (spec §1).
+
+A status message never grows with the request: values quoted from it are cut (``shown``) and the
+whole message is bounded (``STATUS_MESSAGE_CHARS_MAX``), so that an answer with one status per
+entry stays far below the server's message size limit whatever the request held.
 """
 
 from __future__ import annotations
 
+from google.protobuf import message_factory
+from google.protobuf.descriptor import MethodDescriptor
+from google.protobuf.message import Message
 from rocketmq.grpc_protocol import definition_pb2 as pb
+from rocketmq.grpc_protocol import service_pb2 as spb
 
 Code = pb.Code
+MESSAGING_SERVICE_NAME = spb.DESCRIPTOR.services_by_name["MessagingService"].full_name
+STATUS_MESSAGE_CHARS_MAX = 1024
+# A value quoted in a status message: enough to recognise it.
+SHOWN_CHARS_MAX = 64
 
 
 def status(code: int, message: str | None = None) -> pb.Status:
-    return pb.Status(code=code, message=message if message is not None else Code.Name(code))
+    text = message if message is not None else Code.Name(code)
+    if len(text) > STATUS_MESSAGE_CHARS_MAX:
+        text = text[: STATUS_MESSAGE_CHARS_MAX - 1] + "…"
+    return pb.Status(code=code, message=text)
+
+
+def shown(value: str) -> str:
+    """``value`` quoted for a status message, cut to SHOWN_CHARS_MAX with its length said."""
+    if len(value) <= SHOWN_CHARS_MAX:
+        return repr(value)
+    return f"{value[:SHOWN_CHARS_MAX]!r}… ({len(value)} characters)"
 
 
 OK_STATUS = status(Code.OK)
@@ -29,3 +53,16 @@ class ProtocolError(Exception):
 
     def to_status(self) -> pb.Status:
         return status(self.code, self.message)
+
+
+def fault_reply(method: MethodDescriptor, reason: str) -> Message | None:
+    """The answer to a fault of a MessagingService handler: its response with
+    INTERNAL_SERVER_ERROR in the Status; None (gRPC INTERNAL) for the Telemetry stream and for
+    the broker's other services."""
+    if method.containing_service.full_name != MESSAGING_SERVICE_NAME or method.client_streaming:
+        return None
+    if "status" not in method.output_type.fields_by_name:
+        return None
+    reply: Message = message_factory.GetMessageClass(method.output_type)()
+    reply.status.CopyFrom(status(Code.INTERNAL_SERVER_ERROR, reason))  # type: ignore[attr-defined]
+    return reply

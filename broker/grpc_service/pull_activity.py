@@ -6,7 +6,8 @@ PullMessage streams ``status``, the messages, then ``next_offset`` (where to pul
 With nothing to read at the offset it long-polls (woken by an arrival) until
 ``long_polling_timeout`` or the client's deadline, then answers MESSAGE_NOT_FOUND. An offset
 below the queue's first or beyond its end is answered MESSAGE_NOT_FOUND with the corrected
-``next_offset``.
+``next_offset``; a negative one is refused (BAD_REQUEST), as are a malformed Timestamp and an
+unknown query_offset_policy.
 """
 
 from __future__ import annotations
@@ -23,8 +24,9 @@ from broker.arrival import MessageArrivalNotifier
 from broker.consumer_offset import ConsumerOffsetManager
 from broker.errors import TopicNotFoundError
 from broker.grpc_service.consumer_activity import RECEIVE_BATCH_MAX, filter_tags, long_polling_ms
-from broker.grpc_service.converter import timestamp_ms, to_pb_message
+from broker.grpc_service.converter import to_pb_message
 from broker.grpc_service.protocol import OK_STATUS, Code, ProtocolError, status
+from broker.grpc_service.request_limits import timestamp_ms_of, validate_namespace
 from broker.grpc_service.validator import validate_group, validate_topic
 from broker.send_message import SendMessageService
 from broker.store.message_store import DefaultMessageStore
@@ -73,15 +75,20 @@ class PullActivity:
         try:
             validate_group(request.group.name)
             topic, queue_id = self._queue(request.message_queue)
+            validate_namespace(
+                request.message_queue.topic, "message_queue.topic", Code.ILLEGAL_TOPIC
+            )
             tags = filter_tags(request.filter_expression)
             if not 0 < request.batch_size <= RECEIVE_BATCH_MAX:
                 raise ProtocolError(
                     Code.BAD_REQUEST, f"batch_size {request.batch_size}: 1..{RECEIVE_BATCH_MAX}"
                 )
+            if request.offset < 0:
+                raise ProtocolError(Code.BAD_REQUEST, f"offset {request.offset} is negative")
+            poll_ms = long_polling_ms(request, self._long_polling_ms, context)
         except ProtocolError as e:
             yield spb.PullMessageResponse(status=e.to_status())
             return
-        poll_ms = long_polling_ms(request, self._long_polling_ms, context)
         deadline = time.monotonic() + poll_ms / 1000
         offset = int(request.offset)
         while True:
@@ -139,12 +146,19 @@ class PullActivity:
             offset = self._store.get_min_offset_in_queue(topic, queue_id)
         elif policy == pb.END:
             offset = self._store.get_max_offset_in_queue(topic, queue_id)
+        elif policy == pb.TIMESTAMP:
+            try:
+                if not request.HasField("timestamp"):
+                    raise ProtocolError(Code.BAD_REQUEST, "timestamp is required with TIMESTAMP")
+                ms = timestamp_ms_of(request.timestamp, "timestamp", Code.BAD_REQUEST)
+            except ProtocolError as e:
+                return spb.QueryOffsetResponse(status=e.to_status())
+            offset = self._store.get_offset_in_queue_by_time(topic, queue_id, ms)
         else:
-            if not request.HasField("timestamp"):
-                return spb.QueryOffsetResponse(
-                    status=status(Code.BAD_REQUEST, "timestamp is required with TIMESTAMP")
+            return spb.QueryOffsetResponse(
+                status=status(
+                    Code.BAD_REQUEST,
+                    f"query_offset_policy {policy}: BEGINNING, END or TIMESTAMP",
                 )
-            offset = self._store.get_offset_in_queue_by_time(
-                topic, queue_id, timestamp_ms(request.timestamp)
             )
         return spb.QueryOffsetResponse(status=OK_STATUS, offset=offset)

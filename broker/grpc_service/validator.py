@@ -1,7 +1,12 @@
-"""Protocol validation of messages sent over apache.rocketmq.v2 (the proxy's GrpcValidator).
+"""Protocol validation of messages sent over apache.rocketmq.v2 (the proxy's GrpcValidator and
+SendMessageActivity checks), and of topic and group names.
 
 Each check raises ProtocolError with the proxy's code and a message that names the field and the
-limit (spec §5.4, §8.1). Nothing is stored for a request that fails here.
+limit (spec §5.4, §8.1). Nothing is stored for a request that fails here. Beyond the proxy's
+checks: a message's type must agree with its properties (FIFO ⇔ message_group, DELAY ⇔ a
+delivery time), its Timestamps must be well-formed, its delivery time no further back than
+DELIVERY_TIME_PAST_MS_MAX, and its queue_id one of the topic's queues. Bounds on the rest of a
+request are in request_limits.py.
 """
 
 from __future__ import annotations
@@ -12,7 +17,8 @@ import time
 from rocketmq.grpc_protocol import definition_pb2 as pb
 
 from broker.group_config import DLQ_TOPIC_PREFIX
-from broker.grpc_service.protocol import Code, ProtocolError
+from broker.grpc_service.protocol import Code, ProtocolError, shown
+from broker.grpc_service.request_limits import timestamp_ms_of, validate_message_id
 from broker.store.message import SYSTEM_PROPERTY_NAMES
 from broker.topic_config import (
     SYSTEM_TOPIC_PREFIXES,
@@ -26,6 +32,9 @@ GROUP_PATTERN = re.compile(r"[%a-zA-Z0-9_-]+")
 GROUP_LENGTH_MAX = 120
 MESSAGE_GROUP_BYTES_MAX = 64
 USER_PROPERTIES_COUNT_MAX = 128
+# A delay message whose time has passed is delivered at once. One spooled by a sidecar through a
+# long broker outage may be that late; one from years ago is a broken client.
+DELIVERY_TIME_PAST_MS_MAX = 30 * 24 * 3600 * 1000
 PROPERTIES_BYTES_MAX = 16 * 1024
 # Names RocketMQ reserves for itself besides the store's (MessageConst.STRING_HASH_SET, abridged
 # to those a client could plausibly collide with).
@@ -70,7 +79,9 @@ def validate_topic(name: str, allow_dead_letter: bool = False) -> None:
             Code.ILLEGAL_TOPIC, f"topic is {len(name)} characters (limit {TOPIC_LENGTH_MAX})"
         )
     if not TOPIC_NAME_PATTERN.fullmatch(name):
-        raise ProtocolError(Code.ILLEGAL_TOPIC, f"topic {name!r}: only characters %a-zA-Z0-9_-")
+        raise ProtocolError(
+            Code.ILLEGAL_TOPIC, f"topic {shown(name)}: only characters %a-zA-Z0-9_-"
+        )
     if name.startswith(SYSTEM_TOPIC_PREFIXES) and not (
         allow_dead_letter and name.startswith(DLQ_TOPIC_PREFIX)
     ):
@@ -81,7 +92,7 @@ def validate_group(name: str) -> None:
     if not name or len(name) > GROUP_LENGTH_MAX or not GROUP_PATTERN.fullmatch(name):
         raise ProtocolError(
             Code.ILLEGAL_CONSUMER_GROUP,
-            f"group {name!r}: 1..{GROUP_LENGTH_MAX} characters of %a-zA-Z0-9_-",
+            f"group {shown(name)}: 1..{GROUP_LENGTH_MAX} characters of %a-zA-Z0-9_-",
         )
 
 
@@ -91,18 +102,29 @@ def message_type_of(msg: pb.Message) -> TopicMessageType:
         raise ProtocolError(
             Code.BAD_REQUEST,
             "message_type: one of NORMAL, FIFO, DELAY, TRANSACTION "
-            f"(got {pb.MessageType.Name(msg.system_properties.message_type)})",
+            f"(got {_type_name(msg.system_properties.message_type)})",
         )
     return kind
 
 
+def _type_name(value: int) -> str:
+    try:
+        return str(pb.MessageType.Name(value))
+    except ValueError:  # an enum value this protocol version does not know
+        return str(value)
+
+
 def validate_message(
-    msg: pb.Message, max_body_bytes: int, delay_max_ms: int, now_ms: int | None = None
+    msg: pb.Message,
+    max_body_bytes: int,
+    delay_max_ms: int,
+    queue_nums: int,
+    now_ms: int | None = None,
 ) -> None:
+    """``queue_nums``: the topic's queue count, which ``queue_id`` must be below."""
     validate_topic(msg.topic.name)
     sp = msg.system_properties
-    if not sp.message_id.strip():
-        raise ProtocolError(Code.ILLEGAL_MESSAGE_ID, "message_id is blank")
+    validate_message_id(sp.message_id)
     if not msg.body:
         raise ProtocolError(Code.MESSAGE_BODY_EMPTY, "body is empty (1 byte at least)")
     if len(msg.body) > max_body_bytes:
@@ -110,18 +132,79 @@ def validate_message(
             Code.MESSAGE_BODY_TOO_LARGE,
             f"body is {len(msg.body)} bytes (limit max_message_size_bytes={max_body_bytes})",
         )
+    if not 0 <= sp.queue_id < queue_nums:
+        raise ProtocolError(
+            Code.BAD_REQUEST,
+            f"system_properties.queue_id {sp.queue_id} is not a queue of topic "
+            f"{msg.topic.name!r} (0..{queue_nums - 1})",
+        )
+    _validate_properties(msg)
+    _validate_type(msg, message_type_of(msg))
+    now = now_ms if now_ms is not None else time.time_ns() // 1_000_000
+    if sp.HasField("born_timestamp"):
+        timestamp_ms_of(sp.born_timestamp, "born_timestamp", Code.BAD_REQUEST)
+    if sp.HasField("delivery_timestamp"):
+        deliver_ms = timestamp_ms_of(
+            sp.delivery_timestamp, "delivery_timestamp", Code.ILLEGAL_DELIVERY_TIME
+        )
+        if deliver_ms > now + delay_max_ms:
+            raise ProtocolError(
+                Code.ILLEGAL_DELIVERY_TIME,
+                f"delivery_timestamp is {(deliver_ms - now) // 1000} s ahead "
+                f"(limit delay_max_ms={delay_max_ms})",
+            )
+        if deliver_ms < now - DELIVERY_TIME_PAST_MS_MAX:
+            raise ProtocolError(
+                Code.ILLEGAL_DELIVERY_TIME,
+                f"delivery_timestamp is {(now - deliver_ms) // 1000} s in the past "
+                f"(limit DELIVERY_TIME_PAST_MS_MAX={DELIVERY_TIME_PAST_MS_MAX})",
+            )
+
+
+def _validate_type(msg: pb.Message, kind: TopicMessageType) -> None:
+    """A message's type agrees with its properties, as the clients build them (spec §5.1)."""
+    sp = msg.system_properties
+    has_group = sp.HasField("message_group")
+    if kind is TopicMessageType.FIFO and not has_group:
+        raise ProtocolError(
+            Code.ILLEGAL_MESSAGE_GROUP, "message_group is required for a FIFO message"
+        )
+    if has_group and kind is not TopicMessageType.FIFO:
+        raise ProtocolError(
+            Code.MESSAGE_PROPERTY_CONFLICT_WITH_TYPE,
+            f"message_group is set on a {kind.value} message (only FIFO messages have one)",
+        )
+    has_delivery_time = sp.HasField("delivery_timestamp")
+    if kind is TopicMessageType.DELAY and not (
+        has_delivery_time or DELAY_LEVEL_PROPERTY in msg.user_properties
+    ):
+        raise ProtocolError(
+            Code.ILLEGAL_DELIVERY_TIME,
+            "delivery_timestamp (or a DELAY level property) is required for a DELAY message",
+        )
+    if has_delivery_time and kind is not TopicMessageType.DELAY:
+        raise ProtocolError(
+            Code.MESSAGE_PROPERTY_CONFLICT_WITH_TYPE,
+            f"delivery_timestamp is set on a {kind.value} message (only DELAY messages have one)",
+        )
+
+
+def _validate_properties(msg: pb.Message) -> None:
+    sp = msg.system_properties
     props_bytes = 0
     if sp.HasField("tag"):
         tag = sp.tag
         if not tag.strip() or "|" in tag or CONTROL_CHARACTERS.search(tag):
             raise ProtocolError(
-                Code.ILLEGAL_MESSAGE_TAG, f"tag {tag!r}: not blank, no '|', no control characters"
+                Code.ILLEGAL_MESSAGE_TAG,
+                f"tag {shown(tag)}: not blank, no '|', no control characters",
             )
         props_bytes += len(tag.encode())
     for key in sp.keys:
         if not key.strip() or CONTROL_CHARACTERS.search(key) or " " in key:
             raise ProtocolError(
-                Code.ILLEGAL_MESSAGE_KEY, f"key {key!r}: not blank, no spaces or control characters"
+                Code.ILLEGAL_MESSAGE_KEY,
+                f"key {shown(key)}: not blank, no spaces or control characters",
             )
         props_bytes += len(key.encode())
     if sp.HasField("message_group"):
@@ -133,7 +216,7 @@ def validate_message(
         ):
             raise ProtocolError(
                 Code.ILLEGAL_MESSAGE_GROUP,
-                f"message_group {group!r}: 1..{MESSAGE_GROUP_BYTES_MAX - 1} bytes, "
+                f"message_group {shown(group)}: 1..{MESSAGE_GROUP_BYTES_MAX - 1} bytes, "
                 "no control characters",
             )
     if len(msg.user_properties) > USER_PROPERTIES_COUNT_MAX:
@@ -145,19 +228,23 @@ def validate_message(
     for name, value in msg.user_properties.items():
         if not name or name in RESERVED_PROPERTY_NAMES:
             raise ProtocolError(
-                Code.ILLEGAL_MESSAGE_PROPERTY_KEY, f"user property {name!r} is a reserved name"
+                Code.ILLEGAL_MESSAGE_PROPERTY_KEY,
+                f"user property {shown(name)} is a reserved name",
             )
         if CONTROL_CHARACTERS.search(name) or CONTROL_CHARACTERS.search(value):
             raise ProtocolError(
                 Code.ILLEGAL_MESSAGE_PROPERTY_KEY,
-                f"user property {name!r}: no control characters in name or value",
+                f"user property {shown(name)}: no control characters in name or value",
             )
         if name == DELAY_LEVEL_PROPERTY and not (
-            value.isdigit() and 1 <= int(value) <= DELAY_LEVEL_MAX
+            len(value) <= 2
+            and value.isascii()
+            and value.isdigit()
+            and 1 <= int(value) <= DELAY_LEVEL_MAX
         ):
             raise ProtocolError(
                 Code.ILLEGAL_DELIVERY_TIME,
-                f"user property DELAY {value!r}: a delay level 1..{DELAY_LEVEL_MAX}",
+                f"user property DELAY {shown(value)}: a delay level 1..{DELAY_LEVEL_MAX}",
             )
         props_bytes += len(name.encode()) + len(value.encode())
     if props_bytes > PROPERTIES_BYTES_MAX:
@@ -165,12 +252,3 @@ def validate_message(
             Code.MESSAGE_PROPERTIES_TOO_LARGE,
             f"tag, keys and user properties are {props_bytes} bytes (limit {PROPERTIES_BYTES_MAX})",
         )
-    if sp.HasField("delivery_timestamp"):
-        deliver_ms = sp.delivery_timestamp.seconds * 1000 + sp.delivery_timestamp.nanos // 1_000_000
-        now = now_ms if now_ms is not None else time.time_ns() // 1_000_000
-        if deliver_ms > now + delay_max_ms:
-            raise ProtocolError(
-                Code.ILLEGAL_DELIVERY_TIME,
-                f"delivery_timestamp is {(deliver_ms - now) // 1000} s ahead "
-                f"(limit delay_max_ms={delay_max_ms})",
-            )
