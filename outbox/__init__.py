@@ -14,6 +14,7 @@ from outbox.errors import (
     OutboxConfigError,
     OutboxError,
     OutboxFullError,
+    OutboxNoSpaceError,
     OutboxUnavailableError,
 )
 from outbox.factory import open_outbox
@@ -30,6 +31,7 @@ __all__ = [
     "OutboxFullError",
     "OutboxLimits",
     "OutboxMessage",
+    "OutboxNoSpaceError",
     "OutboxStats",
     "OutboxUnavailableError",
     "SpoolCause",

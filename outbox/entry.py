@@ -5,8 +5,12 @@ An entry's life::
     put ──► PENDING ──claim_due──► leased ──mark_delivered──► DELIVERED (a tombstone, no body)
                ▲                     │  ├──reschedule──► PENDING, attempts + 1, later next send
                │                     │  └──bury────────► DEAD (last error kept)
-               │                     └──lease expires / release──► PENDING, unchanged
+               │                     ├──release──► PENDING, unchanged
+               │                     └──lease expires, expire_leases──► PENDING, maybe_stored
                └──────────── requeue ◄── DEAD
+
+An expired lease's holder may have sent the message before it died: the entry is
+``maybe_stored`` from then on, and its resend asks the broker's index first.
 
 ``seq`` is assigned by the backend at ``put``, increasing: it orders a FIFO group's entries, and
 ``scan``/``export`` page by it.
@@ -81,7 +85,8 @@ class OutboxEntry:
     created_ms: int
     next_send_time_ms: int
     state: EntryState = EntryState.PENDING
-    # An ambiguous send: check the broker's index by message id before resending.
+    # An ambiguous send, or a lease that ended with no outcome recorded: check the broker's
+    # index by message id before resending.
     maybe_stored: bool = False
     attempts: int = 0
     last_error: str = ""

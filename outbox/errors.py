@@ -3,6 +3,9 @@ SQLAlchemy) into these at one place, chained with ``from``.
 
     OutboxError                      base; ``retriable`` says whether trying later can help
     ├── OutboxUnavailableError       the backend cannot be reached or written (retriable)
+    │   └── OutboxNoSpaceError       its storage has no room for new entries (a full disk,
+    │                                Redis at maxmemory): puts are refused, while what it
+    │                                holds is still claimed and delivered (retriable)
     ├── OutboxFullError              ``outbox_entries_max`` / ``outbox_bytes_max`` reached
     │                                (retriable after ``retry_after_ms``)
     ├── OutboxConfigError            a bad URL or limit (not retriable)
@@ -18,6 +21,12 @@ class OutboxError(Exception):
 
 class OutboxUnavailableError(OutboxError):
     retriable = True
+
+
+class OutboxNoSpaceError(OutboxUnavailableError):
+    """The backend's storage is full: new entries are refused until it has room again, while
+    claims and deliveries, which shrink the outbox, go on (each backend's docstring says how
+    far). Not ``OutboxFullError``: no bound of ours was reached, the storage under it was."""
 
 
 class OutboxFullError(OutboxError):

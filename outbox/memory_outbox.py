@@ -28,7 +28,7 @@ from outbox.entry import (
 )
 from outbox.errors import OutboxConfigError, OutboxUnavailableError
 from outbox.factory import redact
-from outbox.outbox import Outbox, check_put_entries
+from outbox.outbox import Outbox, check_owner_prefix, check_put_entries
 
 
 class MemoryOutbox(Outbox):
@@ -114,10 +114,25 @@ class MemoryOutbox(Outbox):
             due.sort(key=lambda e: (due_score(e), e.seq))
             claimed = []
             for entry in due[: max(limit, 0)]:
-                leased = replace(entry, lease_owner=owner, lease_until_ms=now_ms + lease_ms)
+                leased = claimed_entry(entry, owner, now_ms + lease_ms)
                 self._store(leased)
                 claimed.append(leased)
             return claimed
+
+    def expire_leases(self, owner_prefix: str, now_ms: int) -> int:
+        check_owner_prefix(owner_prefix)
+        with self._lock:
+            self._check_open()
+            dead = [
+                e
+                for e in self._entries.values()
+                if e.state is EntryState.PENDING
+                and e.lease_owner is not None
+                and e.lease_owner.startswith(owner_prefix)
+            ]
+            for entry in dead:
+                self._store(lease_ended(entry))
+            return len(dead)
 
     def mark_delivered(self, message_id: str, receipt: DeliveryReceipt) -> bool:
         with self._lock:
@@ -310,6 +325,22 @@ def due_score(entry: OutboxEntry) -> int:
     if entry.lease_owner is None:
         return entry.next_send_time_ms
     return max(entry.next_send_time_ms, entry.lease_until_ms)
+
+
+def claimed_entry(entry: OutboxEntry, owner: str, lease_until_ms: int) -> OutboxEntry:
+    """``entry`` leased to ``owner``. Over an expired lease (its owner is still set: no outcome
+    was recorded) it is ``maybe_stored``: the holder may have sent it before it died."""
+    return evolve(
+        entry,
+        lease_owner=owner,
+        lease_until_ms=lease_until_ms,
+        maybe_stored=entry.maybe_stored or entry.lease_owner is not None,
+    )
+
+
+def lease_ended(entry: OutboxEntry) -> OutboxEntry:
+    """``expire_leases``' change: unleased, due at its next send time, and ``maybe_stored``."""
+    return evolve(entry, lease_owner=None, lease_until_ms=0, maybe_stored=True)
 
 
 def with_seq(entry: OutboxEntry, seq: int) -> OutboxEntry:

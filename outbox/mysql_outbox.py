@@ -27,6 +27,16 @@ Concurrency, in READ COMMITTED (each statement sees what was committed before it
   claim) and tests again in a fresh view: claims and requeues of a group commit before they give
   its lock up, so this view holds whatever they did. Without it, a claim whose snapshot predates
   a requeue could send the requeued entry's successor beside it.
+- ``expire_leases``: a consistent read finds the PENDING rows leased to the prefix (by
+  ``ix_state_seq``: every PENDING row, once, at a sidecar's start), then an UPDATE by primary
+  key, ``IN_LIST_MAX`` at a time, ends those whose owner still matches, so that no other
+  sidecar's claims wait for a lock on a row that is not the prefix's.
+
+A full disk: InnoDB refuses what needs new pages (``put``'s INSERTs: "The table is full", or
+the server's disk-full error), answered OutboxNoSpaceError, while updates in place (claims,
+reschedules, tombstones, which shrink a row) mostly still fit in the pages the table has. A
+server that must write anything else first (binary log, undo, temporary tables on that disk)
+refuses those too: the drain then waits for room, as it does for a server that is down.
 """
 
 from __future__ import annotations
@@ -48,6 +58,7 @@ from outbox.errors import (
     OutboxConfigError,
     OutboxError,
     OutboxFullError,
+    OutboxNoSpaceError,
     OutboxUnavailableError,
 )
 from outbox.factory import redact
@@ -70,7 +81,7 @@ from outbox.mysql_schema import (
     row_to_entry,
     tables,
 )
-from outbox.outbox import Outbox, check_put_entries
+from outbox.outbox import Outbox, check_owner_prefix, check_put_entries
 
 _T = TypeVar("_T")
 
@@ -100,6 +111,10 @@ WRITE_TIMEOUT_S = 30
 LOCK_WAIT_TIMEOUT_S = 10
 
 _NO_RECEIPT = DeliveryReceipt(queue_id=0, queue_offset=0, delivered_ms=0)
+# Server errors of a full disk: ER_DISK_FULL, ER_RECORD_FILE_FULL ("The table is full"), and
+# ER_ERROR_ON_WRITE when it quotes ENOSPC (errno 28).
+_NO_SPACE_ERRORS = frozenset({1021, 1114})
+_ER_ERROR_ON_WRITE = 1026
 
 
 class MySQLOutbox(Outbox):
@@ -152,6 +167,11 @@ class MySQLOutbox(Outbox):
             yield
         except sa_exc.DBAPIError as e:
             reason = "connection lost" if e.connection_invalidated else type(e.orig).__name__
+            if _no_space(e.orig):
+                raise OutboxNoSpaceError(
+                    f"MySQL outbox {self._where}: {operation} failed: the server's disk is "
+                    f"full: {e.orig}"
+                ) from e
             raise OutboxUnavailableError(
                 f"MySQL outbox {self._where}: {operation} failed ({reason}): {e.orig}"
             ) from e
@@ -412,6 +432,31 @@ class MySQLOutbox(Outbox):
         # Soonest due first: by due_ms, when each became claimable (for an entry whose lease
         # ran out, the lease's end).
         return [claimed_row_to_entry(row, owner, lease_until_ms) for row in candidates]
+
+    def expire_leases(self, owner_prefix: str, now_ms: int) -> int:
+        check_owner_prefix(owner_prefix)
+        t = self._entries
+        owned = t.c.lease_owner.startswith(owner_prefix, autoescape=True)
+        with self._transaction("expire_leases") as conn:
+            seqs = conn.execute(
+                sa.select(t.c.seq)
+                .with_hint(t, "FORCE INDEX (ix_state_seq)")
+                .where(t.c.state == PENDING, owned)
+            ).scalars().all()  # fmt: skip
+        ended = 0
+        for batch in _chunks(seqs, IN_LIST_MAX):
+            with self._transaction("expire_leases") as conn:
+                ended += conn.execute(
+                    t.update()
+                    .where(t.c.seq.in_(batch), t.c.state == PENDING, owned)
+                    .values(
+                        maybe_stored=True,
+                        due_ms=t.c.next_send_time_ms,
+                        lease_owner=None,
+                        lease_until_ms=0,
+                    )
+                ).rowcount
+        return ended
 
     def _confirm_fifo_heads(
         self, locks: _GroupLocks, fifo: Sequence[Mapping[Any, Any]], now_ms: int
@@ -782,6 +827,15 @@ def _engine(url: URL) -> Engine:
         isolation_level="READ COMMITTED",
         connect_args=connect_args,
     )
+
+
+def _no_space(error: BaseException | None) -> bool:
+    """A driver error saying the server's disk (or the table's tablespace) is full."""
+    args = getattr(error, "args", ())
+    code = args[0] if args and isinstance(args[0], int) else None
+    if code in _NO_SPACE_ERRORS:
+        return True
+    return code == _ER_ERROR_ON_WRITE and "errno: 28" in str(error)
 
 
 def _chunks(items: Sequence[_T], size: int) -> Iterator[Sequence[_T]]:

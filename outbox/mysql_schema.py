@@ -263,13 +263,18 @@ class Statements:
         )
         self.claim_confirm = sa.select(t.c.seq).where(t.c.seq.in_(seqs), fifo_claimable(t, now_ms))
         lease_until_ms = sa.bindparam("lease_until_ms", type_=sa.BigInteger)
+        # An entry taken over an expired lease (its owner still set: no outcome recorded) may
+        # have been sent: maybe_stored. Set first: MySQL assigns left to right, so a later
+        # assignment would see the new owner (MariaDB's SIMULTANEOUS_ASSIGNMENT the old: both
+        # read the old owner this way).
         self.claim_lease = (
             t.update()
             .where(t.c.seq.in_(seqs))
-            .values(
-                lease_owner=sa.bindparam("owner", type_=sa.String),
-                lease_until_ms=lease_until_ms,
-                due_ms=lease_until_ms,
+            .ordered_values(
+                (t.c.maybe_stored, sa.or_(t.c.maybe_stored, t.c.lease_owner.is_not(None))),
+                (t.c.lease_owner, sa.bindparam("owner", type_=sa.String)),
+                (t.c.lease_until_ms, lease_until_ms),
+                (t.c.due_ms, lease_until_ms),
             )
         )
         self._tombstones: dict[int, sa.Update] = {}
@@ -376,7 +381,7 @@ def entry_to_row(entry: OutboxEntry) -> dict[str, Any]:
 CLAIM_COLUMNS = (
     "seq", "message_id", "topic", "message_group", "tag", "keys_json", "properties_json",
     "delivery_timestamp_ms", "born_timestamp_ms", "body", "cause", "maybe_stored", "attempts",
-    "last_error", "created_ms", "next_send_time_ms", "state_changed_ms",
+    "last_error", "created_ms", "next_send_time_ms", "state_changed_ms", "lease_owner",
 )  # fmt: skip
 
 
@@ -395,8 +400,12 @@ def row_to_entry(row: Any) -> OutboxEntry:
 
 
 def claimed_row_to_entry(row: Any, lease_owner: str, lease_until_ms: int) -> OutboxEntry:
-    """The entry a claim read (CLAIM_COLUMNS), under the lease the claim wrote."""
-    return _entry(row, EntryState.PENDING, lease_owner, lease_until_ms, None)
+    """The entry a claim read (CLAIM_COLUMNS), under the lease the claim wrote: maybe stored
+    when it was taken over an expired lease, as ``claim_lease`` wrote it."""
+    entry = _entry(row, EntryState.PENDING, lease_owner, lease_until_ms, None)
+    if row["lease_owner"] is not None and not entry.maybe_stored:
+        return replace(entry, maybe_stored=True)
+    return entry
 
 
 def _entry(

@@ -21,6 +21,15 @@ Promises:
   under a live lease, soonest due first. While leased, no other claim returns them. A FIFO entry
   (one with a message group) is claimable only when it is the lowest-``seq`` PENDING entry of its
   (topic, message group): so a group has at most one entry in flight and leaves in order.
+- An entry claimed over an expired lease, one whose holder recorded no outcome (no reschedule,
+  release, bury or delivery), may have been sent: it is claimed with ``maybe_stored=True``, and
+  stays so (the claimed entry and the stored one both say it), so that its resend asks the
+  broker's index before sending it again.
+- ``expire_leases(owner_prefix, now_ms)`` ends the lease of every PENDING entry whose lease owner
+  starts with ``owner_prefix``, live or expired, as if its holder had died: the entry is unleased,
+  claimable again at its next send time, with ``maybe_stored=True``. A sidecar ends its own dead
+  incarnation's leases so at start (owners are ``<sidecar id>/<incarnation>``), rather than wait
+  them out.
 - ``reschedule``, ``bury`` and ``release`` act only for the lease's owner and return False
   otherwise (the lease expired and another worker may hold the entry now). ``mark_delivered`` acts
   on any PENDING entry whatever its lease: the broker has the message, that is a fact.
@@ -30,6 +39,10 @@ Promises:
   read at once and cheaply (an index, not every entry, where the backend allows): the sidecar
   loads its FIFO fence from it.
 - The bound (``OutboxLimits``) counts PENDING and DEAD entries and their body bytes.
+- Storage that runs out of room refuses ``put`` with ``OutboxNoSpaceError`` (and
+  ``check_writable`` raises it), while claims and the changes that follow them, deliveries first,
+  go on as far as the backend can make them: a full disk stops new spools, not the drain. Each
+  backend's docstring says how far.
 """
 
 from __future__ import annotations
@@ -115,6 +128,12 @@ class Outbox(abc.ABC):
         """Lease up to ``limit`` due entries to ``owner`` until ``now_ms + lease_ms``."""
 
     @abc.abstractmethod
+    def expire_leases(self, owner_prefix: str, now_ms: int) -> int:
+        """End the lease of every PENDING entry leased to an owner starting with
+        ``owner_prefix`` (live or expired): unleased, due at its next send time, and
+        ``maybe_stored``. Returns how many there were."""
+
+    @abc.abstractmethod
     def mark_delivered(self, message_id: str, receipt: DeliveryReceipt) -> bool:
         """PENDING → DELIVERED tombstone. False when the entry is not PENDING (or absent)."""
 
@@ -173,7 +192,8 @@ class Outbox(abc.ABC):
 
     @abc.abstractmethod
     def check_writable(self) -> None:
-        """Raise OutboxUnavailableError unless a ``put`` could succeed now (readiness)."""
+        """Raise OutboxUnavailableError unless a ``put`` could succeed now (readiness);
+        OutboxNoSpaceError when the storage has no room for it."""
 
     @abc.abstractmethod
     def close(self) -> None: ...
@@ -193,6 +213,12 @@ class Outbox(abc.ABC):
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def check_owner_prefix(owner_prefix: str) -> None:
+    """What ``expire_leases`` takes, on every backend: a prefix naming some owners, not all."""
+    if not owner_prefix:
+        raise ValueError("expire_leases needs a non-empty owner prefix (it would end every lease)")
 
 
 def check_put_entries(entries: Sequence[OutboxEntry]) -> None:

@@ -23,10 +23,11 @@ Keys (``P`` is the prefix)::
 
     P:e:<message_id>        hash: id, meta, body (raw bytes), size, state, seq, attempts, err,
                             nst, owner, lease, changed, created, grp, and once delivered q_id,
-                            q_off, d_ms, durable. meta is the JSON list of the fields that never
-                            change:
+                            q_off, d_ms, durable; ms = 1 once a lease of it ended with no outcome
+                            recorded (maybe stored, whatever meta says). meta is the JSON list of
+                            the fields that never change:
                             [topic, tag, keys, message_group, delivery_timestamp_ms, properties,
-                            born_timestamp_ms, cause, maybe_stored]
+                            born_timestamp_ms, cause, maybe_stored (as put)]
     P:due                   zset <seq, 16 digits><message_id> → due score: the next send time,
                             or the lease's end while leased. Only PENDING entries a claim may
                             take: those without a group and each group's head, so "what is due"
@@ -52,6 +53,19 @@ all-or-nothing on its own. ``mark_delivered_many`` is one script call (per
 
 A requeued FIFO entry older than its group's leased head is due when that lease ends rather than
 at once, so that the group never has two entries in flight.
+
+``expire_leases`` pages through ``P:leases`` (the entries under a lease: as many as resends in
+flight over every sidecar sharing the outbox), ``EXPIRE_BATCH_MAX`` an atomic script call. A
+lease that another sidecar moves meanwhile may be passed over: it then ends at its lease's end,
+and its entry is claimed maybe stored all the same.
+
+A full Redis (``maxmemory`` with the ``noeviction`` policy, the only one that keeps an outbox
+whole): ``put`` is refused with OutboxNoSpaceError, while claims, their settlements, tombstones
+and purges go on (Redis 7: their scripts are flagged ``allow-oom``, outbox/redis_scripts.py) and
+free the bodies they deliver. On Redis 6 the flag does not exist: claims are refused at
+``maxmemory`` too, and the drain waits for room. A Redis that refuses writes for a failed
+snapshot (``MISCONF``, a full disk under its RDB) refuses every script: the outbox is
+unavailable until it can write again.
 """
 
 from __future__ import annotations
@@ -59,6 +73,7 @@ from __future__ import annotations
 import contextlib
 import json
 from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
 from typing import Any, cast
 from urllib.parse import parse_qsl, urlencode, urlsplit
 
@@ -75,11 +90,16 @@ from outbox.entry import (
     OutboxStats,
     SpoolCause,
 )
-from outbox.errors import OutboxConfigError, OutboxError, OutboxUnavailableError
+from outbox.errors import (
+    OutboxConfigError,
+    OutboxError,
+    OutboxNoSpaceError,
+    OutboxUnavailableError,
+)
 from outbox.factory import redact
 from outbox.group_commit import GroupCommitter, Result
 from outbox.memory_outbox import check_claim_args, check_purge_state, with_seq
-from outbox.outbox import Outbox, check_put_entries
+from outbox.outbox import Outbox, check_owner_prefix, check_put_entries
 
 PREFIX_DEFAULT = "rocketbox:outbox"
 # Connections the sidecar's threads share; a caller beyond them waits up to the timeout.
@@ -93,9 +113,13 @@ DELIVER_BATCH_MAX = 1_000
 PURGE_BATCH_MAX = 10_000
 REQUEUE_BATCH_MAX = 1_000
 RETRY_NOW_BATCH_MAX = 1_000
+# P:leases members one expire_leases script call looks at.
+EXPIRE_BATCH_MAX = 1_000
 
 
 def _translated_error(e: rex.RedisError, what: str) -> OutboxError:
+    if isinstance(e, rex.OutOfMemoryError):
+        return OutboxNoSpaceError(f"redis outbox {what}: the server is at its maxmemory: {e}")
     transient = (
         rex.ConnectionError,
         rex.TimeoutError,
@@ -121,14 +145,17 @@ class RedisOutbox(Outbox):
         self._where = where
         self._client = client
         self._closed = False
+        # Until a server says it cannot compile ALLOW_OOM (Redis 6).
+        self._allow_oom = True
         self._put_script = _script(client, redis_scripts.PUT)
-        self._claim_script = _script(client, redis_scripts.CLAIM)
-        self._delivered_script = _script(client, redis_scripts.DELIVERED)
-        self._bury_script = _script(client, redis_scripts.BURY)
-        self._unlease_script = _script(client, redis_scripts.UNLEASE)
+        self._claim_script = _script(client, redis_scripts.CLAIM, allow_oom=True)
+        self._delivered_script = _script(client, redis_scripts.DELIVERED, allow_oom=True)
+        self._bury_script = _script(client, redis_scripts.BURY, allow_oom=True)
+        self._unlease_script = _script(client, redis_scripts.UNLEASE, allow_oom=True)
+        self._expire_script = _script(client, redis_scripts.EXPIRE_LEASES, allow_oom=True)
         self._requeue_script = _script(client, redis_scripts.REQUEUE)
-        self._retry_now_script = _script(client, redis_scripts.RETRY_NOW)
-        self._purge_script = _script(client, redis_scripts.PURGE)
+        self._retry_now_script = _script(client, redis_scripts.RETRY_NOW, allow_oom=True)
+        self._purge_script = _script(client, redis_scripts.PURGE, allow_oom=True)
         self._scan_script = _script(client, redis_scripts.SCAN)
         self._pending_groups_script = _script(client, redis_scripts.PENDING_GROUPS)
         self._stats_script = _script(client, redis_scripts.STATS)
@@ -192,6 +219,17 @@ class RedisOutbox(Outbox):
         args = [now_ms, min(limit, CLAIM_BATCH_MAX), now_ms + lease_ms, owner]
         claimed = self._run(self._claim_script, "claim_due", args)
         return [_entry_from_hash(_pairs(flat)) for flat in claimed]
+
+    def expire_leases(self, owner_prefix: str, now_ms: int) -> int:
+        check_owner_prefix(owner_prefix)
+        ended_total, start = 0, 0
+        while True:
+            args = [owner_prefix, start, EXPIRE_BATCH_MAX]
+            ended, kept = (int(n) for n in self._run(self._expire_script, "expire_leases", args))
+            ended_total += ended
+            if ended + kept < EXPIRE_BATCH_MAX:
+                return ended_total
+            start += kept
 
     def mark_delivered(self, message_id: str, receipt: DeliveryReceipt) -> bool:
         (delivered,) = self.mark_delivered_many([(message_id, receipt)])
@@ -336,7 +374,7 @@ class RedisOutbox(Outbox):
         return results
 
     def _run_by_ids(
-        self, script: Any, what: str, now_ms: int, message_ids: Sequence[str], batch_max: int
+        self, script: _Lua, what: str, now_ms: int, message_ids: Sequence[str], batch_max: int
     ) -> int:
         """A script taking (now_ms, ids...), run on ``batch_max`` ids at a time: each batch is
         atomic, and no call holds the server for long. Returns the sum of the answers."""
@@ -346,10 +384,17 @@ class RedisOutbox(Outbox):
             for i in range(0, len(ids), batch_max)
         )
 
-    def _run(self, script: Any, what: str, args: Sequence[Any]) -> Any:
+    def _run(self, script: _Lua, what: str, args: Sequence[Any]) -> Any:
         self._check_open()
         with self._errors(what):
-            return script(keys=[], args=[self.prefix, *args])
+            if script.allow_oom is not None and self._allow_oom:
+                try:
+                    return script.allow_oom(keys=[], args=[self.prefix, *args])
+                except rex.ResponseError as e:
+                    if "Error compiling script" not in str(e):
+                        raise
+                    self._allow_oom = False  # Redis 6: no script flags
+            return script.plain(keys=[], args=[self.prefix, *args])
 
     def _check_open(self) -> None:
         if self._closed:
@@ -367,8 +412,18 @@ class RedisOutbox(Outbox):
             raise _translated_error(e, f"{self._where} {what}") from e
 
 
-def _script(client: redis.Redis, body: str) -> Any:
-    return client.register_script(redis_scripts.PRELUDE + body)
+@dataclass(frozen=True, slots=True)
+class _Lua:
+    """One operation's script, and the same flagged to run at maxmemory (None: never so)."""
+
+    plain: Any
+    allow_oom: Any | None
+
+
+def _script(client: redis.Redis, body: str, *, allow_oom: bool = False) -> _Lua:
+    source = redis_scripts.PRELUDE + body
+    flagged = client.register_script(redis_scripts.ALLOW_OOM + source) if allow_oom else None
+    return _Lua(client.register_script(source), flagged)
 
 
 def _group_name(topic: str, message_group: str) -> str:
@@ -417,7 +472,7 @@ def _pairs(flat: Sequence[bytes]) -> dict[bytes, bytes]:
 
 
 def _entry_from_hash(fields: dict[bytes, bytes]) -> OutboxEntry:
-    topic, tag, keys, group, delivery_ts, properties, born_ms, cause, maybe_stored = json.loads(
+    topic, tag, keys, group, delivery_ts, properties, born_ms, cause, put_maybe_stored = json.loads(
         fields[b"meta"]
     )
     owner = fields[b"owner"].decode()
@@ -445,7 +500,7 @@ def _entry_from_hash(fields: dict[bytes, bytes]) -> OutboxEntry:
         created_ms=int(fields[b"created"]),
         next_send_time_ms=int(fields[b"nst"]),
         state=EntryState(fields[b"state"].decode()),
-        maybe_stored=maybe_stored,
+        maybe_stored=put_maybe_stored or fields.get(b"ms") == b"1",
         attempts=int(fields[b"attempts"]),
         last_error=fields[b"err"].decode(),
         seq=int(fields[b"seq"]),

@@ -7,9 +7,20 @@ the script (standalone or replicated Redis; on Redis Cluster, give the prefix a 
 
 Numbers travel as strings where Lua would otherwise turn them into doubles printed with 14
 significant digits.
+
+``ALLOW_OOM`` is the first line of the scripts that take no new room (claims, the changes that
+settle a claimed entry, tombstones, purges): on Redis 7 they run at ``maxmemory`` too, so that
+a full Redis refuses new entries (PUT, whose first write is refused there) but not the drain,
+which frees the bodies it delivers. Without the flag a claim's first write would be refused
+alike. (A script without it is refused only at its first write command that may grow memory:
+once it has written, Redis lets it finish, so none is ever cut halfway.)
 """
 
 from __future__ import annotations
+
+# Redis 7's script flags (a shebang line); Redis 6 cannot compile it (the outbox then runs the
+# scripts without it).
+ALLOW_OOM = "#!lua flags=allow-oom\n"
 
 # Shared by every script: ARGV[1] is the prefix.
 PRELUDE = """
@@ -140,7 +151,8 @@ return reply
 
 # ARGV: prefix, now_ms, limit, lease_until_ms, owner. Returns the claimed entries' HGETALLs.
 # Anything in P:due that is not a claimable entry (it cannot be, unless the keys were edited by
-# hand) is dropped from it rather than claimed.
+# hand) is dropped from it rather than claimed. An entry taken over an expired lease (its owner
+# still set: no outcome was recorded) gets ms = 1: maybe stored.
 CLAIM = """
 local now, limit, lease_until, owner = ARGV[2], tonumber(ARGV[3]), ARGV[4], ARGV[5]
 local claimed = {}
@@ -150,7 +162,7 @@ while #claimed < limit do
   for _, member in ipairs(members) do
     local id = member_id(member)
     local h = ekey(id)
-    local f = redis.call('HMGET', h, 'state', 'grp')
+    local f = redis.call('HMGET', h, 'state', 'grp', 'owner')
     local head = true
     if f[1] == 'PENDING' and f[2] ~= '' then
       head = redis.call('ZRANGE', P .. ':g:' .. f[2], 0, 0)[1] == id
@@ -158,6 +170,7 @@ while #claimed < limit do
     if f[1] ~= 'PENDING' or not head then
       redis.call('ZREM', DUE, member)
     else
+      if f[3] and f[3] ~= '' then redis.call('HSET', h, 'ms', '1') end
       redis.call('HSET', h, 'owner', owner, 'lease', lease_until)
       redis.call('ZADD', DUE, lease_until, member)
       redis.call('ZADD', LEASES, lease_until, id)
@@ -227,6 +240,29 @@ if redis.call('ZSCORE', DUE, dmember(f[3], id)) then
   redis.call('ZADD', DUE, redis.call('HGET', h, 'nst'), dmember(f[3], id))
 end
 return 1
+"""
+
+# ARGV: prefix, owner_prefix, start, count. Ends the leases among the P:leases members of rank
+# start .. start + count - 1 whose owner starts with owner_prefix: unleased, maybe stored
+# (ms = 1), due at their next send time. Returns {ended, kept}: the next page starts at
+# start + kept (the ended ones left P:leases).
+EXPIRE_LEASES = """
+local owner_prefix, start, count = ARGV[2], tonumber(ARGV[3]), tonumber(ARGV[4])
+local ids = redis.call('ZRANGE', LEASES, start, start + count - 1)
+local ended = 0
+for _, id in ipairs(ids) do
+  local h = ekey(id)
+  local f = redis.call('HMGET', h, 'state', 'owner', 'seq', 'nst')
+  if f[1] == 'PENDING' and f[2] and f[2] ~= ''
+      and string.sub(f[2], 1, #owner_prefix) == owner_prefix then
+    redis.call('HSET', h, 'owner', '', 'lease', 0, 'ms', '1')
+    redis.call('ZREM', LEASES, id)
+    local member = dmember(f[3], id)
+    if redis.call('ZSCORE', DUE, member) then redis.call('ZADD', DUE, f[4], member) end
+    ended = ended + 1
+  end
+end
+return {ended, #ids - ended}
 """
 
 # ARGV: prefix, now_ms, ids... Returns how many DEAD entries became PENDING.

@@ -76,6 +76,8 @@ FLOOR_PREFIXES = (
 GROUP_NAME_BYTES_MAX = 0xFFFF
 # Stale heap items (leases that changed) beyond this many times the live leases: rebuild it.
 LEASE_HEAP_SLACK = 2
+# The in-memory end of a lease whose holder is gone (found at open): before any claim's now.
+DEAD_LEASE_UNTIL_MS = 0
 
 
 def u64(n: int) -> bytes:
@@ -264,6 +266,13 @@ class State:
             return
         self.leases[entry.message_id] = (entry.lease_until_ms, entry.seq)
         self.arm(entry.message_id)
+
+    def end_lease(self, message_id: str) -> None:
+        """The lease's holder is gone: the entry is claimable at once, as over any expired
+        lease (in memory only; the entry and its ``s`` value keep the old lease end)."""
+        _, seq = self.leases[message_id]
+        self.leases[message_id] = (DEAD_LEASE_UNTIL_MS, seq)
+        self.arm(message_id)
 
     def arm(self, message_id: str) -> None:
         """Put a lease on the heap, so that a claim finds it once it has expired."""

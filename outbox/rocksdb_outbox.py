@@ -3,7 +3,8 @@
 URL ``rocksdb:///abs/path`` or ``rocksdb://./relative/path``; ``?statistics=true`` turns on
 RocksDB's tickers (``RocksDBOutbox.ticker``); ``?read_only=true`` opens an existing outbox without
 its lock, beside the process that holds it: a snapshot as of the open (WAL included) for operators'
-reads, on which every write fails with OutboxUnavailableError. Keys and why they stay fast:
+reads, on which every write fails with OutboxUnavailableError; ``?reserve_bytes=N`` sizes the
+disk reserve (below; default ``RESERVE_BYTES_DEFAULT``, 0: none). Keys and why they stay fast:
 outbox/rocksdb_layout.py.
 
 Durability:
@@ -31,43 +32,74 @@ at once, so that the group never has two entries in flight.
 
 In memory, rebuilt from the indexes at open (the database is the truth): the counters of the
 bound and of stats, each FIFO group's head, the leases, the index floors.
+
+Leases at open: one process holds the directory, so every lease found at open is a dead
+process's, whatever its owner. Each ends at once, in memory (an open writes nothing: it must
+work on a full disk too): a claim takes the entry at once, as over any expired lease, so with
+``maybe_stored`` (outbox/outbox.py). Until then ``get`` and ``scan`` still show the dead lease;
+``expire_leases`` writes every one of them down (and counts them), whatever the prefix.
+
+A full disk (outbox/disk_reserve.py says why and what the limits are): a write that fails for
+want of space releases the reserve file, reopens the database in its room (RocksDB's log stays
+failed until then) and is tried once more; from then on ``put`` and ``check_writable`` raise
+OutboxNoSpaceError until ``resume_free_bytes`` are free again and the reserve is made again,
+while claims, reschedules, burials and tombstones go on. A put's write that fails so is not
+retried: its callers are answered OutboxNoSpaceError, and none of its entries is in the outbox
+(the failed log record is cut at the reopen), unless it was the WAL fsync after the write that
+failed: then they may be, as above.
 """
 
 from __future__ import annotations
 
 import contextlib
+import functools
 import heapq
 import logging
 import threading
+import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import replace
 from pathlib import Path
+from typing import Concatenate, ParamSpec, TypeVar
 from urllib.parse import parse_qs, urlsplit
 
 import rocksdict
 
+from outbox.disk_reserve import (
+    RESERVE_BYTES_DEFAULT,
+    SPACE_CHECK_INTERVAL_S,
+    DiskReserve,
+    is_no_space,
+)
 from outbox.entry import (
     DeliveryReceipt,
     EntryState,
     OutboxEntry,
     OutboxLimits,
     OutboxStats,
-    evolve,
 )
-from outbox.errors import OutboxConfigError, OutboxError, OutboxUnavailableError
+from outbox.errors import (
+    OutboxConfigError,
+    OutboxError,
+    OutboxNoSpaceError,
+    OutboxUnavailableError,
+)
 from outbox.factory import redact
 from outbox.group_commit import GroupCommitter, Result
 from outbox.memory_outbox import (
     check_claim_args,
     check_purge_state,
+    claimed_entry,
+    lease_ended,
     may_retry_now,
     requeued_entry,
     with_seq,
 )
-from outbox.outbox import Outbox, check_put_entries
+from outbox.outbox import Outbox, check_owner_prefix, check_put_entries
 from outbox.rocksdb_layout import (
     CHANGED,
     CREATED,
+    DEAD_LEASE_UNTIL_MS,
     DUE,
     ENTRY,
     GROUP,
@@ -102,6 +134,31 @@ CLAIM_BATCH_MAX = 10_000
 PURGE_BATCH_MAX = 10_000
 REQUEUE_BATCH_MAX = 1_000
 RETRY_NOW_BATCH_MAX = 1_000
+URL_OPTIONS = ("statistics", "read_only", "reserve_bytes")
+
+P = ParamSpec("P")
+T = TypeVar("T")
+
+
+class _RetryAfterNoSpaceError(Exception):
+    """A write failed for want of space and the reserve was released for it: try once more."""
+
+
+def _retried_after_no_space(
+    method: Callable[Concatenate[RocksDBOutbox, P], T],
+) -> Callable[Concatenate[RocksDBOutbox, P], T]:
+    """A method that writes, run once more when its write failed for want of space and the
+    reserve was released for it (the second failure raises OutboxNoSpaceError). Each run
+    starts from what the database holds: the failed one changed nothing."""
+
+    @functools.wraps(method)
+    def run(self: RocksDBOutbox, /, *args: P.args, **kwargs: P.kwargs) -> T:
+        try:
+            return method(self, *args, **kwargs)
+        except _RetryAfterNoSpaceError:
+            return method(self, *args, **kwargs)
+
+    return run
 
 
 @contextlib.contextmanager
@@ -138,11 +195,26 @@ class RocksDBOutbox(Outbox):
     name = "rocksdb"
 
     def __init__(
-        self, path: Path, limits: OutboxLimits, *, statistics: bool = False, read_only: bool = False
+        self,
+        path: Path,
+        limits: OutboxLimits,
+        *,
+        statistics: bool = False,
+        read_only: bool = False,
+        reserve_bytes: int = RESERVE_BYTES_DEFAULT,
     ) -> None:
         super().__init__(limits)
         self.path = path
         self.read_only = read_only
+        self._reserve = DiskReserve(path, reserve_bytes)
+        # Why puts are refused for want of space (None: they are not), and when the free space
+        # is next looked at; both under _space_lock, which is taken after _lock, never before.
+        self._no_space: str | None = None
+        self._next_space_check_s = 0.0
+        self._space_lock = threading.Lock()
+        # The leases found at the first open: (lease_until_ms, seq) by message id. Their holder
+        # is gone; they stay ended should the database be reopened (a full disk).
+        self._dead_leases: dict[str, tuple[int, int]] = {}
         self._options = rocksdict.Options(raw_mode=True)
         self._options.create_if_missing(not read_only)
         if statistics:
@@ -152,25 +224,31 @@ class RocksDBOutbox(Outbox):
         self._synced.sync = True
         self._lock = threading.Lock()
         self._closed = False
-        # Set when a failed write left the in-memory state unrebuilt: reopen to recover.
+        # Set when a failed write left the database or its in-memory state unusable: it is
+        # reopened (_check_open), no sooner than _next_reopen_s.
         self._broken = False
+        self._next_reopen_s = 0.0
         with _rocksdb_errors(path):
-            if read_only:
-                access = rocksdict.AccessType.read_only()
-            else:
+            if not read_only:
                 path.mkdir(parents=True, exist_ok=True)
-                access = rocksdict.AccessType.read_write()
-            self._db = rocksdict.Rdict(str(path), self._options, access_type=access)
+            self._db = rocksdict.Rdict(str(path), self._options, access_type=self._access())
             try:
                 self._state = self._load_state()
+                if not read_only:
+                    self._dead_leases = dict(self._state.leases)
+                    for message_id in self._dead_leases:
+                        self._state.end_lease(message_id)
+                    self._make_reserve()
             except BaseException:
                 self._db.close()  # give the directory's lock back
                 raise
         self._committer = GroupCommitter(self._commit, name=f"rocksdb-outbox-put:{path.name}")
         log.info(
-            "rocksdb outbox %s open: %d pending, %d dead, %d delivered",
+            "rocksdb outbox %s open: %d pending (%d under a lease its dead holder left), "
+            "%d dead, %d delivered",
             path,
             self._state.pending,
+            len(self._dead_leases),
             self._state.dead,
             self._state.delivered,
         )
@@ -179,10 +257,11 @@ class RocksDBOutbox(Outbox):
     def from_url(cls, url: str, limits: OutboxLimits) -> RocksDBOutbox:
         path = rocksdb_path(url)
         options = parse_qs(urlsplit(url).query, keep_blank_values=True)
-        unknown = set(options) - {"statistics", "read_only"}
+        unknown = set(options) - set(URL_OPTIONS)
         if unknown:
             raise OutboxConfigError(
-                f"outbox URL {redact(url)!r}: unknown options {sorted(unknown)}"
+                f"outbox URL {redact(url)!r}: unknown options {sorted(unknown)} "
+                f"(known: {', '.join(URL_OPTIONS)})"
             )
         flags = {}
         for name in ("statistics", "read_only"):
@@ -190,7 +269,19 @@ class RocksDBOutbox(Outbox):
             if value not in ("true", "false", "1", "0"):
                 raise OutboxConfigError(f"outbox URL {redact(url)!r}: {name} must be true or false")
             flags[name] = value in ("true", "1")
-        return cls(path, limits, statistics=flags["statistics"], read_only=flags["read_only"])
+        reserve = options.get("reserve_bytes", [str(RESERVE_BYTES_DEFAULT)])[-1]
+        if not reserve.isdigit():
+            raise OutboxConfigError(
+                f"outbox URL {redact(url)!r}: reserve_bytes must be a whole number of bytes "
+                f">= 0, got {reserve!r}"
+            )
+        return cls(
+            path,
+            limits,
+            statistics=flags["statistics"],
+            read_only=flags["read_only"],
+            reserve_bytes=int(reserve),
+        )
 
     # -- the contract -------------------------------------------------------------------------
 
@@ -209,7 +300,9 @@ class RocksDBOutbox(Outbox):
             group_prefix(entry)  # refuse over-long names here rather than fail the whole batch
 
     def get(self, message_id: str) -> OutboxEntry | None:
-        with _rocksdb_errors(self.path):
+        # Under the lock: a full disk may reopen the database under a reader.
+        with self._lock, _rocksdb_errors(self.path):
+            self._check_open()
             raw = self._db.get(ENTRY + message_id.encode())
         return None if raw is None else decode_entry(raw)
 
@@ -223,6 +316,7 @@ class RocksDBOutbox(Outbox):
         with self._lock:
             return {group_of_key(prefix) for prefix in self._state.heads}
 
+    @_retried_after_no_space
     def claim_due(self, now_ms: int, limit: int, lease_ms: int, owner: str) -> list[OutboxEntry]:
         check_claim_args(lease_ms, owner)
         if limit < 1:
@@ -251,7 +345,7 @@ class RocksDBOutbox(Outbox):
             for _, _, message_id in picks:
                 old = expect(txn.get(message_id), EntryState.PENDING, message_id)
                 assert self._is_candidate(old), old
-                new = evolve(old, lease_owner=owner, lease_until_ms=now_ms + lease_ms)
+                new = claimed_entry(old, owner, now_ms + lease_ms)
                 txn.put(state_key(EntryState.PENDING, new.seq), state_value(new))
                 txn.put_entry(new)
                 self._state.lease(new)
@@ -263,10 +357,31 @@ class RocksDBOutbox(Outbox):
                 self._raise_floor(DUE, upper)  # every live due key below upper was taken
             return claimed
 
+    @_retried_after_no_space
+    def expire_leases(self, owner_prefix: str, now_ms: int) -> int:
+        check_owner_prefix(owner_prefix)
+        u64(now_ms)
+        with self._lock, _rocksdb_errors(self.path):
+            self._check_open()
+            txn = self._txn()
+            ended = 0
+            # The leases are in memory: as many as resends in flight, and those found at open.
+            for message_id, (lease_until_ms, _) in list(self._state.leases.items()):
+                old = expect(txn.get(message_id), EntryState.PENDING, message_id)
+                owner = old.lease_owner or ""
+                if lease_until_ms == DEAD_LEASE_UNTIL_MS or owner.startswith(owner_prefix):
+                    self._replace_pending(txn, old, lease_ended(old))
+                    ended += 1
+            if ended:
+                self._write(txn)
+            self._dead_leases.clear()
+            return ended
+
     def mark_delivered(self, message_id: str, receipt: DeliveryReceipt) -> bool:
         (delivered,) = self.mark_delivered_many([(message_id, receipt)])
         return delivered
 
+    @_retried_after_no_space
     def mark_delivered_many(self, deliveries: Sequence[tuple[str, DeliveryReceipt]]) -> list[bool]:
         for _, receipt in deliveries:
             u64(receipt.delivered_ms)
@@ -315,6 +430,7 @@ class RocksDBOutbox(Outbox):
             message_id, owner, lambda old: replace(old, lease_owner=None, lease_until_ms=0)
         )
 
+    @_retried_after_no_space
     def _settle_leased(
         self, message_id: str, owner: str, settle: Callable[[OutboxEntry], OutboxEntry]
     ) -> bool:
@@ -376,6 +492,7 @@ class RocksDBOutbox(Outbox):
             if len(found) < RETRY_NOW_BATCH_MAX:
                 return changed
 
+    @_retried_after_no_space
     def purge(self, state: EntryState, before_ms: int) -> int:
         check_purge_state(state)
         if before_ms <= 0:
@@ -416,7 +533,13 @@ class RocksDBOutbox(Outbox):
             while heap and not state.live_lease(heap[0]):
                 heapq.heappop(heap)
             if heap:
-                soonest.append(heap[0][0])
+                lease_until_ms, _, message_id = heap[0]
+                if lease_until_ms == DEAD_LEASE_UNTIL_MS:
+                    # Claimable now, as it was when its dead holder took it.
+                    dead = self._txn().get(message_id)
+                    assert dead is not None, message_id
+                    lease_until_ms = dead.next_send_time_ms
+                soonest.append(lease_until_ms)
             return OutboxStats(
                 pending=state.pending,
                 in_flight=sum(1 for until, _ in state.leases.values() if until > now_ms),
@@ -448,9 +571,23 @@ class RocksDBOutbox(Outbox):
             return page
 
     def check_writable(self) -> None:
-        with _rocksdb_errors(self.path):
+        refusal = self._space_refusal()
+        if refusal is not None:
+            raise refusal
+        with self._lock, _rocksdb_errors(self.path):
             self._check_open()
-            self._db.put(PROBE_KEY, b"", self._synced)
+            db = self._db
+        try:
+            # Outside the lock: claims do not wait for this fsync.
+            with _rocksdb_errors(self.path):
+                db.put(PROBE_KEY, b"", self._synced)
+        except OutboxUnavailableError as e:
+            failure = e.__cause__
+            if failure is None or not is_no_space(failure):
+                raise
+            with self._lock:
+                self._recover_from_no_space(db, failure)
+            raise self._no_space_error() from failure
 
     def close(self) -> None:
         self._committer.close()
@@ -474,20 +611,38 @@ class RocksDBOutbox(Outbox):
     # -- puts (on the committer thread) -------------------------------------------------------
 
     def _commit(self, requests: Sequence[Sequence[OutboxEntry]]) -> list[Result]:
-        with _rocksdb_errors(self.path):
-            with self._lock:
-                self._check_open()
-                txn = self._txn()
-                txn.prefetch(e.message_id for entries in requests for e in entries)
-                results = [self._stage_put(txn, entries) for entries in requests]
-                wrote = not txn.batch.is_empty()
+        refusal = self._space_refusal()
+        if refusal is not None:
+            return [refusal] * len(requests)
+        try:
+            with _rocksdb_errors(self.path):
+                with self._lock:
+                    self._check_open()
+                    db = self._db
+                    txn = self._txn()
+                    txn.prefetch(e.message_id for entries in requests for e in entries)
+                    results = [self._stage_put(txn, entries) for entries in requests]
+                    wrote = not txn.batch.is_empty()
+                    if wrote:
+                        txn.put(SEQ_KEY, u64(self._state.last_seq))
+                        self._write(txn)
                 if wrote:
-                    txn.put(SEQ_KEY, u64(self._state.last_seq))
-                    self._write(txn)
-            if wrote:
-                # Outside the lock: claims go on while the disk syncs this batch.
-                self._db.flush_wal(True)
-            return results
+                    # Outside the lock: claims go on while the disk syncs this batch.
+                    self._flush_wal(db)
+                return results
+        except _RetryAfterNoSpaceError:
+            # Puts are what a full disk refuses: not tried again in the reserve's room.
+            return [self._no_space_error()] * len(requests)
+
+    def _flush_wal(self, db: rocksdict.Rdict) -> None:
+        try:
+            db.flush_wal(True)
+        except Exception as e:
+            if not is_no_space(e):
+                raise
+            with self._lock:
+                self._recover_from_no_space(db, e)
+            raise self._no_space_error() from e
 
     def _stage_put(self, txn: Txn, entries: Sequence[OutboxEntry]) -> Result:
         stored: dict[str, OutboxEntry] = {}
@@ -624,6 +779,7 @@ class RocksDBOutbox(Outbox):
         else:
             state.arm(next_head.message_id)  # leased while demoted: due when its lease ends
 
+    @_retried_after_no_space
     def _requeue_batch(self, message_ids: Sequence[str], now_ms: int) -> int:
         with self._lock, _rocksdb_errors(self.path):
             self._check_open()
@@ -639,6 +795,7 @@ class RocksDBOutbox(Outbox):
                 self._write(txn)
             return requeued
 
+    @_retried_after_no_space
     def _retry_now_batch(self, message_ids: Sequence[str], now_ms: int) -> int:
         with self._lock, _rocksdb_errors(self.path):
             self._check_open()
@@ -690,9 +847,17 @@ class RocksDBOutbox(Outbox):
         return Txn(self._db, self._state.floors)
 
     def _write(self, txn: Txn) -> None:
+        """Write the batch (the caller holds the lock). Should the disk be full: the reserve is
+        released and the database reopened, and _RetryAfterNoSpaceError asks the caller to try once
+        more in the room it left, or OutboxNoSpaceError says there is none left to give."""
+        db = self._db
         try:
-            self._db.write(txn.batch, self._unsynced)
-        except BaseException:
+            db.write(txn.batch, self._unsynced)
+        except BaseException as e:
+            if is_no_space(e):
+                if self._recover_from_no_space(db, e):
+                    raise _RetryAfterNoSpaceError from e
+                raise self._no_space_error() from e
             # The in-memory state already counts this batch: rebuild it from what the DB holds.
             try:
                 self._state = self._load_state()
@@ -701,11 +866,104 @@ class RocksDBOutbox(Outbox):
                 log.exception("rocksdb outbox %s: no state rebuilt after a failed write", self.path)
             raise
 
+    # -- a full disk (outbox/disk_reserve.py) ---------------------------------------------------
+
+    def _make_reserve(self) -> None:
+        """At open: the reserve in place, or spools refused from the start (saying why)."""
+        if self._reserve.held() or self._reserve.restore():
+            return
+        self._no_space = "no room for the disk reserve"
+        self._next_space_check_s = time.monotonic() + SPACE_CHECK_INTERVAL_S
+        log.error(
+            "rocksdb outbox %s refuses spools: %s (%s); make room or lower ?reserve_bytes=",
+            self.path, self._no_space, self._reserve.describe(),
+        )  # fmt: skip
+
+    def _recover_from_no_space(self, failed_db: rocksdict.Rdict, error: BaseException) -> bool:
+        """A write to ``failed_db`` failed for want of space (the caller holds the lock): refuse
+        puts from now on, release the reserve, and reopen the database (its log stays failed
+        otherwise) unless another thread did already. Whether a reserve was released."""
+        with self._space_lock:
+            released = self._reserve.release()
+            if self._no_space is None:
+                self._no_space = "the disk filled"
+                log.error(
+                    "rocksdb outbox %s: the disk is full (%s): spools refused, claims and "
+                    "deliveries go on%s",
+                    self.path, error,
+                    " in the room of its released reserve" if released else " (no reserve left)",
+                )  # fmt: skip
+            self._next_space_check_s = time.monotonic() + SPACE_CHECK_INTERVAL_S
+        if self._db is failed_db:
+            self._reopen()
+        return released
+
+    def _reopen(self) -> None:
+        """Close the database and open it again (the caller holds the lock); its in-memory
+        state is rebuilt from what it holds."""
+        # Its background work stopped first: after a failed log write, close would wait a second
+        # for it. A failed log makes close report it; the handle is dropped all the same.
+        with contextlib.suppress(Exception):
+            self._db.cancel_all_background(False)
+        with contextlib.suppress(Exception):
+            self._db.close()
+        try:
+            self._db = rocksdict.Rdict(str(self.path), self._options, access_type=self._access())
+            self._state = self._load_state()
+        except BaseException:
+            self._broken = True
+            log.exception("rocksdb outbox %s: reopening it failed", self.path)
+            raise
+        self._broken = False
+        log.warning("rocksdb outbox %s reopened", self.path)
+
+    def _access(self) -> rocksdict.AccessType:
+        if self.read_only:
+            return rocksdict.AccessType.read_only()
+        return rocksdict.AccessType.read_write()
+
+    def _space_refusal(self) -> OutboxNoSpaceError | None:
+        """None while puts may be tried; else why not. Looks at the free space again (at most
+        every SPACE_CHECK_INTERVAL_S) and, with enough of it, makes the reserve again."""
+        with self._space_lock:
+            if self._no_space is None:
+                return None
+            now_s = time.monotonic()
+            if now_s >= self._next_space_check_s:
+                self._next_space_check_s = now_s + SPACE_CHECK_INTERVAL_S
+                if self._reserve.restore():
+                    log.warning(
+                        "rocksdb outbox %s has room again (%s): spools are taken again",
+                        self.path, self._reserve.describe(),
+                    )  # fmt: skip
+                    self._no_space = None
+                    return None
+            return self._no_space_error_locked()
+
+    def _no_space_error(self) -> OutboxNoSpaceError:
+        with self._space_lock:
+            return self._no_space_error_locked()
+
+    def _no_space_error_locked(self) -> OutboxNoSpaceError:
+        return OutboxNoSpaceError(
+            f"rocksdb outbox {self.path} has no room for new entries: "
+            f"{self._no_space or 'the disk filled'}; {self._reserve.describe()}"
+        )
+
     def _check_open(self) -> None:
+        """Raise unless the database can be used now (the caller holds the lock); one that
+        failed a write and was left unusable is reopened, at most every
+        SPACE_CHECK_INTERVAL_S."""
         if self._closed:
             raise OutboxUnavailableError(f"rocksdb outbox {self.path} is closed")
+        if self._broken and time.monotonic() >= self._next_reopen_s:
+            self._next_reopen_s = time.monotonic() + SPACE_CHECK_INTERVAL_S
+            with contextlib.suppress(Exception):  # logged by _reopen
+                self._reopen()
         if self._broken:
-            raise OutboxUnavailableError(f"rocksdb outbox {self.path} failed a write; reopen it")
+            raise OutboxUnavailableError(
+                f"rocksdb outbox {self.path} failed a write and could not be reopened yet"
+            )
 
     def _owned(self, txn: Txn, message_id: str, owner: str) -> OutboxEntry | None:
         entry = txn.get(message_id)
@@ -731,7 +989,12 @@ class RocksDBOutbox(Outbox):
         floors[prefix] = max(floors[prefix], key)
 
     def _load_state(self) -> State:
-        return load_state(self._db)
+        state = load_state(self._db)
+        # A reopen finds the leases of the dead process again: they stay ended.
+        for message_id, lease in self._dead_leases.items():
+            if state.leases.get(message_id) == lease:
+                state.end_lease(message_id)
+        return state
 
 
 def _listed_in_batches(

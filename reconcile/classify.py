@@ -26,7 +26,9 @@ Each message gets exactly one outcome, the first that applies:
                             also counted as ``resend_pending``: a resend would store it again;
                 ok          acknowledged, or DELIVERED in the outbox;
                 unexpected  in no ledger and no outbox entry, and its topic is in scope: a ledger
-                            names the topic, so its sender kept books and this one is not in them;
+                            names the topic, so its sender kept books and this one is not in them.
+                            From a sidecar's ledger after a crash, an upper bound: the answers
+                            sent in its last moment may be missing (sidecar/ledger.py);
                 unchecked   in no ledger and no outbox entry, and no ledger names its topic.
 
 Besides its outcome, a message is *duplicated* when it has more than one copy

@@ -1,15 +1,16 @@
 """Acknowledgement ledgers as a Spark DataFrame: what each sender was told about each message.
 
-A ledger is JSON lines, one acknowledgement a line, as the sidecar writes it (sidecar/ledger.py)
-and as test and bench load generators write it (reconcile/testdata.py)::
+A ledger is JSON lines, one acknowledgement a line, as the sidecar writes it (sidecar/ledger.py:
+the STORED and SPOOLED answers it sent, which is what the ledger can and cannot prove) and as
+test and bench load generators write it (reconcile/testdata.py)::
 
     {"message_id", "topic", "state": "STORED"|"SPOOLED", "time_ms",
      "queue_id", "queue_offset", "durable"}            (STORED)
     {"message_id", "topic", "state": "SPOOLED", "time_ms", "cause"}   (SPOOLED)
 
 Lines are read with a fixed schema (fields not named here are ignored). A line that is not JSON
-(a crash may tear the last one: the sidecar buffers its ledger), or lacks a message id, topic or
-time, or has another state, is *malformed*: counted, shown in the drill-down, never joined.
+(a crash may tear the last one), or lacks a message id, topic or time, or has another state, is
+*malformed*: counted, shown in the drill-down, never joined.
 Several ledgers (several sidecars or load generators) are read as one.
 
 The job parses the JSON once: ``normalise_ledgers`` writes the lines as Parquet (the job's

@@ -277,7 +277,9 @@ DEFINITIONS = {
     "copies are not copies)",
     "recovered": "an ambiguous outcome (SPOOLED AMBIGUOUS, maybe_stored) or still PENDING/DEAD "
     "in the outbox, yet stored",
-    "unexpected": "stored, in no ledger and no outbox, in a topic a ledger names",
+    "unexpected": "stored, in no ledger and no outbox, in a topic a ledger names (from a "
+    "sidecar's ledger after a crash, an upper bound: the answers of its last moment may be "
+    "missing from it)",
     "unchecked": "stored, in no ledger and no outbox, in a topic no ledger names",
     "pending": "not stored, PENDING in the outbox",
     "dead": "not stored, DEAD in the outbox",

@@ -14,7 +14,8 @@ from outbox.errors import OutboxError
 from rocketbox.run_settings import run_async
 from sidecar.channels import Endpoint
 from sidecar.coalescer import COALESCE_BYTES_MAX_LIMIT, CoalesceConfig
-from sidecar.config import ResendConfig, SidecarConfig
+from sidecar.config import ResendConfig, SidecarConfig, default_sidecar_id
+from sidecar.ledger import ACK_LEDGER_FLUSH_INTERVAL_MS_DEFAULT
 from sidecar.producer import ProducerConfig
 from sidecar.sidecar import Sidecar
 
@@ -98,11 +99,27 @@ def optional_listen(
 @click.option("--resend-concurrency-max", default=64, type=click.IntRange(min=1))
 @click.option("--claim-batch-max", default=512, type=click.IntRange(min=1))
 @click.option("--lease-ms", default=30_000, type=click.IntRange(min=1))
+@click.option(
+    "--sidecar-id",
+    default=default_sidecar_id,
+    show_default="the host name: a pod's name in Kubernetes",
+    help="This sidecar across its restarts. At start it ends the outbox leases an earlier run "
+    "of the same id left, so that their entries are resent at once (the broker's index asked "
+    "first) rather than after --lease-ms. Each sidecar sharing an outbox needs its own.",
+)
 @click.option("--poll-interval-ms", default=200, type=click.IntRange(min=1))
 @click.option("--attempts-max", default=64, type=click.IntRange(min=1))
 @click.option("--age-max-s", default=7 * 24 * 3600, type=click.IntRange(min=1))
 @click.option("--backoff-initial-ms", default=500, type=click.IntRange(min=1))
 @click.option("--backoff-max-ms", default=60_000, type=click.IntRange(min=1))
+@click.option(
+    "--pull-in-ids-max",
+    default=65_536,
+    type=click.IntRange(min=0),
+    help="Entries waiting out an UNAVAILABLE back-off whose ids are kept, to make them due at "
+    "once when their topic's sends are stored again (0: off; past it the oldest keep their "
+    "back-off).",
+)
 @click.option("--delivered-retention-hours", default=72.0, type=click.FloatRange(min=0))
 @click.option("--shutdown-grace-ms", default=10_000, type=click.IntRange(min=0))
 @click.option(
@@ -153,7 +170,15 @@ def optional_listen(
     "ack_ledger_path",
     default=None,
     type=click.Path(path_type=Path, dir_okay=False),
-    help="Append what each app was told (JSON lines) for the reconciliation.",
+    help="Append the STORED and SPOOLED answers sent to apps (JSON lines), for reconciliation.",
+)
+@click.option(
+    "--ack-ledger-flush-interval-ms",
+    default=ACK_LEDGER_FLUSH_INTERVAL_MS_DEFAULT,
+    show_default=True,
+    type=click.IntRange(min=0),
+    help="When a sent answer reaches the ack ledger's file: 0 at once (one write per call); N "
+    "every N ms (less work per call; a crash loses up to the last N ms of answers).",
 )
 def sidecar_command(
     brokers: tuple[Endpoint, ...],
@@ -172,11 +197,13 @@ def sidecar_command(
     resend_concurrency_max: int,
     claim_batch_max: int,
     lease_ms: int,
+    sidecar_id: str,
     poll_interval_ms: int,
     attempts_max: int,
     age_max_s: int,
     backoff_initial_ms: int,
     backoff_max_ms: int,
+    pull_in_ids_max: int,
     delivered_retention_hours: float,
     shutdown_grace_ms: int,
     intake_in_flight_max: int,
@@ -187,6 +214,7 @@ def sidecar_command(
     coalesce_requests_in_flight_max: int,
     fifo_fence_refresh_interval_ms: int,
     ack_ledger_path: Path | None,
+    ack_ledger_flush_interval_ms: int,
 ) -> None:
     """Serve rocketbox.v1.SidecarService: send to the broker with RocketMQ's retries, spool
     what it does not take to the outbox, resend from there; until SIGINT/SIGTERM."""
@@ -214,6 +242,7 @@ def sidecar_command(
                 age_max_s=age_max_s,
                 backoff_initial_ms=backoff_initial_ms,
                 backoff_max_ms=backoff_max_ms,
+                pull_in_ids_max=pull_in_ids_max,
                 delivered_retention_hours=delivered_retention_hours,
             ),
             listen_host=listen.host,
@@ -232,6 +261,8 @@ def sidecar_command(
             ),
             fifo_fence_refresh_interval_ms=fifo_fence_refresh_interval_ms,
             ack_ledger_path=ack_ledger_path,
+            ack_ledger_flush_interval_ms=ack_ledger_flush_interval_ms,
+            sidecar_id=sidecar_id,
         )
     except ValueError as e:
         raise click.BadParameter(str(e)) from e

@@ -3,12 +3,36 @@ options, ``ROCKETBOX_*`` environment variables and the Helm values map onto thes
 
 from __future__ import annotations
 
+import re
+import socket
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from outbox.entry import OutboxLimits
 from sidecar.coalescer import CoalesceConfig
+from sidecar.ledger import ACK_LEDGER_FLUSH_INTERVAL_MS_DEFAULT
 from sidecar.producer import ProducerConfig
+
+# A sidecar id, with ``/<incarnation>`` after it, is a lease owner (MySQL holds 255 characters).
+SIDECAR_ID_CHARS_MAX = 128
+_SIDECAR_ID = re.compile(r"[A-Za-z0-9._:-]+")
+
+
+def default_sidecar_id() -> str:
+    """This host's name: in Kubernetes, the pod's name, which a restarted container keeps."""
+    return socket.gethostname() or "rocketbox-sidecar"
+
+
+def check_sidecar_id(sidecar_id: str) -> None:
+    if not sidecar_id or len(sidecar_id) > SIDECAR_ID_CHARS_MAX:
+        raise ValueError(
+            f"sidecar_id must be 1 to {SIDECAR_ID_CHARS_MAX} characters, got {len(sidecar_id)}"
+        )
+    if not _SIDECAR_ID.fullmatch(sidecar_id):
+        raise ValueError(
+            f"sidecar_id {sidecar_id!r} may hold letters, digits and . _ : - only "
+            "(no '/': it separates the id from the incarnation in a lease owner)"
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -31,6 +55,10 @@ class ResendConfig:
     # Back-off between resends of one entry: exponential from initial to max, with jitter.
     backoff_initial_ms: int = 500
     backoff_max_ms: int = 60_000
+    # Ids of entries waiting out an UNAVAILABLE back-off, kept to pull them in once their topic's
+    # sends are stored again (sidecar/pull_in.py); ~200 bytes each. Past it the oldest keep their
+    # back-off. 0: off.
+    pull_in_ids_max: int = 65_536
     # Delivered tombstones are kept this long for the reconciliation, then purged.
     delivered_retention_hours: float = 72.0
     purge_interval_ms: int = 60_000
@@ -45,6 +73,8 @@ class ResendConfig:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
         if self.backoff_max_ms < self.backoff_initial_ms:
             raise ValueError("backoff_max_ms must be >= backoff_initial_ms")
+        if self.pull_in_ids_max < 0:
+            raise ValueError(f"pull_in_ids_max must be >= 0, got {self.pull_in_ids_max}")
 
 
 @dataclass(frozen=True, slots=True)
@@ -81,10 +111,22 @@ class SidecarConfig:
     metrics_port: int = 0
     # How often the outbox gauges are refreshed from the outbox's stats.
     outbox_stats_interval_ms: int = 5_000
-    # Optional acknowledgement ledger (JSON lines): what each app was told, for reconciliation.
+    # Optional acknowledgement ledger (JSON lines): the answers sent to apps, for reconciliation.
     ack_ledger_path: Path | None = None
+    # When a sent answer reaches the ledger's file: 0 at once; N: every N ms (sidecar/ledger.py
+    # says what each can lose in a crash).
+    ack_ledger_flush_interval_ms: int = ACK_LEDGER_FLUSH_INTERVAL_MS_DEFAULT
+    # This sidecar across its restarts (sidecar/sidecar.py, "Identity"): the leases an earlier
+    # run of the same id left are ended at start. Each sidecar sharing an outbox needs its own.
+    sidecar_id: str = field(default_factory=default_sidecar_id)
 
     def __post_init__(self) -> None:
+        check_sidecar_id(self.sidecar_id)
         for name in ("intake_in_flight_max", "pending_calls_max", "fifo_fence_refresh_interval_ms"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
+        if self.ack_ledger_flush_interval_ms < 0:
+            raise ValueError(
+                "ack_ledger_flush_interval_ms must be >= 0, "
+                f"got {self.ack_ledger_flush_interval_ms}"
+            )

@@ -9,6 +9,7 @@ from outbox.entry import OutboxMessage, SpoolCause
 from rocketbox_api.v1 import sidecar_pb2 as api
 from sidecar.intake import Accepted, Stored
 from sidecar.message_id import MessageIdGenerator
+from sidecar.validation import validate_timestamp
 
 SPOOL_CAUSES: dict[SpoolCause, int] = {
     SpoolCause.THROTTLED: api.SPOOL_CAUSE_THROTTLED,
@@ -18,18 +19,28 @@ SPOOL_CAUSES: dict[SpoolCause, int] = {
 }
 
 
-def to_outbox_message(m: api.Message, ids: MessageIdGenerator, now_ms: int) -> OutboxMessage:
-    """The app's message with its id: the app's own, or one stamped now, once."""
+def message_id_of(m: api.Message, ids: MessageIdGenerator) -> str:
+    """The message's id: the app's own, or one stamped now, once (before anything else can fail,
+    so that every answer, a rejection too, carries it)."""
+    return m.message_id if m.HasField("message_id") else ids.next_id()
+
+
+def to_outbox_message(m: api.Message, message_id: str, now_ms: int) -> OutboxMessage:
+    """The app's message under ``message_id``; raises SendRejectedError for what cannot be
+    converted (a Timestamp outside its range)."""
+    delivery_timestamp_ms = None
+    if m.HasField("delivery_time"):
+        t = m.delivery_time
+        validate_timestamp("delivery_time", t.seconds, t.nanos)
+        delivery_timestamp_ms = t.ToMilliseconds()
     return OutboxMessage(
         topic=m.topic,
         body=m.body,
-        message_id=m.message_id if m.HasField("message_id") else ids.next_id(),
+        message_id=message_id,
         tag=m.tag if m.HasField("tag") else None,
         keys=tuple(m.keys),
         message_group=m.message_group if m.HasField("message_group") else None,
-        delivery_timestamp_ms=(
-            m.delivery_time.ToMilliseconds() if m.HasField("delivery_time") else None
-        ),
+        delivery_timestamp_ms=delivery_timestamp_ms,
         properties=dict(m.user_properties),
         born_timestamp_ms=now_ms,
     )
@@ -60,6 +71,14 @@ def to_result(message_id: str, accepted: Accepted) -> api.SendResult:
             maybe_stored=entry.maybe_stored,
         ),
     )
+
+
+def to_outcome_result(message_id: str, accepted: Accepted) -> api.SendResult:
+    """STORED or SPOOLED and nothing more: the answer when ``to_result`` failed, which must still
+    say the message was taken."""
+    if isinstance(accepted, Stored):
+        return api.SendResult(message_id=message_id, stored=api.Stored())
+    return api.SendResult(message_id=message_id, spooled=api.Spooled())
 
 
 def to_rejected(

@@ -14,6 +14,9 @@ Messages of one (topic, message group) pass intake one at a time, in arrival ord
 check, the send and the spool of one are done before the next begins, so no later message of the
 group can overtake an earlier one that is being spooled. The fence is kept in memory, backed by
 the outbox (sidecar/fifo_fence.py): a message costs no trip to the outbox unless it is spooled.
+
+Each send's outcome is reported to ``pull_in`` (sidecar/pull_in.py), if given: a stored send
+pulls in its topic's entries waiting out an UNAVAILABLE back-off.
 """
 
 from __future__ import annotations
@@ -30,6 +33,7 @@ from sidecar.coalescer import SendCoalescer
 from sidecar.errors import SendFailedError, SendRejectedError
 from sidecar.fifo_fence import FifoFence
 from sidecar.producer import SendReceipt
+from sidecar.pull_in import RecoveryPullIn
 from sidecar.spool_writer import SpoolWriter
 from sidecar.validation import validate_message
 
@@ -57,12 +61,14 @@ class Intake:
         fence: FifoFence,
         backoff: Backoff,
         on_spooled: Callable[[], None],
+        pull_in: RecoveryPullIn | None = None,
     ) -> None:
         self._coalescer = coalescer
         self._spool_writer = spool_writer
         self._fence = fence
         self._backoff = backoff
         self._on_spooled = on_spooled
+        self._pull_in = pull_in
         # One lock per FIFO group with messages in intake, and how many hold or await it.
         self._group_locks: dict[tuple[str, str], tuple[asyncio.Lock, int]] = {}
 
@@ -106,9 +112,17 @@ class Intake:
         if isinstance(outcome, SendRejectedError):
             raise outcome
         if isinstance(outcome, SendFailedError):
-            return await self._spool(
+            if self._pull_in is not None:
+                self._pull_in.failed(message.topic)
+            spooled = await self._spool(
                 message, outcome.cause, outcome.detail, outcome.maybe_stored, due_now=False
             )
+            if self._pull_in is not None:
+                self._pull_in.backing_off(spooled.entry, outcome.cause)
+            return spooled
+        if self._pull_in is not None:
+            # The topic's sends are stored again: its entries backing off may go now.
+            self._pull_in.stored(message.topic)
         return Stored(outcome)
 
     async def _spool(

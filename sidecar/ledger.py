@@ -1,55 +1,133 @@
-"""The acknowledgement ledger: what each app was told, one JSON object per line.
+"""The acknowledgement ledger: the STORED and SPOOLED answers the sidecar sent, one JSON line each.
 
 ``{"message_id", "topic", "state": STORED|SPOOLED, "time_ms", "queue_id", "queue_offset",
-"durable", "cause"}``. The reconciliation (reconcile/) reads it as the senders' side of the books:
-every id here must be in the commitlog, or pending/dead in the outbox.
+"durable", "cause"}``. The reconciliation (reconcile/) reads it as the senders' side of the books.
 
-Off the hot path: an answer only appends a tuple in memory; every ``flush_interval_ms`` and at
-stop the sidecar takes what accumulated and a thread turns it into JSON and writes it. The ledger
-is an audit aid: a line lost in a crash only makes the audit see less, never a message lost.
+What is written, when:
+
+- An answer is recorded once gRPC has sent it, never before (sidecar/server.py): a Send or
+  SendBatch answer when its call finished without being cancelled, a SendStream answer once it
+  was written to the stream. ``time_ms`` is when it was recorded. An answer the sidecar made but
+  did not send (its call cancelled or cut off by a stop or a crash first) is not in the ledger;
+  REJECTED answers never are.
+- ``flush_interval_ms`` (``--ack-ledger-flush-interval-ms``, default
+  ``ACK_LEDGER_FLUSH_INTERVAL_MS_DEFAULT`` = 0) says when a recorded answer reaches the file.
+  0: at once, on the event loop, one write per call (a SendBatch's answers together, a
+  SendStream's one by one). N > 0: answers wait in memory (at most ``LEDGER_BUFFER_LINES_MAX``)
+  and a thread appends them every N ms, and at stop: less work per call, more to lose.
+- Each write is one write(2) of whole lines (the file is unbuffered), not fsynced: what was
+  written survives the sidecar being killed (the operating system holds it), not the machine
+  going down before the OS wrote it back. A write that fails (a full disk) loses its lines: it is
+  logged with their count (at most once per ``LEDGER_ERROR_LOG_INTERVAL_S``), never raised into
+  an answer or the sidecar's stop.
+
+What a crash (SIGKILL) loses: the answers sent in its last moment. With 0, those whose call had
+finished but whose record had not yet run (the same event-loop turn); with N, up to the last N ms
+of answers. Its last line may be torn; the reconciliation counts it as malformed.
+
+So the ledger proves what is in it, not what is missing from it:
+
+- An id in it was answered STORED or SPOOLED: the sidecar handed that answer to gRPC, on a call
+  gRPC then finished or a stream that took it. A loss computed from it (answered, yet neither
+  stored nor held by the outbox) is real: the sidecar said so and the message is gone, whether
+  or not the app read the answer. "Sent" is not "received": gRPC does not tell a server whether
+  its last write reached the app, which may have cancelled as the answer crossed the wire, or
+  died before reading it.
+- An id missing from it may still have been answered, in a crash's last moment: after a crash,
+  "unexpected" computed from a sidecar's ledger (stored, in no ledger and no outbox entry) is an
+  upper bound.
+- The exact account of what each app was told is the app's own record of the answers it
+  received.
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
+import logging
 import threading
+from collections.abc import Sequence
 from pathlib import Path
 from typing import IO, Any
 
+from rocketbox_api.rate_limited_log import RateLimitedLog
 from sidecar.intake import Accepted, Stored
 
-# Answers held in memory between writes; past it, ``record`` writes them itself (back-pressure
-# on a ledger whose writer fell behind, rather than unbounded memory).
-LEDGER_BUFFER_LINES_MAX = 100_000
+LOG = logging.getLogger(__name__)
 
-Answer = tuple[int, str, str, Accepted]
+ACK_LEDGER_FLUSH_INTERVAL_MS_DEFAULT = 0
+# Answers held in memory between writes (a flush interval above 0); past it, ``record`` writes
+# them itself (back-pressure on a ledger whose writer fell behind, rather than unbounded memory).
+LEDGER_BUFFER_LINES_MAX = 100_000
+# A ledger that cannot be written (a full disk) says so at most this often.
+LEDGER_ERROR_LOG_INTERVAL_S = 10.0
+
+# An answer that was sent: (message_id, topic, STORED or SPOOLED).
+SentAnswer = tuple[str, str, Accepted]
+Line = tuple[int, str, str, Accepted]
 
 
 class AckLedger:
-    def __init__(self, path: Path) -> None:
+    def __init__(
+        self, path: Path, flush_interval_ms: int = ACK_LEDGER_FLUSH_INTERVAL_MS_DEFAULT
+    ) -> None:
+        if flush_interval_ms < 0:
+            raise ValueError(f"flush_interval_ms must be >= 0, got {flush_interval_ms}")
+        self.flush_interval_ms = flush_interval_ms
         path.parent.mkdir(parents=True, exist_ok=True)
-        self._file: IO[str] = path.open("a", encoding="utf-8")
-        self._answers: list[Answer] = []
+        # Unbuffered: a line is in the file once write returns, and a failed write leaves
+        # nothing behind in a buffer to fail again at close.
+        self._file: IO[bytes] = path.open("ab", buffering=0)
+        self._lines: list[Line] = []
+        self._errors = RateLimitedLog(LOG, logging.ERROR, LEDGER_ERROR_LOG_INTERVAL_S)
         # The writer thread and a back-pressured ``record`` must not interleave their lines.
         self._write_lock = threading.Lock()
 
-    def record(self, time_ms: int, message_id: str, topic: str, accepted: Accepted) -> None:
-        self._answers.append((time_ms, message_id, topic, accepted))
-        if len(self._answers) >= LEDGER_BUFFER_LINES_MAX:
+    def record(self, time_ms: int, answers: Sequence[SentAnswer]) -> None:
+        """Answers that were just sent (called on the event loop)."""
+        lines = [(time_ms, *answer) for answer in answers]
+        if self.flush_interval_ms == 0:
+            self.write(lines)
+            return
+        self._lines += lines
+        if len(self._lines) >= LEDGER_BUFFER_LINES_MAX:
             self.write(self.take())
 
-    def take(self) -> list[Answer]:
+    def take(self) -> list[Line]:
         """What accumulated since the last take (called on the event loop)."""
-        answers, self._answers = self._answers, []
-        return answers
+        lines, self._lines = self._lines, []
+        return lines
 
-    def write(self, answers: list[Answer]) -> None:
-        """Blocking: serialise and append ``answers`` (run on a thread)."""
-        text = "".join(json.dumps(_line(*a), separators=(",", ":")) + "\n" for a in answers)
-        with self._write_lock:
-            if text:
-                self._file.write(text)
-            self._file.flush()
+    def write(self, lines: list[Line]) -> None:
+        """Blocking: serialise and append ``lines``; a failure is logged, and they are lost."""
+        if not lines:
+            return
+        text = "".join(json.dumps(_line(*line), separators=(",", ":")) + "\n" for line in lines)
+        data = memoryview(text.encode())
+        try:
+            with self._write_lock:
+                while data:  # a regular file takes it all at once, but for signals
+                    written = self._file.write(data)
+                    if not written:
+                        raise OSError("the ledger file took none of a write")
+                    data = data[written:]
+        except OSError as e:
+            self._errors.log("ack ledger: %d answers not written: %s", len(lines), e)
+
+    async def run(self) -> None:
+        """With a flush interval: append what accumulated every interval, until cancelled (a
+        write under way when it is cancelled ends before it returns, so ``close`` follows it)."""
+        if self.flush_interval_ms == 0:
+            return
+        loop = asyncio.get_running_loop()
+        while True:
+            await asyncio.sleep(self.flush_interval_ms / 1000.0)
+            written = loop.run_in_executor(None, self.write, self.take())
+            try:
+                await asyncio.shield(written)
+            except asyncio.CancelledError:
+                await written
+                raise
 
     def close(self) -> None:
         self.write(self.take())

@@ -4,6 +4,8 @@
   SPOOLED or REJECTED; cause the spool cause, the rejection's gRPC code, or "" when stored).
 - ``rocketbox_sidecar_send_seconds{state}``: intake to answer.
 - ``rocketbox_sidecar_resends_total{outcome}``: the resend pool's DELIVERED, RESCHEDULED, BURIED.
+- ``rocketbox_sidecar_resends_pulled_in_total``: outbox entries made due at once because their
+  topic's sends were stored again (sidecar/pull_in.py), instead of waiting out their back-off.
 - ``rocketbox_sidecar_intake_in_flight``: messages inside the sidecar now (admission control's
   count, bounded by ``intake_in_flight_max``).
 - ``rocketbox_sidecar_fifo_fenced_groups``: FIFO groups whose new messages are spooled behind
@@ -14,6 +16,11 @@
 - ``rocketbox_outbox_entries{state}``: depth by PENDING, IN_FLIGHT, DELIVERED, DEAD.
 - ``rocketbox_outbox_bytes``: body bytes counted against ``outbox_bytes_max``.
 - ``rocketbox_outbox_oldest_pending_age_seconds``: 0 when nothing is pending.
+- ``rocketbox_sidecar_ready{reason}``: 1 for the readiness reason now, 0 for the others: READY,
+  or why not: OUTBOX_NO_SPACE (the outbox's storage is full: spools refused, the drain goes on),
+  OUTBOX_UNAVAILABLE (the outbox cannot be written). Refreshed with readiness.
+- ``rocketbox_outbox_no_space``: 1 while the outbox refuses spools for want of space (a full
+  disk, Redis at maxmemory), while what it holds is still delivered.
 
 The outbox gauges are refreshed every ``outbox_stats_interval_ms``: ``stats`` may scan (MySQL),
 so it is not called per scrape.
@@ -29,6 +36,9 @@ from outbox.entry import OutboxStats
 LATENCY_BUCKETS_S = (0.0005, 0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5)
 # Messages per request or entries per write: 1 is the uncoalesced case.
 BATCH_SIZE_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024)
+# The sidecar's readiness reasons (sidecar/sidecar.py).
+READY, OUTBOX_NO_SPACE, OUTBOX_UNAVAILABLE = "READY", "OUTBOX_NO_SPACE", "OUTBOX_UNAVAILABLE"
+READINESS_REASONS = (READY, OUTBOX_NO_SPACE, OUTBOX_UNAVAILABLE)
 
 
 class SidecarMetrics:
@@ -45,6 +55,11 @@ class SidecarMetrics:
         )  # fmt: skip
         self.resends = Counter(
             "rocketbox_sidecar_resends", "Resend outcomes.", ["outcome"], registry=r
+        )
+        self.resends_pulled_in = Counter(
+            "rocketbox_sidecar_resends_pulled_in",
+            "Outbox entries made due at once when their topic's sends were stored again.",
+            registry=r,
         )
         self.put_seconds = Histogram(
             "rocketbox_outbox_put_seconds", "One durable spool write.",
@@ -75,6 +90,20 @@ class SidecarMetrics:
             "rocketbox_outbox_oldest_pending_age_seconds",
             "Age of the oldest pending entry (0: none).", registry=r,
         )  # fmt: skip
+        self.ready = Gauge(
+            "rocketbox_sidecar_ready", "1 for the readiness reason now (READY or why not).",
+            ["reason"], registry=r,
+        )  # fmt: skip
+        self.outbox_no_space = Gauge(
+            "rocketbox_outbox_no_space",
+            "1 while the outbox refuses spools for want of space (what it holds still drains).",
+            registry=r,
+        )  # fmt: skip
+
+    def observe_readiness(self, reason: str) -> None:
+        for known in READINESS_REASONS:
+            self.ready.labels(known).set(1 if known == reason else 0)
+        self.outbox_no_space.set(1 if reason == OUTBOX_NO_SPACE else 0)
 
     def observe_stats(self, stats: OutboxStats, now_ms: int) -> None:
         self.entries.labels("PENDING").set(stats.pending)

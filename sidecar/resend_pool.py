@@ -6,8 +6,9 @@ resent together, up to ``RESEND_BATCH_MESSAGES_MAX`` (and ``RESEND_BATCH_BYTES_M
 SendMessage request (one result per message), and the stored ones are marked delivered in one
 outbox write (``mark_delivered_many``). A resend:
 
-1. checks the broker's index first when the entry may already be stored (an ambiguous send, or
-   a resend that failed ambiguously): found → delivered, without sending it twice;
+1. checks the broker's index first when the entry may already be stored (an ambiguous send, a
+   resend that failed ambiguously, or an entry claimed over a lease whose holder died without
+   recording an outcome): found → delivered, without sending it twice;
 2. sends with the same message id, through the producer's retries; the resend path never spools;
 3. stored → marked delivered (a tombstone with the broker's queue offset; one write for the
    batch); failed →
@@ -24,6 +25,11 @@ behind the one reported).
 On stop the claimer stops, resends in flight finish (their own send timeout bounds them), and the
 leases of claimed entries not yet started are released, so another sidecar sharing the outbox
 can take them at once.
+
+Deliveries and failures are reported to the pool's ``pull_in`` (sidecar/pull_in.py), which
+intake reports its sends to as well: once a topic's sends are stored again, it makes due at once
+the entries spooled or rescheduled only to wait for the broker to come back. Its waves finish
+before ``run`` returns.
 """
 
 from __future__ import annotations
@@ -44,6 +50,7 @@ from sidecar.config import ResendConfig
 from sidecar.errors import SendFailedError, SendRejectedError
 from sidecar.metrics import SidecarMetrics
 from sidecar.producer import Producer
+from sidecar.pull_in import RecoveryPullIn
 
 LOG = logging.getLogger(__name__)
 HOUR_MS = 3_600_000
@@ -98,14 +105,22 @@ class ResendPool:
         backoff: Backoff,
         metrics: SidecarMetrics | None = None,
         on_fifo_delivered: Callable[[str, str], None] | None = None,
+        owner: str | None = None,
     ) -> None:
+        """``owner`` is what the pool leases entries as (the sidecar's ``<id>/<incarnation>``);
+        a random one by default."""
         self.config = config
         self._producer = producer
         self._outbox = outbox
         self._backoff = backoff
         self._metrics = metrics or SidecarMetrics()
         self._on_fifo_delivered = on_fifo_delivered
-        self.owner = f"sidecar-{uuid.uuid4().hex[:12]}"
+        # A wave is at most one claim's worth, and is over by the time a resend's lease is.
+        self.pull_in = RecoveryPullIn(
+            outbox, backoff, config.pull_in_ids_max, config.claim_batch_max, config.lease_ms,
+            on_due=self.wake, metrics=self._metrics,
+        )  # fmt: skip
+        self.owner = owner or f"sidecar-{uuid.uuid4().hex[:12]}"
         self._wake = asyncio.Event()
         self._slots = asyncio.Semaphore(config.resend_concurrency_max)
         self._tasks: set[asyncio.Task[None]] = set()
@@ -146,6 +161,7 @@ class ResendPool:
         # Resends in flight finish: each is bounded by the producer's send timeout.
         if self._tasks:
             await asyncio.gather(*self._tasks, return_exceptions=True)
+        await self.pull_in.stop()
 
     def stop(self) -> None:
         """Stop claiming; ``run`` returns once the resends in flight have finished."""
@@ -232,6 +248,8 @@ class ResendPool:
         # Counted whatever the answer: an entry already delivered (by another sidecar, or by
         # an earlier resend whose tombstone came late) is at the broker all the same.
         self._count("DELIVERED", len(delivered))
+        # A job is of one topic.
+        self.pull_in.stored(delivered[0][0].message.topic, (e.message_id for e, _ in delivered))
         for (entry, _), changed in zip(delivered, done, strict=True):
             if changed:
                 self._fifo_settled(entry)
@@ -256,6 +274,7 @@ class ResendPool:
         self._metrics.resends.labels(outcome).inc(n)
 
     async def _failed(self, entry: OutboxEntry, failure: SendFailedError) -> None:
+        self.pull_in.failed(entry.message.topic, entry.message_id)
         attempts = entry.attempts + 1
         now = now_ms()
         error = str(failure)
@@ -272,6 +291,7 @@ class ResendPool:
         )
         if done:
             self._count("RESCHEDULED")
+            self.pull_in.backing_off(entry, failure.cause)
         else:
             LOG.warning(
                 "lease of %s was lost before its reschedule", entry.message_id,

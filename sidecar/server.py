@@ -1,13 +1,39 @@
 """The app-facing gRPC service (rocketbox.v1.SidecarService): validate → convert → intake.
 
-Every message gets exactly one answer. Errors are translated here, once:
+Every message gets exactly one answer, and the structure is what guarantees it: everything done
+for one message (its id stamped, conversion, validation, admission, intake, metrics) runs inside
+one boundary, ``_answer_one``, which turns whatever it raises into that message's answer. The
+calls around it only route answers:
 
-| raised by intake | Send (call status) | SendBatch / SendStream (Rejection) |
+- Send: a rejection is the call's status, with google.rpc details;
+- SendBatch: one answer per message, in request order. The call fails as a whole only for its own
+  limits (messages, bytes), checked before any message is started; once one may be stored, never;
+- SendStream: every request read is answered with its request_id (a request without a message
+  too), and the stream ends only after the last of those answers went out. A request stream that
+  breaks (an undecodable request) ends the call with that error, after the answers of every
+  request read before it.
+
+Errors are translated here, once:
+
+| raised while handling a message | Send (call status) | SendBatch / SendStream (Rejection) |
 |---|---|---|
 | SendRejectedError | INVALID_ARGUMENT / NOT_FOUND + google.rpc.BadRequest | same code and field |
 | OutboxFullError | RESOURCE_EXHAUSTED + google.rpc.RetryInfo | same, retry_after |
 | more than intake_in_flight_max inside | RESOURCE_EXHAUSTED + google.rpc.RetryInfo | same |
-| OutboxUnavailableError, shutting down | UNAVAILABLE | same |
+| OutboxError, shutting down | UNAVAILABLE | same |
+| anything else: a bug | INTERNAL, the traceback logged | same |
+
+SendRejectedError comes from conversion, validation or the broker. An answer is never UNKNOWN.
+A bug is logged with its traceback at most once per ``INTERNAL_ERROR_LOG_INTERVAL_S``, with the
+count of those left out (rocketbox_api/rate_limited_log.py): a bug every message hits must not
+flood the log. Once a message is
+STORED or SPOOLED its answer says so whatever fails after (counting it, building the result): a
+rejection then would have the app resend, and duplicate, a message already taken.
+
+``on_sent`` (the acknowledgement ledger, sidecar/ledger.py) is given the STORED and SPOOLED
+answers once gRPC has sent them: for Send and SendBatch when the call finished without being
+cancelled (its done callback), for SendStream once the response was written to the stream. The
+answers of a call cancelled before the sidecar replied are never given to it.
 
 Admission control: at most ``intake_in_flight_max`` messages are inside the sidecar at once
 (from intake to answer, over all calls). One more is refused at once with RESOURCE_EXHAUSTED and
@@ -18,10 +44,11 @@ and the excess costs the sidecar next to nothing.
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import time
-from collections.abc import AsyncIterator, Callable
-from typing import Any
+from collections.abc import AsyncIterator, Callable, Sequence
+from typing import Any, NoReturn
 
 import grpc
 from google.protobuf import any_pb2
@@ -31,12 +58,20 @@ from prometheus_client import Counter, Histogram
 
 from outbox.entry import OutboxMessage
 from outbox.errors import OutboxError, OutboxFullError
+from rocketbox_api.rate_limited_log import RateLimitedLog
 from rocketbox_api.v1 import sidecar_pb2 as api
 from rocketbox_api.v1 import sidecar_pb2_grpc
 from sidecar.clock import now_ms
-from sidecar.converter import duration_from_ms, to_outbox_message, to_rejected, to_result
+from sidecar.converter import (
+    message_id_of,
+    to_outbox_message,
+    to_outcome_result,
+    to_rejected,
+    to_result,
+)
 from sidecar.errors import SendRejectedError
 from sidecar.intake import Accepted, Intake, Stored
+from sidecar.ledger import SentAnswer
 from sidecar.message_id import MessageIdGenerator
 from sidecar.metrics import SidecarMetrics
 
@@ -44,6 +79,13 @@ LOG = logging.getLogger(__name__)
 UNAVAILABLE_RETRY_AFTER_MS = 1_000
 # What an app refused by admission control waits: a few coalesced requests' time.
 INTAKE_FULL_RETRY_AFTER_MS = 100
+# A bug's traceback is logged at most this often (the others are counted).
+INTERNAL_ERROR_LOG_INTERVAL_S = 10.0
+STATUS_CODES = {code.value[0]: code for code in grpc.StatusCode}
+
+# One message's answer, and what on_sent is given once it was sent (STORED and SPOOLED only).
+Answer = tuple[api.SendResult, SentAnswer | None]
+StreamAnswer = tuple[api.SendStreamResponse, SentAnswer | None]
 
 
 class Rejected(Exception):  # noqa: N818 - an outcome, carried to the edge as one value
@@ -63,7 +105,7 @@ class SidecarService(sidecar_pb2_grpc.SidecarServiceServicer):  # type: ignore[m
         send_batch_bytes_max: int,
         send_stream_in_flight_max: int,
         intake_in_flight_max: int,
-        on_answer: Callable[[int, str, str, Accepted], None] | None = None,
+        on_sent: Callable[[int, Sequence[SentAnswer]], None] | None = None,
         metrics: SidecarMetrics | None = None,
     ) -> None:
         self._intake = intake
@@ -74,39 +116,71 @@ class SidecarService(sidecar_pb2_grpc.SidecarServiceServicer):  # type: ignore[m
         self._intake_in_flight_max = intake_in_flight_max
         self.intake_in_flight = 0
         self._children: dict[tuple[str, str], tuple[Counter, Histogram]] = {}
-        self._on_answer = on_answer
+        self._on_sent = on_sent
         self._metrics = metrics or SidecarMetrics()
+        # Two budgets: a failure after an answer (a metric, the ledger) must not hide a bug
+        # that answers INTERNAL, nor the other way round.
+        self.internal_errors = RateLimitedLog(LOG, logging.ERROR, INTERNAL_ERROR_LOG_INTERVAL_S)
+        self.after_answer_errors = RateLimitedLog(LOG, logging.ERROR, INTERNAL_ERROR_LOG_INTERVAL_S)
         self.accepting = True
 
-    def _intake_message(self, m: api.Message) -> OutboxMessage:
-        return to_outbox_message(m, self._ids, now_ms())
-
-    async def _accept(self, message: OutboxMessage) -> api.SendResult:
-        """One message's result; raises Rejected. Every answer is counted."""
+    # -- one message: the boundary -----------------------------------------------------------
+    async def _answer_one(self, m: api.Message) -> Answer:
+        """This message's answer, whatever happens while handling it. Raises only
+        CancelledError (the call is gone: nobody is left to answer)."""
         started_s = time.monotonic()
+        message_id = ""
         try:
-            accepted = await self._answer(message)
-        except Rejected as r:
-            self._count("REJECTED", r.code.name, started_s)
-            raise
+            message_id = message_id_of(m, self._ids)
+            message = to_outbox_message(m, message_id, now_ms())
+            accepted = await self._admit(message)
+        except Exception as e:
+            r = self._rejection(e, message_id)
+            self._count("REJECTED", r.code.name, started_s, message_id)
+            return to_rejected(message_id, r.code, r.field, r.reason, r.retry_after_ms), None
         if isinstance(accepted, Stored):
-            self._count("STORED", "", started_s)
+            self._count("STORED", "", started_s, message_id)
         else:
-            self._count("SPOOLED", accepted.entry.cause.value, started_s)
-        return to_result(message.message_id, accepted)
+            self._count("SPOOLED", accepted.entry.cause.value, started_s, message_id)
+        return self._result(message_id, accepted), (message_id, message.topic, accepted)
 
-    def _count(self, state: str, cause: str, started_s: float) -> None:
-        # The labelled children are looked up once per (state, cause), not per message.
-        children = self._children.get((state, cause))
-        if children is None:
-            children = self._children[(state, cause)] = (
-                self._metrics.sends.labels(state, cause),
-                self._metrics.send_seconds.labels(state),
-            )
-        children[0].inc()
-        children[1].observe(time.monotonic() - started_s)
+    def _rejection(self, e: Exception, message_id: str) -> Rejected:
+        if isinstance(e, Rejected):
+            return e
+        if isinstance(e, SendRejectedError):
+            return Rejected(e.code, e.field, e.reason)
+        _log(
+            self.internal_errors, "a message answered INTERNAL: an unexpected error", e, message_id
+        )
+        return Rejected(
+            grpc.StatusCode.INTERNAL, "", f"the sidecar failed while handling it "
+            f"({type(e).__name__}: {e}); this is a bug, logged by the sidecar",
+        )  # fmt: skip
 
-    async def _answer(self, message: OutboxMessage) -> Accepted:
+    def _result(self, message_id: str, accepted: Accepted) -> api.SendResult:
+        """STORED or SPOOLED, in full when the result can be built, else the outcome alone."""
+        try:
+            return to_result(message_id, accepted)
+        except Exception as e:
+            _log(self.after_answer_errors, "building a result failed; answered the outcome "
+                 "alone", e, message_id)  # fmt: skip
+            return to_outcome_result(message_id, accepted)
+
+    def _count(self, state: str, cause: str, started_s: float, message_id: str) -> None:
+        try:
+            # The labelled children are looked up once per (state, cause), not per message.
+            children = self._children.get((state, cause))
+            if children is None:
+                children = self._children[(state, cause)] = (
+                    self._metrics.sends.labels(state, cause),
+                    self._metrics.send_seconds.labels(state),
+                )
+            children[0].inc()
+            children[1].observe(time.monotonic() - started_s)
+        except Exception as e:  # a metric must never change an answer
+            _log(self.after_answer_errors, "counting an answer failed", e, message_id)
+
+    async def _admit(self, message: OutboxMessage) -> Accepted:
         if not self.accepting:
             raise Rejected(
                 grpc.StatusCode.UNAVAILABLE, "", "the sidecar is shutting down",
@@ -126,7 +200,7 @@ class SidecarService(sidecar_pb2_grpc.SidecarServiceServicer):  # type: ignore[m
 
     async def _intake_answer(self, message: OutboxMessage) -> Accepted:
         try:
-            accepted = await self._intake.accept(message)
+            return await self._intake.accept(message)
         except SendRejectedError as e:
             raise Rejected(e.code, e.field, e.reason) from e
         except OutboxFullError as e:
@@ -138,49 +212,89 @@ class SidecarService(sidecar_pb2_grpc.SidecarServiceServicer):  # type: ignore[m
                 grpc.StatusCode.UNAVAILABLE, "", f"the broker did not take it and the outbox "
                 f"could not spool it: {e}", UNAVAILABLE_RETRY_AFTER_MS,
             ) from e  # fmt: skip
-        if self._on_answer is not None:
-            self._on_answer(now_ms(), message.message_id, message.topic, accepted)
-        return accepted
 
-    async def _result_or_rejection(self, m: api.Message) -> api.SendResult:
-        message = self._intake_message(m)
+    def _failed(self, e: BaseException, message_id: str = "") -> api.SendResult:
+        """The answer of a message whose handling failed outside ``_answer_one``'s own net."""
+        _log(
+            self.internal_errors, "a message answered INTERNAL outside its boundary", e, message_id
+        )
+        return to_rejected(
+            message_id, grpc.StatusCode.INTERNAL, "", f"the sidecar failed while handling it "
+            f"({type(e).__name__}: {e}); this is a bug, logged by the sidecar",
+        )  # fmt: skip
+
+    # -- what was sent ---------------------------------------------------------------------------
+    def _record_when_done(
+        self, context: grpc.aio.ServicerContext[Any, Any], sent: list[SentAnswer]
+    ) -> None:
+        if self._on_sent is not None and sent:
+            # The stubs type the callback as a class of their own, which no function matches.
+            done = functools.partial(self._call_done, sent)
+            context.add_done_callback(done)  # type: ignore[arg-type]
+
+    def _call_done(
+        self, sent: list[SentAnswer], context: grpc.aio.ServicerContext[Any, Any]
+    ) -> None:
+        # Called once gRPC finished the call. done(): the handler returned and gRPC sent its
+        # response and status (a client that cancels while the handler runs cancels the handler,
+        # which then registers nothing). gRPC does not tell a handler whether that last write
+        # failed: a cancel crossing the answer on the wire is recorded as sent (sidecar/ledger.py).
+        if context.done() and not context.cancelled():
+            self._record(sent)
+
+    def _record(self, sent: Sequence[SentAnswer]) -> None:
+        assert self._on_sent is not None
         try:
-            return await self._accept(message)
-        except Rejected as r:
-            return to_rejected(message.message_id, r.code, r.field, r.reason, r.retry_after_ms)
+            self._on_sent(now_ms(), sent)
+        except Exception as e:  # the answers went out: recording them cannot change them
+            _log(self.after_answer_errors, "recording answers that were sent failed", e, sent[0][0])
 
+    # -- the calls ---------------------------------------------------------------------------------
     async def Send(  # noqa: N802 - the API's name
         self, request: api.SendRequest, context: grpc.aio.ServicerContext[Any, Any]
     ) -> api.SendResponse:
         if not request.HasField("message"):
-            await _abort(
-                context, Rejected(grpc.StatusCode.INVALID_ARGUMENT, "message", "is required")
-            )
-        try:
-            result = await self._accept(self._intake_message(request.message))
-            return api.SendResponse(result=result)
-        except Rejected as r:
-            await _abort(context, r)
-            raise  # unreachable: abort raises
+            await _abort(context, _message_required().rejected)
+        result, sent = await self._answer_one(request.message)
+        if result.HasField("rejected"):
+            await _abort(context, result.rejected)
+        if sent is not None:
+            self._record_when_done(context, [sent])
+        return api.SendResponse(result=result)
 
     async def SendBatch(  # noqa: N802
         self, request: api.SendBatchRequest, context: grpc.aio.ServicerContext[Any, Any]
     ) -> api.SendBatchResponse:
+        # The whole-call refusals: before any message is started, so none may be stored.
         count = len(request.messages)
         if count > self._batch_entries_max:
-            await _abort(context, Rejected(
-                grpc.StatusCode.INVALID_ARGUMENT, "messages",
-                f"has {count} messages; the limit is {self._batch_entries_max}",
+            await _abort(context, api.Rejection(
+                code=grpc.StatusCode.INVALID_ARGUMENT.value[0], field="messages",
+                reason=f"has {count} messages; the limit is {self._batch_entries_max}",
             ))  # fmt: skip
         size = sum(len(m.body) for m in request.messages)
         if size > self._batch_bytes_max:
-            await _abort(context, Rejected(
-                grpc.StatusCode.INVALID_ARGUMENT, "messages",
-                f"bodies total {size} bytes; the limit is {self._batch_bytes_max}",
+            await _abort(context, api.Rejection(
+                code=grpc.StatusCode.INVALID_ARGUMENT.value[0], field="messages",
+                reason=f"bodies total {size} bytes; the limit is {self._batch_bytes_max}",
             ))  # fmt: skip
         # Tasks are created in request order, and intake serialises a FIFO group in the order its
         # messages arrive: a group's messages keep their request order; the rest go in parallel.
-        results = await asyncio.gather(*(self._result_or_rejection(m) for m in request.messages))
+        # _answer_one answers for itself; return_exceptions is the net under it, so that one
+        # message's failure can never fail the call its neighbours were stored in.
+        outcomes = await asyncio.gather(
+            *(self._answer_one(m) for m in request.messages), return_exceptions=True
+        )
+        results: list[api.SendResult] = []
+        sent: list[SentAnswer] = []
+        for m, outcome in zip(request.messages, outcomes, strict=True):
+            if isinstance(outcome, BaseException):
+                results.append(self._failed(outcome, _app_id(m)))
+                continue
+            results.append(outcome[0])
+            if outcome[1] is not None:
+                sent.append(outcome[1])
+        self._record_when_done(context, sent)
         return api.SendBatchResponse(results=results)
 
     async def SendStream(  # noqa: N802
@@ -190,21 +304,20 @@ class SidecarService(sidecar_pb2_grpc.SidecarServiceServicer):  # type: ignore[m
     ) -> AsyncIterator[api.SendStreamResponse]:
         slots = asyncio.Semaphore(self._stream_in_flight_max)
         # Bounded too: answers the app does not read hold their tasks, and so the reading.
-        answers: asyncio.Queue[api.SendStreamResponse | None] = asyncio.Queue(
+        # None marks the end: every request read has put its answer before it.
+        answers: asyncio.Queue[StreamAnswer | None] = asyncio.Queue(
             maxsize=self._stream_in_flight_max
         )
         tasks: set[asyncio.Task[None]] = set()
 
         async def answer(request: api.SendStreamRequest) -> None:
             try:
-                result = await self._result_or_rejection(request.message)
-                await answers.put(
-                    api.SendStreamResponse(request_id=request.request_id, result=result)
-                )
+                await answers.put(await self._stream_answer(request))
             finally:
                 slots.release()
 
         async def read() -> None:
+            broken: Exception | None = None
             try:
                 async for request in request_iterator:
                     # Back-pressure: stop reading while the limit is in flight.
@@ -212,22 +325,59 @@ class SidecarService(sidecar_pb2_grpc.SidecarServiceServicer):  # type: ignore[m
                     task = asyncio.create_task(answer(request))
                     tasks.add(task)
                     task.add_done_callback(tasks.discard)
-                if tasks:
-                    await asyncio.gather(*tasks)
-            finally:
-                await answers.put(None)
+            except Exception as e:  # the request stream broke: answer what was read, then end
+                broken = e
+            if tasks:
+                await asyncio.wait(set(tasks))
+            await answers.put(None)
+            if broken is not None:
+                raise broken
 
         reader = asyncio.create_task(read())
+        # Whatever the reader ends with is retrieved, also when the call is gone before it ended.
+        reader.add_done_callback(_retrieve)
         try:
-            while (response := await answers.get()) is not None:
+            while (item := await answers.get()) is not None:
+                response, sent = item
                 yield response
+                # Resumed only once gRPC wrote the response to the stream.
+                if sent is not None and self._on_sent is not None:
+                    self._record((sent,))
+            await reader  # re-raises a broken request stream, after every answer went out
         finally:
             reader.cancel()
             for task in list(tasks):
                 task.cancel()
 
+    async def _stream_answer(self, request: api.SendStreamRequest) -> StreamAnswer:
+        try:
+            if not request.HasField("message"):
+                result, sent = _message_required(), None
+            else:
+                result, sent = await self._answer_one(request.message)
+        except Exception as e:
+            result, sent = self._failed(e, _app_id(request.message)), None
+        return api.SendStreamResponse(request_id=request.request_id, result=result), sent
 
-async def _abort(context: grpc.aio.ServicerContext[Any, Any], r: Rejected) -> None:
+
+def _log(errors: RateLimitedLog, what: str, e: BaseException, message_id: str) -> None:
+    errors.log("%s (message %s)", what, message_id or "without an id", exc_info=e)
+
+
+def _app_id(m: api.Message) -> str:
+    return m.message_id if m.HasField("message_id") else ""
+
+
+def _message_required() -> api.SendResult:
+    return to_rejected("", grpc.StatusCode.INVALID_ARGUMENT, "message", "is required")
+
+
+def _retrieve(task: asyncio.Task[None]) -> None:
+    if not task.cancelled():
+        task.exception()
+
+
+async def _abort(context: grpc.aio.ServicerContext[Any, Any], r: api.Rejection) -> NoReturn:
     details: list[any_pb2.Any] = []
     if r.field:
         bad = error_details_pb2.BadRequest(
@@ -238,13 +388,19 @@ async def _abort(context: grpc.aio.ServicerContext[Any, Any], r: Rejected) -> No
         packed = any_pb2.Any()
         packed.Pack(bad)
         details.append(packed)
-    if r.retry_after_ms:
-        retry = error_details_pb2.RetryInfo(retry_delay=duration_from_ms(r.retry_after_ms))
+    if r.HasField("retry_after"):
+        retry = error_details_pb2.RetryInfo(retry_delay=r.retry_after)
         packed = any_pb2.Any()
         packed.Pack(retry)
         details.append(packed)
-    status = status_pb2.Status(code=getattr(code_pb2, r.code.name), message=str(r), details=details)
+    code = STATUS_CODES[r.code]
+    status = status_pb2.Status(
+        code=getattr(code_pb2, code.name),
+        message=f"{r.field}: {r.reason}" if r.field else r.reason,
+        details=details,
+    )
     await context.abort_with_status(rpc_status.to_status(status))
+    raise AssertionError("abort returns only by raising")
 
 
 __all__ = ["Rejected", "SidecarService", "Stored"]

@@ -4,7 +4,20 @@ start: open the outbox → producer → resend pool → gRPC server (SidecarServ
 reflection) bound and serving. ``start`` returns once it serves.
 
 Readiness (gRPC health, service "" and "rocketbox.v1.SidecarService") is SERVING only while the
-outbox is writable: a sidecar that could not spool must not be sent traffic.
+outbox is writable: a sidecar that could not spool must not be sent traffic. Its reason
+(``readiness_reason``: READY, OUTBOX_NO_SPACE or OUTBOX_UNAVAILABLE) is logged when it changes
+and is the ``rocketbox_sidecar_ready{reason}`` gauge; OUTBOX_NO_SPACE also sets
+``rocketbox_outbox_no_space``. An outbox with no space refuses spools only: the resend pool goes
+on delivering what it holds.
+
+Identity: the resend pool leases entries as ``<sidecar_id>/<incarnation>`` (a new incarnation at
+every start). At start, before it claims anything, the sidecar ends every lease still held by
+an earlier incarnation of its id (``Outbox.expire_leases``): that process is dead, so its
+entries are claimed at once, maybe stored (their resend asks the broker's index first), rather
+than after their lease runs out (a RocksDB outbox, one process's, does so at open for every
+lease it finds, whatever the id). Two live sidecars given one id (a misconfiguration) end each
+other's leases at their starts: an entry the other is sending just then may be sent twice (never
+lost); give each sidecar its own id.
 
 stop (SIGTERM): stop intake (new calls are answered UNAVAILABLE) → let calls in flight finish
 or spool within ``shutdown_grace_ms`` → stop the resend pool (resends in flight finish, unstarted
@@ -16,6 +29,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import uuid
 from wsgiref.simple_server import WSGIServer
 
 import grpc
@@ -23,8 +37,9 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 from prometheus_client import start_http_server
 
-from outbox.errors import OutboxError
+from outbox.errors import OutboxError, OutboxNoSpaceError
 from outbox.factory import open_outbox, redact
+from rocketbox_api.server_guard import ServerGuard
 from rocketbox_api.v1 import sidecar_pb2, sidecar_pb2_grpc
 from sidecar.async_outbox import AsyncOutbox
 from sidecar.backoff import Backoff
@@ -34,7 +49,7 @@ from sidecar.config import SidecarConfig
 from sidecar.fifo_fence import FifoFence
 from sidecar.intake import Intake
 from sidecar.ledger import AckLedger
-from sidecar.metrics import SidecarMetrics
+from sidecar.metrics import OUTBOX_NO_SPACE, OUTBOX_UNAVAILABLE, READY, SidecarMetrics
 from sidecar.producer import Producer
 from sidecar.resend_pool import ResendPool
 from sidecar.server import SidecarService
@@ -42,7 +57,6 @@ from sidecar.spool_writer import SpoolWriter
 
 LOG = logging.getLogger(__name__)
 SERVICE_NAME = sidecar_pb2.DESCRIPTOR.services_by_name["SidecarService"].full_name
-LEDGER_FLUSH_INTERVAL_MS = 200
 
 
 class Sidecar:
@@ -56,19 +70,23 @@ class Sidecar:
         self.metrics = SidecarMetrics()
         self.metrics_port = 0
         self._metrics_server: WSGIServer | None = None
+        # What the resend pool leases as: this process, among the sidecar's incarnations.
+        self.lease_owner = f"{config.sidecar_id}/{uuid.uuid4().hex[:12]}"
+        self.readiness_reason = ""
 
     async def start(self) -> None:
         c = self.config
         loop = asyncio.get_running_loop()
         outbox = await loop.run_in_executor(None, open_outbox, c.outbox_url, c.outbox_limits)
         self.outbox = AsyncOutbox(outbox, c.outbox_threads)
+        await self._end_dead_leases()
         self.producer = Producer(c.producer)
         backoff = Backoff(c.resend.backoff_initial_ms, c.resend.backoff_max_ms)
         self.fence = FifoFence(self.outbox)
         await self.fence.load()
         self.pool = ResendPool(
             c.resend, self.producer, self.outbox, backoff, self.metrics,
-            on_fifo_delivered=self._recheck_fence,
+            on_fifo_delivered=self._recheck_fence, owner=self.lease_owner,
         )  # fmt: skip
         self.intake = Intake(
             SendCoalescer(self.producer, c.coalesce, self.metrics),
@@ -76,28 +94,32 @@ class Sidecar:
             self.fence,
             backoff,
             on_spooled=self.pool.wake,
+            pull_in=self.pool.pull_in,
         )
         if c.ack_ledger_path is not None:
-            self._ledger = AckLedger(c.ack_ledger_path)
+            self._ledger = AckLedger(c.ack_ledger_path, c.ack_ledger_flush_interval_ms)
         self.service = SidecarService(
             self.intake,
             c.send_batch_entries_max,
             c.send_batch_bytes_max,
             c.send_stream_in_flight_max,
             c.intake_in_flight_max,
-            on_answer=self._ledger.record if self._ledger else None,
+            on_sent=self._ledger.record if self._ledger else None,
             metrics=self.metrics,
         )
         self.metrics.intake_in_flight.set_function(lambda: self.service.intake_in_flight)
         self.metrics.fifo_fenced_groups.set_function(lambda: len(self.fence))
         self._health = health.aio.HealthServicer()
         server = grpc.aio.server(
+            # Malformed requests and handler faults: INVALID_ARGUMENT / INTERNAL and a
+            # rate-limited line, never UNKNOWN with a traceback per call.
+            interceptors=[ServerGuard()],
             options=(
                 ("grpc.max_receive_message_length", c.send_batch_bytes_max + 1024 * 1024),
                 ("grpc.so_reuseport", 0),
                 ("grpc.server.max_pending_requests", c.pending_calls_max),
                 ("grpc.server.max_pending_requests_hard_limit", c.pending_calls_max),
-            )
+            ),
         )
         sidecar_pb2_grpc.add_SidecarServiceServicer_to_server(self.service, server)
         health_pb2_grpc.add_HealthServicer_to_server(self._health, server)
@@ -126,7 +148,7 @@ class Sidecar:
             # Only for the gauges: stats may scan the outbox (MySQL), so not without a reader.
             self._tasks.append(asyncio.create_task(self._stats_loop(), name="outbox stats"))
         if self._ledger is not None:
-            self._tasks.append(asyncio.create_task(self._ledger_loop(), name="ledger"))
+            self._tasks.append(asyncio.create_task(self._ledger.run(), name="ledger"))
         LOG.info(
             "sidecar listening on %s:%d, broker %s, outbox %s",
             c.listen_host, self.port,
@@ -166,14 +188,38 @@ class Sidecar:
             totals["DELIVERED"], totals["RESCHEDULED"], totals["BURIED"],
         )  # fmt: skip
 
+    async def _end_dead_leases(self) -> None:
+        """End the leases of this sidecar's earlier incarnations (module docstring)."""
+        prefix = f"{self.config.sidecar_id}/"
+        try:
+            ended = await self.outbox.call(self.outbox.outbox.expire_leases, prefix, now_ms())
+        except OutboxError as e:  # they end by themselves at their lease's end
+            LOG.warning("the leases of %s* left by an earlier run were not ended: %s", prefix, e)
+            return
+        if ended:
+            LOG.info(
+                "ended %d outbox leases an earlier run of %s left: claimed again at once, "
+                "checked against the broker's index before any resend",
+                ended, self.config.sidecar_id,
+            )  # fmt: skip
+
     async def _check_ready(self) -> bool:
         try:
             await self.outbox.call(self.outbox.outbox.check_writable)
+        except OutboxNoSpaceError as e:
+            reason, detail = OUTBOX_NO_SPACE, str(e)
         except OutboxError as e:
-            LOG.warning("not ready: the outbox is not writable: %s", e)
-            ready = False
+            reason, detail = OUTBOX_UNAVAILABLE, str(e)
         else:
-            ready = True
+            reason, detail = READY, ""
+        if reason != self.readiness_reason:
+            if reason == READY:
+                LOG.info("ready: the outbox is writable")
+            else:
+                LOG.warning("not ready (%s): %s", reason, detail)
+        self.readiness_reason = reason
+        self.metrics.observe_readiness(reason)
+        ready = reason == READY
         status = (
             health_pb2.HealthCheckResponse.SERVING
             if ready
@@ -199,14 +245,6 @@ class Sidecar:
             else:
                 self.metrics.observe_stats(stats, now)
             await asyncio.sleep(self.config.outbox_stats_interval_ms / 1000.0)
-
-    async def _ledger_loop(self) -> None:
-        ledger = self._ledger
-        assert ledger is not None
-        loop = asyncio.get_running_loop()
-        while True:
-            await asyncio.sleep(LEDGER_FLUSH_INTERVAL_MS / 1000.0)
-            await loop.run_in_executor(None, ledger.write, ledger.take())
 
     def _recheck_fence(self, topic: str, message_group: str) -> None:
         """A FIFO entry left PENDING: lift its group's fence if it was the last (on a task of

@@ -3,6 +3,10 @@
 They are RocketMQ's own limits (the proxy's defaults, shared/spec §5.4), applied here so that a
 message the broker would refuse forever is refused at once, even while the broker is down: such a
 message must be REJECTED, never spooled. Each error names the field and the limit.
+
+``validate_message`` checks the message as intake sees it; ``validate_timestamp`` checks what
+only the protobuf form has (a Timestamp's seconds and nanos), for the converter, before it
+converts. Every per-field limit lives here.
 """
 
 from __future__ import annotations
@@ -24,6 +28,11 @@ PROPERTIES_BYTES_MAX = 16 * 1024
 MESSAGE_GROUP_BYTES_MAX = 64
 KEYS_MAX = 32
 DELIVERY_AHEAD_MS_MAX = 24 * 3600 * 1000
+# google.protobuf.Timestamp's own range (timestamp.proto): 0001-01-01T00:00:00Z up to
+# 9999-12-31T23:59:59.999999999Z, nanos a non-negative fraction of a second.
+TIMESTAMP_SECONDS_MIN = -62_135_596_800
+TIMESTAMP_SECONDS_MAX = 253_402_300_799
+TIMESTAMP_NANOS_MAX = 999_999_999
 # System topics a producer may not write (RocketMQ's reserved prefixes).
 RESERVED_TOPIC_PREFIXES = ("rmq_sys_", "%RETRY%", "%DLQ%", "RMQ_SYS_")
 # Property names RocketMQ reserves for itself (the broker refuses them as user properties).
@@ -46,6 +55,22 @@ WHITESPACE = re.compile(r"\s")
 def _no_control(field: str, value: str) -> None:
     if CONTROL_CHARACTERS.search(value):
         raise SendRejectedError(field, "must not contain control characters")
+
+
+def validate_timestamp(field: str, seconds: int, nanos: int) -> None:
+    """A google.protobuf.Timestamp's fields, checked before it is converted (converter.py): the
+    conversion itself refuses a timestamp outside the range with an error naming no field."""
+    if not TIMESTAMP_SECONDS_MIN <= seconds <= TIMESTAMP_SECONDS_MAX:
+        raise SendRejectedError(
+            field,
+            f"seconds is {seconds}; google.protobuf.Timestamp allows {TIMESTAMP_SECONDS_MIN:,} "
+            f"to {TIMESTAMP_SECONDS_MAX:,} (years 0001 to 9999)",
+        )
+    if not 0 <= nanos <= TIMESTAMP_NANOS_MAX:
+        raise SendRejectedError(
+            field,
+            f"nanos is {nanos}; google.protobuf.Timestamp allows 0 to {TIMESTAMP_NANOS_MAX:,}",
+        )
 
 
 def validate_message(m: OutboxMessage, now_ms: int | None = None) -> None:

@@ -22,6 +22,8 @@ from tests.services import mysql_url, redis_url, unique_name
 
 BACKENDS = ["memory", "rocksdb", "redis", "mysql"]
 SHARED_BACKENDS = ["redis", "mysql"]
+# The RocksDB outboxes' disk reserve (outbox/disk_reserve.py): the tests make many of them.
+TEST_RESERVE_BYTES = 1024 * 1024
 
 OpenOutbox = Callable[..., Outbox]
 
@@ -32,7 +34,7 @@ def backend_url(backend: str, tmp_path: Path) -> Iterator[str]:
     if backend == "memory":
         yield "memory://"
     elif backend == "rocksdb":
-        yield f"rocksdb://{tmp_path / 'outbox'}"
+        yield f"rocksdb://{tmp_path / 'outbox'}?reserve_bytes={TEST_RESERVE_BYTES}"
     elif backend == "redis":
         prefix = unique_name("rocketbox_test")
         try:

@@ -7,7 +7,10 @@ Each test runs on memory (the reference), RocksDB, Redis and MySQL, and proves o
   requests as that put would, in order, one refused request refusing none of the others;
 - claim_due takes due entries soonest first (an expired lease counts from its end; ties in seq
   order), never early, never one under a live lease (threads and, for the shared backends, two
-  processes never get the same entry), and takes an expired lease back;
+  processes never get the same entry), and takes an expired lease back, maybe stored when its
+  holder recorded no outcome (released, rescheduled and delivered entries are not);
+- expire_leases ends the leases of one owner prefix at once (live or expired, FIFO heads too):
+  unleased, due at their next send time, maybe stored; no other owner's;
 - FIFO groups: only the head is claimable, at most one entry in flight, entries leave in seq
   order across reschedules, burials and a requeue of an older entry;
 - pending_groups is exactly the groups has_pending_group says are pending (an empty group is no
@@ -242,6 +245,79 @@ def test_entry_whose_lease_ran_out_is_due_again_from_the_lease_end(outbox: Outbo
     # ended: 2 has waited longer.
     assert claim(outbox, NOW_MS + LEASE_MS + 10, limit=1, owner="w2") == [message_id(2)]
     assert claim(outbox, NOW_MS + LEASE_MS + 10, limit=1, owner="w2") == [message_id(1)]
+
+
+def test_an_entry_claimed_over_a_lease_with_no_outcome_may_be_stored(outbox: Outbox) -> None:
+    outbox.put([entry(n) for n in (1, 2, 3, 4)])
+    first = outbox.claim_due(NOW_MS, 10, LEASE_MS, "w1")
+    assert ids(first) == [message_id(n) for n in (1, 2, 3, 4)]
+    assert not any(e.maybe_stored for e in first), "never leased before: nothing was sent"
+    # w1 records an outcome for 1, 2 and 3, and dies holding 4.
+    assert outbox.release(message_id(1), "w1")
+    assert outbox.reschedule(message_id(2), "w1", NOW_MS, "SYSTEM_BUSY", NOW_MS)
+    assert outbox.mark_delivered(message_id(3), receipt(3))
+
+    later = NOW_MS + LEASE_MS
+    taken = {e.message_id: e for e in outbox.claim_due(later, 10, LEASE_MS, "w2")}
+    assert set(taken) == {message_id(1), message_id(2), message_id(4)}
+    assert not taken[message_id(1)].maybe_stored
+    assert not taken[message_id(2)].maybe_stored
+    assert taken[message_id(4)].maybe_stored, "w1 may have sent it before it died"
+    assert outbox.get(message_id(4)) == taken[message_id(4)], "and so it is stored"
+
+    # It stays so through a reschedule, and a later clean claim.
+    assert outbox.reschedule(message_id(4), "w2", later, "UNAVAILABLE", later)
+    got = outbox.get(message_id(4))
+    assert got is not None
+    assert got.maybe_stored
+    assert outbox.release(message_id(1), "w2")
+    (again,) = outbox.claim_due(later, 1, LEASE_MS, "w3")
+    assert again.message_id == message_id(1)
+    assert not again.maybe_stored
+    (four,) = outbox.claim_due(later, 10, LEASE_MS, "w3")  # 2 is w2's still
+    assert (four.message_id, four.maybe_stored) == (message_id(4), True)
+
+
+def test_expire_leases_ends_one_owner_prefix_s_leases_at_once(outbox: Outbox) -> None:
+    then_ms = NOW_MS - 3 * LEASE_MS
+    outbox.put(
+        [
+            *(entry(n, next_send_time_ms=then_ms) for n in (1, 2, 3, 4)),
+            entry(5, next_send_time_ms=then_ms, group="g"),
+            entry(6, next_send_time_ms=then_ms, group="g"),
+            entry(7, next_send_time_ms=NOW_MS),
+        ]
+    )
+    # By NOW_MS: 1's lease (of "a/1") has ended unclaimed, 2's and 5's (of "a/1") are live, and
+    # 3 and 4 are other owners' (a prefix of a prefix is not the prefix).
+    long_ms = 10 * LEASE_MS
+    for n, owner, lease_ms in (
+        (1, "a/1", LEASE_MS), (2, "a/1", long_ms), (3, "ab/1", long_ms), (4, "b/1", long_ms),
+        (5, "a/1", long_ms),
+    ):  # fmt: skip
+        assert ids(outbox.claim_due(then_ms, 1, lease_ms, owner)) == [message_id(n)]
+
+    assert outbox.expire_leases("a/", NOW_MS) == 3
+    for n in (1, 2, 5):
+        got = outbox.get(message_id(n))
+        assert got is not None
+        assert (got.lease_owner, got.lease_until_ms, got.maybe_stored) == (None, 0, True), n
+        assert (got.attempts, got.state, got.next_send_time_ms) == (
+            0, EntryState.PENDING, then_ms
+        ), n  # fmt: skip
+    for n, owner in ((3, "ab/1"), (4, "b/1")):
+        got = outbox.get(message_id(n))
+        assert got is not None
+        assert (got.lease_owner, got.maybe_stored) == (owner, False), n
+    assert outbox.stats(NOW_MS).in_flight == 2
+
+    # Claimable at once, at their next send times (5 heads its group, 6 waits behind it).
+    again = outbox.claim_due(NOW_MS, 10, LEASE_MS, "a/2")
+    assert ids(again) == [message_id(n) for n in (1, 2, 5, 7)]
+    assert [e.maybe_stored for e in again] == [True, True, True, False]
+    assert outbox.expire_leases("c/", NOW_MS) == 0
+    with pytest.raises(ValueError, match="owner prefix"):
+        outbox.expire_leases("", NOW_MS)
 
 
 def test_entries_due_at_the_same_time_leave_in_seq_order(outbox: Outbox) -> None:

@@ -5,8 +5,11 @@
 - pending_groups works on an outbox written before its set of groups existed (it builds the set
   once), and drops a name whose group is gone;
 - every server refusal reaches the caller as OutboxUnavailableError, chained to redis-py's error:
-  no server listening, a read-only replica (READONLY), a server at its maxmemory (OOM) — and a
-  put refused by the server wrote nothing. The last two run a private redis-server.
+  no server listening, a read-only replica (READONLY), a server at its maxmemory (OOM, as
+  OutboxNoSpaceError) — and a put refused by the server wrote nothing. The last two run a
+  private redis-server;
+- at maxmemory the drain goes on: claims, reschedules, expire_leases and tombstones still run,
+  and the bodies they deliver free the room that puts are taken in again.
 """
 
 from __future__ import annotations
@@ -19,7 +22,13 @@ import pytest
 import redis
 import redis.exceptions as rex
 
-from outbox import OutboxFullError, OutboxLimits, OutboxUnavailableError, open_outbox
+from outbox import (
+    OutboxFullError,
+    OutboxLimits,
+    OutboxNoSpaceError,
+    OutboxUnavailableError,
+    open_outbox,
+)
 from outbox.redis_outbox import PREFIX_DEFAULT, RedisOutbox
 from tests.outbox.conftest import OpenOutbox
 from tests.outbox.entries import LEASE_MS, NOW_MS, TOPIC, entry, ids, message_id, receipt
@@ -153,7 +162,7 @@ def test_read_only_replica_is_unavailable(tmp_path: Path) -> None:
 
 
 @pytest.mark.slow
-def test_server_at_maxmemory_is_unavailable_and_the_put_wrote_nothing(tmp_path: Path) -> None:
+def test_server_at_maxmemory_refuses_puts_but_not_the_drain(tmp_path: Path) -> None:
     with private_redis(tmp_path, "--maxmemory-policy", "noeviction") as url:
         admin = redis.Redis.from_url(url)
         outbox = open_outbox(f"{url}?prefix=oom")
@@ -171,11 +180,27 @@ def test_server_at_maxmemory_is_unavailable_and_the_put_wrote_nothing(tmp_path: 
                 except OutboxUnavailableError as e:
                     refused = e
             assert refused.retriable
+            assert isinstance(refused, OutboxNoSpaceError)
             assert isinstance(refused.__cause__, rex.OutOfMemoryError)
             assert outbox.get(message_id(refused_at)) is None
             assert outbox.stats(NOW_MS).pending == refused_at  # entry(0) and the ones before
-            admin.config_set("maxmemory", 0)
+            with pytest.raises(OutboxNoSpaceError, match="maxmemory"):
+                outbox.check_writable()
+
+            # The drain is not refused: a claim, a reschedule, a dead run's leases ended, a
+            # claim over them, the tombstones.
+            claimed = outbox.claim_due(NOW_MS, 1_000, LEASE_MS, "host/1")
+            assert len(claimed) == refused_at
+            assert outbox.reschedule(claimed[0].message_id, "host/1", NOW_MS, "busy", NOW_MS)
+            assert outbox.expire_leases("host/", NOW_MS) == refused_at - 1
+            again = outbox.claim_due(NOW_MS, 1_000, LEASE_MS, "host/2")
+            assert sorted(ids(again)) == sorted(ids(claimed))
+            deliveries = [(e.message_id, receipt(0)) for e in again]
+            assert outbox.mark_delivered_many(deliveries) == [True] * refused_at
+            assert outbox.stats(NOW_MS).pending == 0
+            # The delivered bodies are freed: room for puts again, at the same maxmemory.
             outbox.put([entry(refused_at)])
+            outbox.check_writable()
         finally:
             outbox.close()
             admin.close()

@@ -2,8 +2,9 @@
 
 - a writer killed by a real SIGKILL mid-stream loses no entry whose put had returned, and the
   reopened outbox is consistent: counts, seqs, FIFO heads, every entry claimable exactly once;
-- a clean reopen restores everything the outbox keeps in memory (counts, bytes, leases, group
-  heads, the seq counter);
+- a clean reopen restores everything the outbox keeps in memory (counts, bytes, group heads,
+  the seq counter) but the leases, whose holder is gone: their entries are claimed at once, maybe
+  stored, and expire_leases writes them down whatever their owner;
 - one process, one instance: a second opener is refused, clearly; a read-only opener
   (``?read_only=true``) reads beside it and every write it tries fails;
 - after 20k deliveries a claim is still one range scan: it returns the right entries and RocksDB
@@ -20,6 +21,7 @@ import subprocess
 import sys
 import threading
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -148,7 +150,9 @@ def test_sigkill_mid_stream_loses_no_acknowledged_put(tmp_path: Path) -> None:
         outbox.close()
 
 
-def test_reopen_restores_counts_leases_heads_and_seq(tmp_path: Path) -> None:
+def test_reopen_restores_counts_heads_and_seq_and_ends_the_dead_process_s_leases(
+    tmp_path: Path,
+) -> None:
     path = tmp_path / "outbox"
     outbox = open_rocksdb(path)
     outbox.put(
@@ -165,27 +169,46 @@ def test_reopen_restores_counts_leases_heads_and_seq(tmp_path: Path) -> None:
     assert outbox.bury(message_id(4), "w1", "dead", NOW_MS)
     assert outbox.mark_delivered(message_id(7), receipt(7))
     before_stats = outbox.stats(NOW_MS)
+    assert before_stats.in_flight == 1
     before_entries = list(outbox.scan_all())
     outbox.close()
 
     outbox = open_rocksdb(path)
     try:
-        assert outbox.stats(NOW_MS) == before_stats
+        # 1's lease died with the process that held it (one process per directory): it is not
+        # in flight and is claimed at once, maybe stored. The rest is as it was.
+        assert outbox.stats(NOW_MS) == replace(before_stats, in_flight=0)
         assert list(outbox.scan_all()) == before_entries
         assert outbox.has_pending_group(TOPIC, "g")
         assert not outbox.has_pending_group(TOPIC, "h")
-        # 1 is still leased (its group waits), 5 is due at NOW_MS + 100, 6 is due now.
-        assert ids(outbox.claim_due(NOW_MS, 10, LEASE_MS, "w2")) == [message_id(6)]
+        taken = outbox.claim_due(NOW_MS, 10, LEASE_MS, "w2")
+        assert ids(taken) == [message_id(1), message_id(6)]
+        assert [e.maybe_stored for e in taken] == [True, False]
         assert ids(outbox.claim_due(NOW_MS + 100, 10, LEASE_MS, "w2")) == [message_id(5)]
-        # The leases of 1 (from before the reopen) and 6 end together.
-        ended = outbox.claim_due(NOW_MS + LEASE_MS, 10, LEASE_MS, "w2")
-        assert ids(ended) == [message_id(1), message_id(6)]
         assert outbox.mark_delivered(message_id(1), receipt(1))
-        assert ids(outbox.claim_due(NOW_MS + LEASE_MS + 1, 10, LEASE_MS, "w2")) == [message_id(2)]
+        assert ids(outbox.claim_due(NOW_MS + 101, 10, LEASE_MS, "w2")) == [message_id(2)]
         (new,) = outbox.put([entry(8)])
         assert new.seq == max(e.seq for e in before_entries) + 1
     finally:
         outbox.close()
+
+
+def test_expire_leases_writes_down_every_lease_found_at_open_whatever_its_owner(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "outbox"
+    with open_rocksdb(path) as outbox:
+        outbox.put([entry(1), entry(2)])
+        assert ids(outbox.claim_due(NOW_MS, 1, LEASE_MS, "host-a/1")) == [message_id(1)]
+    with open_rocksdb(path) as outbox:
+        assert outbox.expire_leases("host-b/", NOW_MS) == 1
+        got = outbox.get(message_id(1))
+        assert got is not None
+        assert (got.lease_owner, got.lease_until_ms, got.maybe_stored) == (None, 0, True)
+        assert ids(outbox.claim_due(NOW_MS, 1, LEASE_MS, "host-b/2")) == [message_id(1)]
+    with open_rocksdb(path) as outbox:
+        # Found at open again (host-b/2 left no outcome): ended again, whatever the prefix.
+        assert outbox.expire_leases("host-c/", NOW_MS) == 1
 
 
 def test_a_second_open_of_the_same_directory_is_refused(tmp_path: Path) -> None:

@@ -2,23 +2,21 @@
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterator
 from contextlib import contextmanager
 
 import grpc
 from google.protobuf import timestamp_pb2
 
+from chaos.processes import FAST_RESEND_ARGS
+from chaos.processes import SIDECAR_READY_LINE as READY_LINE
 from rocketbox_api.admin.v1 import broker_admin_pb2, broker_admin_pb2_grpc
 from rocketbox_api.v1 import sidecar_pb2 as api
 from rocketbox_api.v1 import sidecar_pb2_grpc
 from tests.broker.broker_process import BrokerProcess
 from tests.rocketbox_process import RocketboxProcess, wait_until
 
-READY_LINE = re.compile(r"^sidecar listening on [^\s]+:(\d+)")
 CALL_DEADLINE_S = 30.0
-# Resends come quickly in tests: an outage is over in seconds, not minutes.
-FAST_RESEND_ARGS = ("--backoff-initial-ms=100", "--backoff-max-ms=500", "--poll-interval-ms=50")
 
 
 # The brokers the sidecar tests send to: topics created on first use, and a FIFO topic.
