@@ -14,7 +14,7 @@ from outbox.errors import OutboxError
 from rocketbox.run_settings import run_async
 from sidecar.channels import Endpoint
 from sidecar.coalescer import COALESCE_BYTES_MAX_LIMIT, CoalesceConfig
-from sidecar.config import ResendConfig, SidecarConfig, default_sidecar_id
+from sidecar.config import ResendConfig, SidecarConfig
 from sidecar.ledger import ACK_LEDGER_FLUSH_INTERVAL_MS_DEFAULT
 from sidecar.producer import ProducerConfig
 from sidecar.sidecar import Sidecar
@@ -101,8 +101,8 @@ def optional_listen(
 @click.option("--lease-ms", default=30_000, type=click.IntRange(min=1))
 @click.option(
     "--sidecar-id",
-    default=default_sidecar_id,
-    show_default="the host name: a pod's name in Kubernetes",
+    default="",
+    show_default="HOSTNAME:PORT, the host name (a pod's name in Kubernetes) and the --listen port",
     help="This sidecar across its restarts. At start it ends the outbox leases an earlier run "
     "of the same id left, so that their entries are resent at once (the broker's index asked "
     "first) rather than after --lease-ms. Each sidecar sharing an outbox needs its own.",

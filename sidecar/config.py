@@ -3,6 +3,7 @@ options, ``ROCKETBOX_*`` environment variables and the Helm values map onto thes
 
 from __future__ import annotations
 
+import os
 import re
 import socket
 from dataclasses import dataclass, field
@@ -18,9 +19,13 @@ SIDECAR_ID_CHARS_MAX = 128
 _SIDECAR_ID = re.compile(r"[A-Za-z0-9._:-]+")
 
 
-def default_sidecar_id() -> str:
-    """This host's name: in Kubernetes, the pod's name, which a restarted container keeps."""
-    return socket.gethostname() or "rocketbox-sidecar"
+def default_sidecar_id(listen_port: int) -> str:
+    """This host's name and the port apps reach the sidecar on: in Kubernetes the pod's name,
+    which a restarted container keeps. The port tells apart sidecars of one host sharing an
+    outbox (two cannot listen on one port). Port 0 names no stable address, so the process id
+    stands in: such a sidecar's restart waits out its dead leases."""
+    host = socket.gethostname() or "rocketbox-sidecar"
+    return f"{host}:{listen_port}" if listen_port else f"{host}:pid{os.getpid()}"
 
 
 def check_sidecar_id(sidecar_id: str) -> None:
@@ -118,9 +123,13 @@ class SidecarConfig:
     ack_ledger_flush_interval_ms: int = ACK_LEDGER_FLUSH_INTERVAL_MS_DEFAULT
     # This sidecar across its restarts (sidecar/sidecar.py, "Identity"): the leases an earlier
     # run of the same id left are ended at start. Each sidecar sharing an outbox needs its own.
-    sidecar_id: str = field(default_factory=default_sidecar_id)
+    # "": default_sidecar_id(listen_port).
+    sidecar_id: str = ""
 
     def __post_init__(self) -> None:
+        if not self.sidecar_id:
+            # A frozen dataclass sets a derived default through object.__setattr__.
+            object.__setattr__(self, "sidecar_id", default_sidecar_id(self.listen_port))
         check_sidecar_id(self.sidecar_id)
         for name in ("intake_in_flight_max", "pending_calls_max", "fifo_fence_refresh_interval_ms"):
             if getattr(self, name) < 1:
