@@ -93,5 +93,15 @@ bench-sidecar: $(STAMP)
 bench-reconcile: $(STAMP)
 	$(BIN)/python bench/reconcile_bench.py $(ARGS)
 
+# The chaos suite (chaos/, `python -m chaos`): every scenario, 20,000 messages each through Send,
+# SendBatch and SendStream, against real broker and sidecar processes, private redis-server and
+# mariadbd instances, a fault proxy and a tmpfs (mounting it needs root). Exits 1 on any loss (or
+# a duplicate where a scenario allows none). Records, logs and reconciliations per scenario under
+# build/chaos/, the table in build/chaos/table.md. ARGS="--scenario broker-sigkill --messages
+# 2000" for a part; `python -m chaos --list` names the scenarios.
+.PHONY: chaos
+chaos: $(STAMP)
+	$(BIN)/python -m chaos --out build/chaos $(ARGS)
+
 clean:
 	rm -rf $(VENV) build .mypy_cache .ruff_cache .pytest_cache

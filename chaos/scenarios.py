@@ -1,0 +1,268 @@
+"""The chaos suite's scenarios: each a fault schedule drawn from the scenario's seed, played on a
+stage (chaos/stage.py) while the load runs.
+
+Every scenario starts the load itself (some set a fault up first), injects its faults at seeded
+points of the load's progress (a fraction of the messages answered), or once the outbox holds a
+seeded share of the messages (a kill that should land while the sidecar spools), holds them for
+seeded durations, heals them, and returns; the runner then waits for the drain and checks
+(chaos/runner.py).
+
+``no_duplicates``: the scenarios where the suite insists on no duplicate at all, the sidecar's
+own restarts against rocketbox's broker (the sidecar checks the broker's index by message id
+before any resend it cannot rule out). Elsewhere duplicates are counted and reported: a broker
+that stored a message and could not say so (killed, stopped, cut off) makes delivery at least
+once.
+"""
+
+from __future__ import annotations
+
+import random
+import signal
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from chaos.fault_proxy import Fault
+from chaos.processes import KILL_DEADLINE_S, STOP_DEADLINE_S
+from chaos.stage import BACKENDS, Backend, Stage, StageOptions
+
+Act = Callable[[Stage, random.Random], None]
+# A drain a scenario times a kill into must get this far within this long.
+DRAIN_PROGRESS_DEADLINE_S = 300.0
+# The sidecar's link through the fault proxy carries answers again within this long.
+LINK_DEADLINE_S = 60.0
+
+
+@dataclass(frozen=True, slots=True)
+class Scenario:
+    name: str
+    summary: str
+    act: Act
+    options: StageOptions = field(default_factory=StageOptions)
+    no_duplicates: bool = False
+
+
+def _next(stage: Stage, rng: random.Random, low: float, high: float) -> None:
+    """On to a further point of the load, ``low``..``high`` of it past the last one."""
+    stage.progress_mark = min(1.0, stage.progress_mark + rng.uniform(low, high))
+    stage.at_progress(stage.progress_mark)
+
+
+def _spooling(stage: Stage, rng: random.Random) -> None:
+    """Until the outbox holds 5-15 % of the load's messages (or the load has ended): the fault
+    that follows lands while the sidecar is writing to its outbox, not before it began."""
+    load = stage.load
+    assert load is not None
+    target = max(1, round(len(stage.plan.messages) * rng.uniform(0.05, 0.15)))
+    stage.wait_outbox(
+        f"{target} entries spooled",
+        lambda pending: pending >= target or load.done,
+        DRAIN_PROGRESS_DEADLINE_S,
+    )
+    stage.event("spooling", target=target)
+    stage.progress_mark = load.answered / len(stage.plan.messages)
+
+
+def broker_signalled(sig: signal.Signals) -> Act:
+    def act(stage: Stage, rng: random.Random) -> None:
+        broker = stage.broker
+        assert broker is not None
+        stage.start_load()
+        _next(stage, rng, 0.2, 0.4)
+        broker.signal(sig)
+        stage.event(f"broker {sig.name}")
+        if sig is signal.SIGSTOP:
+            # Longer than the sidecar's --send-msg-timeout-ms (3 s): sends in flight time out
+            # and are spooled AMBIGUOUS, and the broker stores them when it resumes.
+            stage.hold(rng.uniform(4.0, 8.0), "broker stopped")
+            broker.signal(signal.SIGCONT)
+            stage.event("broker SIGCONT")
+        else:
+            deadline_s = STOP_DEADLINE_S if sig is signal.SIGTERM else KILL_DEADLINE_S
+            stage.event("broker exited", code=broker.wait_exit(deadline_s))
+            stage.hold(rng.uniform(1.0, 3.0), "broker down")
+            broker.restart()
+            stage.event("broker restarted")
+        stage.healed()
+
+    return act
+
+
+def sidecar_killed_mid_load(stage: Stage, rng: random.Random) -> None:
+    """Killed while it spools: flow control on first, so that the kill lands in outbox writes
+    and broker sends alike."""
+    sidecar = stage.sidecar
+    assert sidecar is not None
+    stage.start_load()
+    _next(stage, rng, 0.1, 0.25)
+    stage.flow_control(True)
+    _spooling(stage, rng)
+    sidecar.signal(signal.SIGKILL)
+    stage.event("sidecar SIGKILL", code=sidecar.wait_exit(KILL_DEADLINE_S))
+    sidecar.restart()
+    stage.event("sidecar restarted")
+    _next(stage, rng, 0.1, 0.2)
+    stage.flow_control(False)
+    stage.healed()
+
+
+def sidecar_killed_mid_drain(stage: Stage, rng: random.Random) -> None:
+    """The whole load spooled (flow control on), then the drain, killed part way through."""
+    sidecar, load = stage.sidecar, stage.load
+    assert sidecar is not None
+    assert load is not None
+    stage.flow_control(True)
+    stage.start_load()
+    if not load.wait(stage.load_deadline_s):
+        raise TimeoutError(f"the load did not end in {stage.load_deadline_s} s")
+    stage.event("load ended")
+    before = stage.outbox_pending() or 0
+    fraction = rng.uniform(0.2, 0.6)
+    stage.flow_control(False)
+    stage.wait_outbox(
+        f"the drain {fraction:.0%} through",
+        lambda pending: pending <= before * (1 - fraction),
+        DRAIN_PROGRESS_DEADLINE_S,
+    )
+    sidecar.signal(signal.SIGKILL)
+    stage.event(
+        "sidecar SIGKILL mid-drain",
+        code=sidecar.wait_exit(KILL_DEADLINE_S),
+        pending_before=before,
+        pending_at_kill=stage.outbox_pending(),
+    )
+    sidecar.restart()
+    stage.event("sidecar restarted")
+    stage.healed()
+
+
+def flow_control_storm(stage: Stage, rng: random.Random) -> None:
+    """Flow control forced on and off, 0.1-1 s each, for as long as the load runs."""
+    load = stage.start_load()
+    while not load.done:
+        stage.flow_control(True)
+        stage.hold(rng.uniform(0.1, 1.0), "flow control on")
+        stage.flow_control(False)
+        stage.hold(rng.uniform(0.1, 1.0), "flow control off")
+    stage.healed()
+
+
+def service_killed(stage: Stage, rng: random.Random) -> None:
+    """The outbox's own server (a private redis-server or mariadbd) SIGKILLed while the sidecar
+    spools into it, and started again over its data."""
+    service = stage.redis or stage.mariadb
+    assert service is not None
+    stage.start_load()
+    _next(stage, rng, 0.1, 0.25)
+    stage.flow_control(True)
+    _spooling(stage, rng)
+    service.kill()
+    stage.event(f"{type(service).__name__} SIGKILL")
+    stage.hold(rng.uniform(1.0, 3.0), "outbox server down")
+    service.start()
+    stage.event(f"{type(service).__name__} restarted")
+    _next(stage, rng, 0.1, 0.2)
+    stage.flow_control(False)
+    stage.healed()
+
+
+def proxy_faults(stage: Stage, rng: random.Random) -> None:
+    """Latency with jitter, resets, a black hole and a half-open link between the sidecar and
+    the broker, one after another, each for 1-3 s."""
+    proxy = stage.proxy
+    assert proxy is not None
+    faults = [
+        Fault.latency(rng.randint(20, 100), rng.randint(10, 50)),
+        Fault.reset(),
+        Fault.blackhole(),
+        Fault.half_open(),
+    ]
+    load = stage.start_load()
+    for fault in faults:
+        _next(stage, rng, 0.05, 0.15)
+        # Each fault meets a live link: the broker's answers are coming through the proxy again
+        # (after a reset or a black hole the sidecar reconnects at its own pace).
+        answered_bytes = proxy.stats().bytes_down
+        stage.wait(
+            lambda: proxy.stats().bytes_down > answered_bytes or load.done,  # noqa: B023
+            LINK_DEADLINE_S,
+            "answers through the proxy",
+        )
+        proxy.set_fault(fault)
+        stage.event(f"proxy {fault.kind.value}", latency_ms=fault.latency_ms,
+                    jitter_ms=fault.jitter_ms)  # fmt: skip
+        stage.hold(rng.uniform(1.0, 3.0), f"proxy {fault.kind.value}")
+        proxy.set_fault(Fault.none())
+        stage.event("proxy none", stats=repr(proxy.stats()))
+    stage.healed()
+
+
+def disk_full(stage: Stage, rng: random.Random) -> None:
+    """The outbox's disk filled while the sidecar spools, and while it drains; then freed."""
+    disk = stage.disk
+    assert disk is not None
+    stage.start_load()
+    _next(stage, rng, 0.1, 0.25)
+    stage.flow_control(True)
+    _spooling(stage, rng)
+    disk.fill()
+    stage.event("outbox disk full")
+    stage.hold(rng.uniform(1.0, 3.0), "spooling onto a full disk")
+    stage.flow_control(False)
+    stage.hold(rng.uniform(1.0, 3.0), "draining from a full disk")
+    disk.free()
+    stage.event("outbox disk freed")
+    stage.healed()
+
+
+def _backend_scenarios() -> list[Scenario]:
+    out = []
+    for backend in BACKENDS:
+        options = StageOptions(backend=backend)
+        out.append(
+            Scenario(
+                f"sidecar-kill-load-{backend}",
+                f"sidecar SIGKILL mid-load while it spools ({_BACKEND_NAMES[backend]} outbox), "
+                "restarted",
+                sidecar_killed_mid_load,
+                options,
+                no_duplicates=True,
+            )
+        )
+        out.append(
+            Scenario(
+                f"sidecar-kill-drain-{backend}",
+                f"sidecar SIGKILL mid-drain ({_BACKEND_NAMES[backend]} outbox), restarted",
+                sidecar_killed_mid_drain,
+                options,
+                no_duplicates=True,
+            )
+        )
+    return out
+
+
+_BACKEND_NAMES: dict[Backend, str] = {"rocksdb": "RocksDB", "redis": "Redis", "mysql": "MariaDB"}
+
+SCENARIOS: dict[str, Scenario] = {
+    s.name: s
+    for s in [
+        Scenario("broker-sigkill", "broker SIGKILL mid-load, restarted",
+                 broker_signalled(signal.SIGKILL)),
+        Scenario("broker-sigterm", "broker SIGTERM mid-load, restarted",
+                 broker_signalled(signal.SIGTERM)),
+        Scenario("broker-sigstop", "broker SIGSTOP mid-load for 4-8 s, then SIGCONT",
+                 broker_signalled(signal.SIGSTOP)),
+        *_backend_scenarios(),
+        Scenario("flow-control-storm", "broker flow control forced on and off every 0.1-1 s",
+                 flow_control_storm),
+        Scenario("redis-kill", "the outbox's redis-server (AOF, fsync always) SIGKILL, "
+                 "restarted", service_killed, StageOptions(backend="redis")),
+        Scenario("mariadb-kill", "the outbox's mariadbd SIGKILL, restarted", service_killed,
+                 StageOptions(backend="mysql")),
+        Scenario("proxy-faults", "sidecar-broker link: latency and jitter, resets, black hole, "
+                 "half open", proxy_faults, StageOptions(proxy=True)),
+        Scenario("disk-full", "the outbox's disk (tmpfs) full while spooling and draining",
+                 disk_full, StageOptions(small_disk=True)),
+    ]
+}  # fmt: skip
+# The two `make test` runs (tests/chaos/test_chaos_short.py), with a few thousand messages.
+SHORT_SCENARIOS = ("broker-sigkill", "sidecar-kill-drain-rocksdb")
