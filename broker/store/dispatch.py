@@ -7,11 +7,20 @@ are therefore pure functions of the log and are rebuilt by walking it again.
 Records appended by this process arrive through the commitlog's hand-off queue as the exact
 DispatchRequest their bytes decode to; anything not in the queue (it was full, or the record was
 written before a restart) is read back and decoded from the log.
+
+A put dispatches what it appended itself, on its own thread, right after the append
+(``dispatch_appended``): no thread hop and no polling, which cost a busy broker ~43 µs of CPU
+per message in GIL hand-offs and an idle one a thousand wake-ups a second. Rounds are serialised
+by a lock; a put that finds a round under way leaves its records to that thread, waking it (a
+round reads the log's end when it starts, so it may have missed them). The service thread is
+the safety net: it dispatches what no put did (records read back after a restart) and, at
+shutdown, everything appended.
 """
 
 from __future__ import annotations
 
 import logging
+import threading
 from collections.abc import Callable, Sequence
 
 from broker.store.codec import DispatchRequest, RecordKind, check_record
@@ -23,7 +32,8 @@ LOG = logging.getLogger(__name__)
 Dispatcher = Callable[[DispatchRequest], None]
 # Records dispatched per round before the service re-reads the log's end: keeps one round short.
 REPUT_BATCH_MAX = 4096
-IDLE_WAIT_MS = 1
+# Puts dispatch inline and wake the thread when they cannot: its poll is a safety net.
+IDLE_WAIT_MS = 100
 
 
 class ReputMessageService(ServiceThread):
@@ -35,6 +45,8 @@ class ReputMessageService(ServiceThread):
         self._dispatchers = tuple(dispatchers)
         self._reput_from_offset = reput_from_offset
         self._stalled_at = -1
+        # One round at a time: a put's inline dispatch or the thread's.
+        self._round = threading.Lock()
 
     @property
     def reput_from_offset(self) -> int:
@@ -47,10 +59,25 @@ class ReputMessageService(ServiceThread):
 
     def run(self) -> None:
         while not self.is_stopped:
-            if self.do_reput() == 0:
+            with self._round:
+                dispatched = self.do_reput()
+            if dispatched == 0:
                 self.wait_for_running(IDLE_WAIT_MS)
-        while self.do_reput():  # shutdown: dispatch everything that was appended
-            pass
+        with self._round:
+            while self.do_reput():  # shutdown: dispatch everything that was appended
+                pass
+
+    def dispatch_appended(self) -> None:
+        """After an append, on the appender's thread: dispatch it now, or, when a round is
+        under way, have the thread run another."""
+        if self._round.acquire(blocking=False):
+            try:
+                while self.do_reput() == REPUT_BATCH_MAX:
+                    pass
+            finally:
+                self._round.release()
+        else:
+            self.wakeup()
 
     def do_reput(self) -> int:
         """Dispatch what the log holds past ``reput_from_offset`` (one batch); returns how many

@@ -356,6 +356,7 @@ class DefaultMessageStore(MessageReader):
         if group_commit is not None and not group_commit.admit():
             return self._busy(), None
         appended, error = self.commit_log.append_messages(batch)
+        self._wake_dispatch()
         if not appended:
             if group_commit is not None:
                 group_commit.release()
@@ -396,6 +397,7 @@ class DefaultMessageStore(MessageReader):
             batch = []
         if batch:
             appended, error = self.commit_log.append_messages(batch)
+            self._wake_dispatch()
             for i, append in zip(slots, appended, strict=False):
                 results[i] = PutMessageResult(PutMessageStatus.PUT_OK, append)
             for i in slots[len(appended) :]:
@@ -409,6 +411,11 @@ class DefaultMessageStore(MessageReader):
                 else:
                     group_commit.release()
         return [r for r in results if r is not None], end_offset
+
+    def _wake_dispatch(self) -> None:
+        """An append is dispatched by the put that made it (broker/store/dispatch.py)."""
+        if self._reput is not None:
+            self._reput.dispatch_appended()
 
     def _busy(self) -> PutMessageResult:
         return PutMessageResult(

@@ -41,7 +41,11 @@ class ServiceThread:
         return self._stopped.is_set()
 
     def wakeup(self) -> None:
-        self._wakeup.set()
+        # Called on hot paths (every append wakes the dispatcher): set() takes a lock and
+        # notifies, is_set() reads a flag. A flag already set is still seen by the round that
+        # clears it, which then reads the state the caller changed before calling.
+        if not self._wakeup.is_set():
+            self._wakeup.set()
 
     def wait_for_running(self, interval_ms: float) -> None:
         self._wakeup.wait(interval_ms / 1000.0)
