@@ -59,6 +59,7 @@ class BrokerMetrics:
             "rocketbox_broker_put_messages", "Messages of client sends, by put status.",
             ["topic", "status"], registry=r,
         )  # fmt: skip
+        self._put_messages_children: dict[tuple[str, str], Counter] = {}
         self.put_seconds = Histogram(
             "rocketbox_broker_put_seconds", "A send request's store put.",
             buckets=PUT_BUCKETS_S, registry=r,
@@ -79,8 +80,20 @@ class BrokerMetrics:
         self.put_seconds.observe(seconds)
         # One labelled increment per distinct status, not per message: on the send path, a
         # batch's messages almost always share one.
+        if len(results) == 1:
+            self._put_messages_child(topic, results[0].status.name).inc()
+            return
         for status, n in collections.Counter(r.status.name for r in results).items():
-            self.put_messages.labels(topic, status).inc(n)
+            self._put_messages_child(topic, status).inc(n)
+
+    def _put_messages_child(self, topic: str, status: str) -> Counter:
+        # labels() builds a key and takes a lock each call; a dict lookup is the hot path's
+        # price. Bounded as the metric's own children are: by topics and statuses.
+        key = (topic, status)
+        child = self._put_messages_children.get(key)
+        if child is None:
+            child = self._put_messages_children[key] = self.put_messages.labels(topic, status)
+        return child
 
     def observe_flow_control(self, reason: FlowControlReason) -> None:
         self.flow_control_rejections.labels(reason.value).inc()

@@ -58,9 +58,13 @@ def test_two_sidecars_on_one_outbox_never_send_an_entry_twice(
     broker = BrokerProcess(tmp_path / "broker", "--auto-create-topic")
     port = broker.port
     broker.stop()
-    # Small claims, so that the two pools take turns on the same entries' neighbourhood.
+    # Small claims, so that the two pools take turns on the same entries' neighbourhood. No
+    # pull-in: the sidecar that first sees the broker back would make its own spools due at once
+    # and drain them alone, and the two pools must compete for this test to prove anything.
     sidecars = [
-        SidecarProcess(f"127.0.0.1:{port}", shared_outbox_url, "--claim-batch-max=5")
+        SidecarProcess(
+            f"127.0.0.1:{port}", shared_outbox_url, "--claim-batch-max=5", "--pull-in-ids-max=0"
+        )
         for _ in range(2)
     ]
     back: BrokerProcess | None = None
