@@ -174,11 +174,8 @@ class ServerGuard(grpc.aio.ServerInterceptor):
 
     def _async_generator(self, method: _Method, inner: Any, request_streaming: bool) -> Any:
         async def behaviour(request: Any, context: Context) -> Any:
-            requests = None
-            if request_streaming:
-                request = requests = _DecodedRequests(request)
-            elif isinstance(request, Undecodable):
-                self._refuse(method, request, context)
+            request = self._request_of(method, request, context, request_streaming)
+            if request is None:
                 return
             answered = False
             try:
@@ -193,18 +190,14 @@ class ServerGuard(grpc.aio.ServerInterceptor):
                 if reply is not None:
                     yield reply
                 return
-            if requests is not None and requests.undecodable is not None:
-                self._refuse(method, requests.undecodable, context)
+            self._refuse_stream_end(method, request, context)
 
         return behaviour
 
     def _coroutine(self, method: _Method, inner: Any, request_streaming: bool) -> Any:
         async def behaviour(request: Any, context: Context) -> Any:
-            requests = None
-            if request_streaming:
-                request = requests = _DecodedRequests(request)
-            elif isinstance(request, Undecodable):
-                self._refuse(method, request, context)
+            request = self._request_of(method, request, context, request_streaming)
+            if request is None:
                 return None
             try:
                 response = await inner(request, context)
@@ -212,8 +205,7 @@ class ServerGuard(grpc.aio.ServerInterceptor):
                 raise
             except Exception as e:
                 return self._fault(method, e, context, reply_allowed=True)
-            if requests is not None and requests.undecodable is not None:
-                self._refuse(method, requests.undecodable, context)
+            if self._refuse_stream_end(method, request, context):
                 return None
             return response
 
@@ -230,11 +222,8 @@ class ServerGuard(grpc.aio.ServerInterceptor):
             return iter(() if reply is None else (reply,))
 
         def behaviour(request: Any, context: Context) -> Any:
-            requests = None
-            if request_streaming:
-                request = requests = _DecodedRequests(request)
-            elif isinstance(request, Undecodable):
-                self._refuse(method, request, context)
+            request = self._request_of(method, request, context, request_streaming)
+            if request is None:
                 return answer(None)
             try:
                 response = inner(request, context)
@@ -242,12 +231,31 @@ class ServerGuard(grpc.aio.ServerInterceptor):
                 raise
             except Exception as e:
                 return answer(self._fault(method, e, context, reply_allowed=True))
-            if requests is not None and requests.undecodable is not None:
-                self._refuse(method, requests.undecodable, context)
+            if self._refuse_stream_end(method, request, context):
                 return answer(None)
             return response
 
         return behaviour
+
+    def _request_of(
+        self, method: _Method, request: Any, context: Context, request_streaming: bool
+    ) -> Any:
+        """What the handler is given: a request stream that ends at its first undecodable
+        frame, or the decoded request. None: an undecodable request, refused."""
+        if request_streaming:
+            return _DecodedRequests(request)
+        if isinstance(request, Undecodable):
+            self._refuse(method, request, context)
+            return None
+        return request
+
+    def _refuse_stream_end(self, method: _Method, request: Any, context: Context) -> bool:
+        """After the handler: True when its request stream ended at an undecodable frame, which
+        is then the call's status."""
+        if isinstance(request, _DecodedRequests) and request.undecodable is not None:
+            self._refuse(method, request.undecodable, context)
+            return True
+        return False
 
     def _refuse(self, method: _Method, bad: Undecodable, context: Context) -> None:
         self.undecodable_log.log(

@@ -15,6 +15,7 @@ import re
 from collections.abc import Mapping
 
 from outbox.entry import OutboxMessage
+from rocketbox_api.protobuf_ranges import NANOS_MAX, TIMESTAMP_SECONDS_MAX, TIMESTAMP_SECONDS_MIN
 from sidecar import clock
 from sidecar.errors import SendRejectedError
 from sidecar.message_id import APP_MESSAGE_ID_LENGTH_MAX
@@ -28,11 +29,6 @@ PROPERTIES_BYTES_MAX = 16 * 1024
 MESSAGE_GROUP_BYTES_MAX = 64
 KEYS_MAX = 32
 DELIVERY_AHEAD_MS_MAX = 24 * 3600 * 1000
-# google.protobuf.Timestamp's own range (timestamp.proto): 0001-01-01T00:00:00Z up to
-# 9999-12-31T23:59:59.999999999Z, nanos a non-negative fraction of a second.
-TIMESTAMP_SECONDS_MIN = -62_135_596_800
-TIMESTAMP_SECONDS_MAX = 253_402_300_799
-TIMESTAMP_NANOS_MAX = 999_999_999
 # System topics a producer may not write (RocketMQ's reserved prefixes).
 RESERVED_TOPIC_PREFIXES = ("rmq_sys_", "%RETRY%", "%DLQ%", "RMQ_SYS_")
 # Property names RocketMQ reserves for itself (the broker refuses them as user properties).
@@ -66,10 +62,10 @@ def validate_timestamp(field: str, seconds: int, nanos: int) -> None:
             f"seconds is {seconds}; google.protobuf.Timestamp allows {TIMESTAMP_SECONDS_MIN:,} "
             f"to {TIMESTAMP_SECONDS_MAX:,} (years 0001 to 9999)",
         )
-    if not 0 <= nanos <= TIMESTAMP_NANOS_MAX:
+    if not 0 <= nanos <= NANOS_MAX:
         raise SendRejectedError(
             field,
-            f"nanos is {nanos}; google.protobuf.Timestamp allows 0 to {TIMESTAMP_NANOS_MAX:,}",
+            f"nanos is {nanos}; google.protobuf.Timestamp allows 0 to {NANOS_MAX:,}",
         )
 
 

@@ -18,6 +18,12 @@ from rocketmq.grpc_protocol import definition_pb2 as pb
 
 from broker.grpc_service.protocol import Code, ProtocolError, shown
 from broker.topic_config import TOPIC_LENGTH_MAX
+from rocketbox_api.protobuf_ranges import (
+    DURATION_SECONDS_MAX,
+    NANOS_MAX,
+    TIMESTAMP_SECONDS_MAX,
+    TIMESTAMP_SECONDS_MIN,
+)
 
 # Messages in one SendMessage: the official clients send 1, the sidecar coalesces up to 1,024.
 SEND_MESSAGES_MAX = 1024
@@ -30,11 +36,6 @@ RECEIPT_HANDLE_LENGTH_MAX = 512
 RESOURCE_NAMESPACE_LENGTH_MAX = TOPIC_LENGTH_MAX
 # A TAG expression ("tagA||tagB"); RocketMQ keeps subscriptions small too.
 FILTER_EXPRESSION_LENGTH_MAX = 4096
-# google.protobuf.Timestamp's range (0001-01-01 .. 9999-12-31) and Duration's (±10,000 years).
-TIMESTAMP_SECONDS_MIN = -62_135_596_800
-TIMESTAMP_SECONDS_MAX = 253_402_300_799
-DURATION_SECONDS_MAX = 315_576_000_000
-NANOS_MAX = 999_999_999
 
 
 def timestamp_ms_of(ts: Timestamp, field: str, code: int) -> int:
