@@ -49,6 +49,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import itertools
 import os
 import re
 import shutil
@@ -60,6 +61,7 @@ import tempfile
 import threading
 import time
 import uuid
+import zlib
 from collections.abc import AsyncIterator, Callable, Coroutine, Iterable, Iterator, Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass, field
@@ -128,6 +130,11 @@ class Figure:
     def rate(self) -> float:
         return self.count / self.seconds
 
+    @property
+    def server_us_per_item(self) -> float:
+        """The server's CPU per message (or request): its cost, whatever the client's."""
+        return self.server_cpu_s / self.count * 1e6
+
     def line(self, versus: Versus | None = None) -> str:
         text = f"{self.name:<58} {self.rate:>9,.0f} {self.unit:<6}"
         if versus is not None:
@@ -140,6 +147,9 @@ class Figure:
                 text += f" ({versus.target})"
         cpu = f"server {self.server_cpu_s / self.seconds:.2f}" if self.server_cpu_s else ""
         cpu += f"{', ' if cpu else ''}client {self.client_cpu_s / self.seconds:.2f} cores"
+        if self.server_cpu_s:
+            per = {"msgs/s": "msg"}.get(self.unit, self.unit.removesuffix("/s"))
+            cpu += f"; server {self.server_us_per_item:,.0f} µs/{per}"
         text += f"  [{cpu}]"
         if self.failures:
             text += f"\n    {len(self.failures):,} FAILED, e.g. {self.failures[0]}"
@@ -259,6 +269,21 @@ class NullMessagingService(service_pb2_grpc.MessagingServiceServicer):  # type: 
             ),
         )
         self._ok = pb.Status(code=pb.OK, message="OK")
+        self._handles = itertools.count()
+        self._canned_born = Timestamp()
+        self._canned_born.GetCurrentTime()
+        self._canned = pb.Message(
+            body=BODY,
+            system_properties=pb.SystemProperties(
+                message_id=uuid.uuid4().hex.upper(),
+                message_type=pb.NORMAL,
+                body_encoding=pb.IDENTITY,
+                body_digest=pb.Digest(type=pb.CRC32, checksum=f"{zlib.crc32(BODY):08X}"),
+                born_timestamp=self._canned_born,
+                store_timestamp=self._canned_born,
+                delivery_attempt=1,
+            ),
+        )
 
     async def QueryRoute(self, request: Any, _context: Any) -> Any:  # noqa: N802 - protocol
         queues = [
@@ -300,6 +325,29 @@ class NullMessagingService(service_pb2_grpc.MessagingServiceServicer):  # type: 
             for m in request.messages
         ]
         return spb.SendMessageResponse(status=self._ok, entries=entries)
+
+    async def ReceiveMessage(  # noqa: N802
+        self, request: Any, _context: Any
+    ) -> AsyncIterator[Any]:
+        """As many canned 1 KiB messages as asked for (the body's digest right, as the client
+        checks it), each with a handle of its own."""
+        yield spb.ReceiveMessageResponse(status=self._ok)
+        for _ in range(min(request.batch_size, E2E_BATCH)):
+            message = pb.Message()
+            message.CopyFrom(self._canned)
+            message.topic.CopyFrom(request.message_queue.topic)
+            message.system_properties.receipt_handle = f"null-{next(self._handles)}"
+            yield spb.ReceiveMessageResponse(message=message)
+        yield spb.ReceiveMessageResponse(delivery_timestamp=self._canned_born)
+
+    async def AckMessage(self, request: Any, _context: Any) -> Any:  # noqa: N802
+        entries = [
+            spb.AckMessageResultEntry(
+                message_id=e.message_id, receipt_handle=e.receipt_handle, status=self._ok
+            )
+            for e in request.entries
+        ]
+        return spb.AckMessageResponse(status=self._ok, entries=entries)
 
 
 async def serve_null() -> None:
@@ -1151,6 +1199,303 @@ async def bench_nats_e2e(
     )
 
 
+# -- (c) consumption alone, from a backlog: receives, acks, the official SimpleConsumer ----------
+CONSUME_INVISIBLE_S = 300  # the receive phase must not see a message come back
+CONSUME_POLL_S = 1
+SINGLE_ACK_WINDOW = 64  # single-entry AckMessages in flight, as many clients acking each message
+
+
+class Tally:
+    """Messages consumed by threads or tasks, until ``count``; a stall or a failure ends it."""
+
+    def __init__(self, count: int) -> None:
+        self.count = count
+        self.consumed = 0
+        self.failures: list[str] = []
+        self.done = threading.Event()
+        self._lock = threading.Lock()
+
+    def add(self, n: int) -> None:
+        with self._lock:
+            self.consumed += n
+            if self.consumed >= self.count:
+                self.done.set()
+
+    def fail(self, text: str) -> None:
+        with self._lock:
+            self.failures.append(text)
+        self.done.set()
+
+    def wait(self, what: str) -> None:
+        seen, since = -1, time.monotonic()
+        while not self.done.wait(0.2):
+            if self.consumed != seen:
+                seen, since = self.consumed, time.monotonic()
+            elif time.monotonic() - since > STALL_DEADLINE_S:
+                raise BenchError(
+                    f"{what}: {self.consumed:,} of {self.count:,} consumed, "
+                    f"none in the last {STALL_DEADLINE_S:.0f} s"
+                )
+        if self.failures:
+            raise BenchError(f"{what}: {self.failures[0]}")
+
+
+def receive_request(batch: int, invisible_s: int) -> Any:
+    return spb.ReceiveMessageRequest(
+        group=pb.Resource(name=E2E_GROUP),
+        message_queue=pb.MessageQueue(topic=pb.Resource(name=TOPIC), id=0),
+        filter_expression=pb.FilterExpression(type=pb.TAG, expression="*"),
+        batch_size=batch,
+        invisible_duration=Duration(seconds=invisible_s),
+        long_polling_timeout=Duration(seconds=CONSUME_POLL_S),
+    )
+
+
+async def raw_receive(
+    stub: Any, metadata: Metadata, count: int, streams: int
+) -> list[spb.AckMessageEntry]:
+    """``streams`` loops of ReceiveMessage (E2E_BATCH) until ``count`` messages came; what an
+    ack of each needs. More than ``count``, or a message twice, is a BenchError."""
+    request = receive_request(E2E_BATCH, CONSUME_INVISIBLE_S)
+    entries: list[spb.AckMessageEntry] = []
+    seen: set[str] = set()
+    stalled_at = time.monotonic() + STALL_DEADLINE_S
+    all_in = asyncio.Event()
+
+    async def stream() -> None:
+        nonlocal stalled_at
+        while not all_in.is_set():
+            if time.monotonic() > stalled_at:
+                raise BenchError(f"receive: {len(entries):,} of {count:,}, then nothing")
+            async for frame in stub.ReceiveMessage(
+                request, metadata=metadata, timeout=RPC_TIMEOUT_S
+            ):
+                kind = frame.WhichOneof("content")
+                if kind == "status" and frame.status.code not in (pb.OK, pb.MESSAGE_NOT_FOUND):
+                    code = pb.Code.Name(frame.status.code)
+                    raise BenchError(f"ReceiveMessage: {code}: {frame.status.message}")
+                if kind == "message":
+                    sp = frame.message.system_properties
+                    if sp.message_id in seen:
+                        raise BenchError(f"message {sp.message_id} received twice")
+                    seen.add(sp.message_id)
+                    entries.append(
+                        spb.AckMessageEntry(
+                            message_id=sp.message_id, receipt_handle=sp.receipt_handle
+                        )
+                    )
+                    stalled_at = time.monotonic() + STALL_DEADLINE_S
+                    if len(entries) >= count:
+                        all_in.set()
+
+    # Done when the last message came, not when the other streams' long polls end.
+    tasks = [asyncio.create_task(stream()) for _ in range(streams)]
+    waiter = asyncio.create_task(all_in.wait())
+    await asyncio.wait([waiter, *tasks], return_when=asyncio.FIRST_COMPLETED)
+    failed = [t for t in tasks if t.done() and t.exception() is not None]
+    if not all_in.is_set() and not failed:
+        await asyncio.wait([waiter, *tasks], return_when=asyncio.FIRST_EXCEPTION)
+        failed = [t for t in tasks if t.done() and t.exception() is not None]
+    for t in (waiter, *tasks):
+        t.cancel()
+    await asyncio.gather(waiter, *tasks, return_exceptions=True)
+    if failed:
+        raise failed[0].exception()  # type: ignore[misc]
+    if len(entries) != count:
+        raise BenchError(f"receive: {len(entries):,} messages for a backlog of {count:,}")
+    return entries
+
+
+async def raw_ack(
+    stub: Any, metadata: Metadata, entries: Sequence[Any], per_request: int, window: int
+) -> None:
+    """Ack every entry, ``per_request`` to an AckMessage, ``window`` in flight; each must be OK."""
+    chunks = iter(range(0, len(entries), per_request))  # shared: each task takes the next
+    group, topic = pb.Resource(name=E2E_GROUP), pb.Resource(name=TOPIC)
+
+    async def acker() -> None:
+        for first in chunks:
+            part = entries[first : first + per_request]
+            reply = await stub.AckMessage(
+                spb.AckMessageRequest(group=group, topic=topic, entries=part),
+                metadata=metadata,
+                timeout=RPC_TIMEOUT_S,
+            )
+            bad = [e.status for e in reply.entries if e.status.code != pb.OK]
+            if bad or len(reply.entries) != len(part):
+                first_bad = f": {pb.Code.Name(bad[0].code)}: {bad[0].message}" if bad else ""
+                raise BenchError(f"AckMessage: {len(bad)} of {len(part)} refused{first_bad}")
+
+    await asyncio.gather(*(acker() for _ in range(window)))
+
+
+async def measured(
+    server: ChildProcess, name: str, count: int, work: Coroutine[Any, Any, T]
+) -> tuple[Figure, T]:
+    """``work`` timed, with the server's and this process's CPU, after the server went quiet."""
+    await asyncio.to_thread(wait_quiet, server)
+    cpu0, server_cpu0 = time.process_time(), server.cpu_seconds()
+    start = time.perf_counter()
+    result = await work
+    elapsed = time.perf_counter() - start
+    server_cpu, client_cpu = server.cpu_seconds() - server_cpu0, time.process_time() - cpu0
+    return Figure(name, count, elapsed, server_cpu_s=server_cpu, client_cpu_s=client_cpu), result
+
+
+async def _raw_consume(
+    broker: ChildProcess, count: int, streams: int, batch: int, window: int
+) -> list[Figure]:
+    metadata: Metadata = ((CLIENT_ID_HEADER, f"broker-bench-{uuid.uuid4().hex}"),)
+    figures = []
+    async with grpc.aio.insecure_channel(broker.endpoint) as channel:
+        stub = service_pb2_grpc.MessagingServiceStub(channel)
+        await e2e_produce(stub, metadata, count, batch, window, 0.0)
+        receive, entries = await measured(
+            broker,
+            f"(c) raw ReceiveMessage {E2E_BATCH}, {streams} streams, from a backlog",
+            count,
+            raw_receive(stub, metadata, count, streams),
+        )
+        figures.append(receive)
+        ack, _ = await measured(
+            broker,
+            f"(c) AckMessage of {E2E_BATCH} entries, {streams} in flight",
+            count,
+            raw_ack(stub, metadata, entries, E2E_BATCH, streams),
+        )
+        figures.append(ack)
+        await e2e_produce(stub, metadata, count, batch, window, 0.0)
+        await asyncio.to_thread(wait_quiet, broker)
+        entries = await raw_receive(stub, metadata, count, streams)
+        single, _ = await measured(
+            broker,
+            f"(c) AckMessage of 1 entry, {SINGLE_ACK_WINDOW} in flight",
+            count,
+            raw_ack(stub, metadata, entries, 1, SINGLE_ACK_WINDOW),
+        )
+        figures.append(single)
+    return figures
+
+
+def client_consume(endpoint: str, clients: int, count: int) -> float:
+    """``clients`` official SimpleConsumers (a thread each: receive E2E_BATCH, ack each) until
+    ``count`` messages were acked; the seconds it took."""
+    from rocketmq import (  # noqa: PLC0415 - logs to ~
+        ClientConfiguration,
+        Credentials,
+        FilterExpression,
+        SimpleConsumer,
+    )
+
+    consumers = []
+    try:
+        for _ in range(clients):
+            consumer = SimpleConsumer(
+                ClientConfiguration(endpoint, Credentials()),
+                E2E_GROUP,
+                {TOPIC: FilterExpression("*")},
+                await_duration=CONSUME_POLL_S,
+            )
+            consumer.startup()
+            consumers.append(consumer)
+        tally = Tally(count)
+
+        def consume(consumer: Any) -> None:
+            try:
+                while not tally.done.is_set():
+                    for m in consumer.receive(E2E_BATCH, CONSUME_INVISIBLE_S):
+                        consumer.ack(m)
+                        tally.add(1)
+            except Exception as e:
+                tally.fail(f"SimpleConsumer: {e!r}")
+
+        threads = [threading.Thread(target=consume, args=(c,), daemon=True) for c in consumers]
+        start = time.perf_counter()
+        for t in threads:
+            t.start()
+        tally.wait("SimpleConsumers")
+        elapsed = time.perf_counter() - start
+        for t in threads:
+            t.join(CONSUME_POLL_S + RPC_TIMEOUT_S)
+        return elapsed
+    finally:
+        for c in consumers:
+            c.shutdown()
+
+
+def bench_client_consume(server: ChildProcess, name: str, count: int, clients: int) -> Figure:
+    """The official SimpleConsumers against ``server`` (a broker holding at least ``count``
+    messages, or the null service), which is stopped afterwards."""
+    try:
+        wait_quiet(server)
+        cpu0, server_cpu0 = time.process_time(), server.cpu_seconds()
+        elapsed = client_consume(server.endpoint, clients, count)
+        server_cpu, client_cpu = server.cpu_seconds() - server_cpu0, time.process_time() - cpu0
+    except BaseException:
+        server.stop()
+        raise
+    stop_checked(server)
+    return Figure(name, count, elapsed, server_cpu_s=server_cpu, client_cpu_s=client_cpu)
+
+
+async def _preload(broker: ChildProcess, count: int, batch: int, window: int) -> None:
+    metadata: Metadata = ((CLIENT_ID_HEADER, f"broker-bench-{uuid.uuid4().hex}"),)
+    async with grpc.aio.insecure_channel(broker.endpoint) as channel:
+        stub = service_pb2_grpc.MessagingServiceStub(channel)
+        await e2e_produce(stub, metadata, count, batch, window, 0.0)
+
+
+def run_consume(
+    args: argparse.Namespace, base: Path, report: Callable[[Figure, Versus | None], None]
+) -> None:
+    """The consumption figures (c): raw receives and acks, each with the broker's CPU per
+    message; the official SimpleConsumer beside its own ceiling (the null service)."""
+    count = args.consume_messages
+    data_dir = base / "consume-raw"
+    broker = start_broker(data_dir, E2E_FLUSH, args.segment_mib, "--group", E2E_GROUP)
+    try:
+        receive, ack, single = run_async(
+            _raw_consume(broker, count, args.e2e_streams, args.batch_size, args.batch_window)
+        )
+    except BaseException:
+        broker.stop()
+        raise
+    stop_checked(broker)
+    shutil.rmtree(data_dir, ignore_errors=True)
+    for fig in (receive, ack, single):
+        report(fig, None)
+    both = receive.server_us_per_item + ack.server_us_per_item
+    verdict = "met" if both <= 300 else "NOT MET"
+    print(
+        f"{'(c) broker CPU per message received and acked':<58} {both:>9,.0f} µs/msg"
+        f"  (receive {E2E_BATCH} + ack {E2E_BATCH}; target <= 300 µs: {verdict})",
+        flush=True,
+    )
+    clients = args.e2e_clients
+    null = bench_client_consume(
+        start_helper("--serve-null", "null service"),
+        f"official SimpleConsumer -> null service, {clients} clients",
+        count,
+        clients,
+    )
+    report(null, None)
+    data_dir = base / "consume-client"
+    broker = start_broker(data_dir, E2E_FLUSH, args.segment_mib, "--group", E2E_GROUP)
+    try:
+        run_async(_preload(broker, count, args.batch_size, args.batch_window))
+    except BaseException:
+        broker.stop()
+        raise
+    fig = bench_client_consume(
+        broker,
+        f"(c) official SimpleConsumer, receive {E2E_BATCH} + ack each, {clients} clients",
+        count,
+        clients,
+    )
+    shutil.rmtree(data_dir, ignore_errors=True)
+    report(fig, Versus("null", null, lambda r: r >= 0.9, ">= 0.90x"))
+
+
 # -- the run --------------------------------------------------------------------------------------
 def interrupted(signum: int, _frame: object) -> None:
     raise KeyboardInterrupt(signal.Signals(signum).name)
@@ -1269,7 +1614,13 @@ def main() -> None:
         help="(e) and its NATS peer: produce at most this many msgs/s (default 0: flat out)",
     )
     parser.add_argument(
-        "--only", choices=("sends", "e2e"), default=None, help="run one part (default: both)"
+        "--consume-messages", type=int, default=20_000, help="(c): the backlog consumed"
+    )
+    parser.add_argument(
+        "--only",
+        choices=("sends", "consume", "e2e"),
+        default=None,
+        help="run one part (default: all)",
     )
     parser.add_argument("--serve-echo", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--serve-null", action="store_true", help=argparse.SUPPRESS)
@@ -1278,7 +1629,7 @@ def main() -> None:
         asyncio.run(serve_echo() if args.serve_echo else serve_null())
         return
     numbers = ("client_messages", "batch_messages", "window", "batch_size", "batch_window")
-    for name in (*numbers, "e2e_messages", "e2e_streams", "e2e_clients"):
+    for name in (*numbers, "e2e_messages", "e2e_streams", "e2e_clients", "consume_messages"):
         if getattr(args, name) < 1:
             parser.error(f"--{name.replace('_', '-')} must be at least 1")
     if args.e2e_rate < 0:
@@ -1324,11 +1675,13 @@ def main() -> None:
         print(fig.line(peer), flush=True)
 
     try:
-        if args.only != "e2e":
+        if args.only in (None, "sends"):
             run_sends(args, base, warmup, nats_window, report)
-        if args.only != "sends":
-            if args.only is None:
-                print()
+            print()
+        if args.only in (None, "consume"):
+            run_consume(args, base, report)
+            print()
+        if args.only in (None, "e2e"):
             nats_e2e = run_async(
                 bench_nats_e2e(
                     args.e2e_messages, nats_window, args.e2e_streams, warmup, args.e2e_rate

@@ -6,13 +6,20 @@ Per consumer group, topic and queue the service keeps:
 - ``done``: offsets at or above ``ack_offset`` that are done out of order (at most the scan
   window). Both are persisted (``config/consumer_offsets.json``), so nothing acked comes back.
 - ``inflight``: offsets delivered and not done, with their receipt, attempt and invisibility.
-An offset at or above ``ack_offset`` that is neither is available. A receive scans from
-``ack_offset`` (at most SCAN_ENTRIES_MAX entries a queue) and hands out available messages and
-in-flight ones whose invisibility expired (then with ``delivery_attempt`` + 1). A message that
-would exceed the group's maximum attempts goes to ``%DLQ%<group>`` instead.
+An offset at or above ``ack_offset`` that is neither is available. At most
+INFLIGHT_WINDOW_ENTRIES offsets from ``ack_offset`` on are handed out (a slow message holds the
+window, as RocketMQ's pop in-flight threshold does). In-flight messages whose invisibility expired
+are handed out again, with ``delivery_attempt`` + 1; a message that would exceed the group's
+maximum attempts goes to ``%DLQ%<group>`` instead.
+
+Concurrent groups read each queue from a cursor, ``scan_offset`` (every offset below it is done or
+in flight), and find expired in-flight messages on a heap ordered by invisibility: a receive's
+work is the messages it hands out, not everything in flight before them (re-scanning from
+``ack_offset`` cost a receive up to the window's 2,048 entries a queue under a backlog).
 
 FIFO groups (``consume_message_orderly``): a message group's next message is not handed out while
-an earlier one of that group is in flight; different message groups proceed in parallel.
+an earlier one of that group is in flight; different message groups proceed in parallel. Their
+receive scans the window from ``ack_offset``, in offset order, as that rule needs.
 
 In-flight state is kept in memory: after a broker restart every message from ``ack_offset`` on is
 available again (at least once, as RocketMQ promises). Long polling waits on an event per topic
@@ -21,6 +28,7 @@ available again (at least once, as RocketMQ promises). Long polling waits on an 
 
 from __future__ import annotations
 
+import heapq
 import itertools
 import logging
 import secrets
@@ -48,13 +56,31 @@ from broker.topic_config import TopicConfigManager
 LOG = logging.getLogger(__name__)
 
 OFFSETS_FILE_NAME = "consumer_offsets.json"
-# Entries one receive scans in one queue: bounds the work of a receive and the messages in
-# flight per queue and group.
-SCAN_ENTRIES_MAX = 2_048
+# Offsets from ack_offset on that may be handed out: bounds the messages in flight per queue and
+# group (and so the memory a consumer that never acks can hold), and a FIFO receive's scan.
+INFLIGHT_WINDOW_ENTRIES = 2_048
 # The window is read this many entries at a time: a receive that fills its batch early stops
 # early (reading the whole window as one list cost a fifth of the broker's CPU under load).
 SCAN_CHUNK_ENTRIES = 64
+# The expiry heap keeps superseded entries until they surface; past this many per message in
+# flight (plus a floor) it is rebuilt from what is in flight, so it cannot grow without bound.
+EXPIRY_HEAP_SLACK = 2
+EXPIRY_HEAP_FLOOR = 256
 PROGRESS_FLUSH_INTERVAL_S = 1.0
+
+
+@dataclass(slots=True)
+class _Take:
+    """One receive's request, shared by its pass over the queues."""
+
+    group: GroupConfig
+    queue_id: int
+    tags: frozenset[str] | None
+    codes: set[int] | None
+    batch_max: int
+    invisible_ms: int
+    now: int
+    deliveries: list[Delivery]
 
 
 class InvalidReceiptHandleError(Exception):
@@ -84,6 +110,14 @@ class _QueueState:
     ack_offset: int
     done: set[int] = field(default_factory=set)
     inflight: dict[int, _InFlight] = field(default_factory=dict)
+    # Concurrent groups: every offset in [ack_offset, scan_offset) is done or in flight.
+    scan_offset: int = -1
+    # (invisible_until_ms, queue_offset, handle) per hand-out; an entry whose handle is no longer
+    # the offset's current one (acked, or handed out again) is stale and skipped when met.
+    expiries: list[tuple[int, int, str]] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        self.scan_offset = max(self.scan_offset, self.ack_offset)
 
     def mark_done(self, offset: int) -> bool:
         """Returns True when the ack offset moved."""
@@ -96,7 +130,42 @@ class _QueueState:
             self.done.remove(self.ack_offset)
             self.ack_offset += 1
             moved = True
+        self.scan_offset = max(self.scan_offset, self.ack_offset)
         return moved
+
+    def hand_out(self, offset: int, flight: _InFlight) -> None:
+        self.inflight[offset] = flight
+        self.push_expiry(offset, flight)
+
+    def push_expiry(self, offset: int, flight: _InFlight) -> None:
+        heap = self.expiries
+        if len(heap) > EXPIRY_HEAP_SLACK * len(self.inflight) + EXPIRY_HEAP_FLOOR:
+            heap[:] = [(f.invisible_until_ms, o, f.handle) for o, f in self.inflight.items()]
+            heapq.heapify(heap)
+            if offset in self.inflight:  # already in the rebuilt heap
+                return
+        heapq.heappush(heap, (flight.invisible_until_ms, offset, flight.handle))
+
+    def pop_expired(self, now_ms: int) -> tuple[int, _InFlight] | None:
+        """The in-flight message whose invisibility expired first (by ``now_ms``), if any."""
+        heap = self.expiries
+        while heap and heap[0][0] <= now_ms:
+            until, offset, handle = heapq.heappop(heap)
+            flight = self.inflight.get(offset)
+            if flight is not None and flight.handle == handle:
+                if flight.invisible_until_ms > until:  # made invisible for longer since
+                    heapq.heappush(heap, (flight.invisible_until_ms, offset, handle))
+                    continue
+                return offset, flight
+        return None
+
+    def next_expiry_ms(self) -> int | None:
+        """When an in-flight message may become visible again (early if the top is stale)."""
+        return self.expiries[0][0] if self.expiries else None
+
+    def restart_scan(self) -> None:
+        self.scan_offset = self.ack_offset
+        self.expiries.clear()
 
 
 # Handles must differ per delivery (a superseded one is then stale) and not be guessable from
@@ -202,6 +271,7 @@ class PopMessageService:
         qs.ack_offset = min(max(queue_offset, low), high)
         qs.done.clear()
         qs.inflight.clear()
+        qs.restart_scan()
         self._progress.dirty = True
         self._arrivals.notify(topic)
         LOG.info("group %s: %s queue %s reset to offset %s", group, topic, queue_id, qs.ack_offset)
@@ -280,46 +350,106 @@ class PopMessageService:
         if qs.ack_offset < cq.min_offset_in_queue:  # retention removed what was left
             qs.ack_offset = cq.min_offset_in_queue
             qs.done = {o for o in qs.done if o >= qs.ack_offset}
+            qs.scan_offset = max(qs.scan_offset, qs.ack_offset)
+        take = _Take(group, queue_id, tags, codes, batch_max, invisible_ms, now, deliveries)
+        if group.consume_message_orderly:
+            return await self._take_orderly(cq, qs, take)
+        return await self._take_concurrently(cq, qs, take)
+
+    async def _take_concurrently(
+        self, cq: ConsumeQueue, qs: _QueueState, take: _Take
+    ) -> int | None:
+        """Expired in-flight messages first (oldest invisibility first), then new ones from the
+        cursor, within the in-flight window."""
+        deliveries = take.deliveries
+        while len(deliveries) < take.batch_max:
+            expired = qs.pop_expired(take.now)
+            if expired is None:
+                break
+            offset, flight = expired
+            msg = self._store.look_message_by_offset(flight.phy_offset, flight.size)
+            if msg is None:  # gone (retention)
+                qs.mark_done(offset)
+                self._progress.dirty = True
+                continue
+            await self._hand_out(qs, take, offset, flight.phy_offset, flight.size, msg, flight)
+        window_end = qs.ack_offset + INFLIGHT_WINDOW_ENTRIES
+        if len(deliveries) < take.batch_max and qs.scan_offset < window_end:
+            for entry in _window(cq, qs.scan_offset, window_end):
+                if len(deliveries) >= take.batch_max:
+                    break
+                offset = entry.queue_offset
+                qs.scan_offset = offset + 1
+                if offset in qs.done or offset in qs.inflight:
+                    continue  # acked out of order before a restart; taken by a FIFO receive
+                msg = None
+                if take.codes is None or entry.tag_code in take.codes:
+                    msg = self._store.look_message_by_offset(entry.phy_offset, entry.size)
+                if msg is None or (take.tags is not None and msg.tags not in take.tags):
+                    # Gone, or not for this group's filter: done, as the proxy does.
+                    qs.mark_done(offset)
+                    self._progress.dirty = True
+                    continue
+                await self._hand_out(qs, take, offset, entry.phy_offset, entry.size, msg, None)
+        return qs.next_expiry_ms()
+
+    async def _take_orderly(self, cq: ConsumeQueue, qs: _QueueState, take: _Take) -> int | None:
+        """The window from ack_offset in offset order: a message group's next message only once
+        none of that group is in flight."""
+        deliveries = take.deliveries
         next_expiry: int | None = None
         blocked: set[str] = set()
-        for entry in _window(cq, qs.ack_offset):
-            if len(deliveries) >= batch_max:
+        for entry in _window(cq, qs.ack_offset, qs.ack_offset + INFLIGHT_WINDOW_ENTRIES):
+            if len(deliveries) >= take.batch_max:
                 break
             offset = entry.queue_offset
             if offset in qs.done:
                 continue
             flight = qs.inflight.get(offset)
-            if flight is not None and flight.invisible_until_ms > now:
+            if flight is not None and flight.invisible_until_ms > take.now:
                 if flight.message_group is not None:
                     blocked.add(flight.message_group)
                 next_expiry = _earliest(next_expiry, flight.invisible_until_ms)
                 continue
             msg = None
-            if flight is not None or codes is None or entry.tag_code in codes:
+            if flight is not None or take.codes is None or entry.tag_code in take.codes:
                 msg = self._store.look_message_by_offset(entry.phy_offset, entry.size)
-            if msg is None or (flight is None and tags is not None and msg.tags not in tags):
-                # Gone, or not for this group's filter: done, as the proxy does.
+            if msg is None or (
+                flight is None and take.tags is not None and msg.tags not in take.tags
+            ):
                 qs.mark_done(offset)
                 self._progress.dirty = True
                 continue
             message_group = msg.properties.get(PROPERTY_SHARDING_KEY)
-            if group.consume_message_orderly and message_group is not None:
+            if message_group is not None:
                 if message_group in blocked:
                     continue
                 blocked.add(message_group)  # one message of a group in flight at a time
-            attempt = flight.attempt + 1 if flight is not None else 1
-            if attempt > group.max_delivery_attempts:
-                await self._dead_letter(group.group_name, msg, attempt - 1)
-                qs.mark_done(offset)
-                self._progress.dirty = True
-                continue
-            handle = make_handle(queue_id, offset)
-            until = now + invisible_ms
-            qs.inflight[offset] = _InFlight(
-                entry.phy_offset, entry.size, attempt, until, handle, message_group
-            )
-            deliveries.append(Delivery(msg, handle, attempt, until))
+            await self._hand_out(qs, take, offset, entry.phy_offset, entry.size, msg, flight)
         return next_expiry
+
+    async def _hand_out(
+        self,
+        qs: _QueueState,
+        take: _Take,
+        offset: int,
+        phy_offset: int,
+        size: int,
+        msg: MessageExt,
+        flight: _InFlight | None,
+    ) -> None:
+        """Deliver ``msg`` (again, when ``flight``), or dead-letter it past the attempts."""
+        attempt = flight.attempt + 1 if flight is not None else 1
+        if attempt > take.group.max_delivery_attempts:
+            await self._dead_letter(take.group.group_name, msg, attempt - 1)
+            qs.mark_done(offset)
+            self._progress.dirty = True
+            return
+        handle = make_handle(take.queue_id, offset)
+        until = take.now + take.invisible_ms
+        message_group = msg.properties.get(PROPERTY_SHARDING_KEY)
+        qs.hand_out(offset, _InFlight(phy_offset, size, attempt, until, handle, message_group))
+        take.deliveries.append(Delivery(msg, handle, attempt, until))
 
     # -- ack, change invisible, dead letter --------------------------------------------------
     def _flight(self, group: str, topic: str, handle: str) -> tuple[_QueueState, int, _InFlight]:
@@ -346,6 +476,7 @@ class PopMessageService:
         queue_id, _ = parse_handle(handle)
         flight.handle = make_handle(queue_id, offset)
         flight.invisible_until_ms = _now_ms() + invisible_ms
+        qs.push_expiry(offset, flight)
         msg = self._store.look_message_by_offset(flight.phy_offset, flight.size)
         if msg is None:
             qs.mark_done(offset)
@@ -389,9 +520,9 @@ class PopMessageService:
         )
 
 
-def _window(cq: ConsumeQueue, start: int) -> Iterator[CqEntry]:
-    """The entries of the scan window from ``start``, read lazily in chunks."""
-    offset, end = start, start + SCAN_ENTRIES_MAX
+def _window(cq: ConsumeQueue, start: int, end: int) -> Iterator[CqEntry]:
+    """The entries in [start, end), read lazily in chunks."""
+    offset = start
     while offset < end:
         entries = cq.iter_entries(offset, min(SCAN_CHUNK_ENTRIES, end - offset))
         if not entries:
