@@ -22,8 +22,9 @@ an earlier one of that group is in flight; different message groups proceed in p
 receive scans the window from ``ack_offset``, in offset order, as that rule needs.
 
 In-flight state is kept in memory: after a broker restart every message from ``ack_offset`` on is
-available again (at least once, as RocketMQ promises). Long polling waits on an event per topic
-(arrival.py), or until the earliest invisibility expires.
+available again (at least once, as RocketMQ promises). A receive with nothing to hand out waits
+for an arrival (arrival.py wakes one waiting receive of the group; one that fills its batch wakes
+the next), or until the earliest invisibility expires.
 """
 
 from __future__ import annotations
@@ -293,13 +294,16 @@ class PopMessageService:
             deliveries, next_expiry_ms = await self._take(
                 group, topic, queue_ids, tags, batch_max, invisible_ms
             )
+            if len(deliveries) >= batch_max:
+                # A full batch: more may be there for the group's next waiting receive.
+                self._arrivals.notify(topic, group.group_name)
             remaining_s = deadline - time.monotonic()
             if deliveries or remaining_s <= 0 or self._arrivals.closing:
                 return deliveries
             wait_s = remaining_s
             if next_expiry_ms is not None:
                 wait_s = min(wait_s, max(0.0, (next_expiry_ms - _now_ms()) / 1000) + 0.001)
-            await self._arrivals.wait(topic, wait_s)
+            await self._arrivals.wait(topic, wait_s, group.group_name)
 
     async def _take(
         self,
@@ -482,7 +486,7 @@ class PopMessageService:
             qs.mark_done(offset)
             raise InvalidReceiptHandleError(f"the message of {handle!r} is gone")
         if invisible_ms == 0:
-            self._arrivals.notify(topic)
+            self._arrivals.notify(topic, group)
         return Delivery(msg, flight.handle, flight.attempt, flight.invisible_until_ms)
 
     async def forward_to_dead_letter(self, group: str, topic: str, handle: str) -> None:
