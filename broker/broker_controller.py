@@ -35,6 +35,7 @@ from broker.grpc_service.pull_activity import PullActivity
 from broker.metrics import BrokerMetrics
 from broker.pop_message import PopMessageService
 from broker.send_message import SendMessageService
+from broker.store import STORE_BUILD
 from broker.store.message import MessageExt
 from broker.store.message_store import DefaultMessageStore
 from broker.store.recovery import RecoveryReport
@@ -177,7 +178,13 @@ class BrokerController:
             )
             self.metrics_port = self._metrics_server.server_port
             LOG.info("broker metrics on http://%s:%s/metrics", cfg.metrics_host, self.metrics_port)
-        LOG.info("broker %s serving on %s:%s", cfg.broker_name, cfg.listen_host, self.port)
+        LOG.info(
+            "broker %s serving on %s:%s (store %s)",
+            cfg.broker_name,
+            cfg.listen_host,
+            self.port,
+            STORE_BUILD,
+        )
         return self.port
 
     # -- what the scrape-time metrics read (broker/metrics.py BrokerState) ----------------------

@@ -63,12 +63,25 @@ def test_one_pinned_base_image_for_both_stages() -> None:
 
 def test_the_project_is_installed_with_pip_from_its_own_packages() -> None:
     runs = " ".join(of("RUN"))
-    assert re.search(r"pip install [^&]*\.(\s|$)", runs), runs
+    # The wheel of the project with its store compiled (setup.py), then installed with its deps.
+    assert re.search(
+        r"ROCKETBOX_MYPYC=1 \S*pip wheel [^&]*--no-deps [^&]*-w /wheels \.(\s|$)", runs
+    )
+    assert re.search(r"pip install [^&]*/wheels/rocketbox-\*\.whl", runs), runs
+    project = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
+    (mypy_pin,) = [d for d in project["optional-dependencies"]["dev"] if d.startswith("mypy==")]
+    assert f'"{mypy_pin}"' in runs, "the image compiles with the mypy the project pins"
+    assert "gcc" in runs
     assert "openjdk-17-jre-headless" in runs
     packages = tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["setuptools"]
     top_level = {p.rstrip("*") for p in packages["packages"]["find"]["include"]}
-    copied = {c.split()[0].rstrip("/") for c in of("COPY") if not c.startswith("--from")}
-    assert copied >= top_level | {"pyproject.toml"}
+    copied = {
+        source.rstrip("/")
+        for c in of("COPY")
+        if not c.startswith("--from")
+        for source in c.split()[:-1]
+    }
+    assert copied >= top_level | {"pyproject.toml", "setup.py"}
     for source in copied:
         assert (REPO / source).exists(), source
 

@@ -7,12 +7,14 @@ is shut down at teardown, in reverse order, even when the test fails.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from broker.store import codec
 from broker.store.config import KIB, MessageStoreConfig
 from broker.store.message import HostAddress
 from broker.store.message_store import DefaultMessageStore
@@ -76,3 +78,15 @@ def open_store(make_config: MakeConfig) -> Iterator[OpenStore]:
 def store(open_store: OpenStore) -> DefaultMessageStore:
     """A started store with SMALL_CONFIG."""
     return open_store()
+
+
+# Set by test_compiled_store.py for the run of these tests against the compiled wheel.
+EXPECT_COMPILED_ENV = "ROCKETBOX_TEST_EXPECT_COMPILED_STORE"
+
+
+@pytest.fixture(autouse=True, scope="session")
+def _store_build() -> None:
+    """When the compiled wheel's store is what is under test, it really is what was imported."""
+    if os.environ.get(EXPECT_COMPILED_ENV) == "1":
+        assert codec.__file__ is not None
+        assert codec.__file__.endswith(".so"), f"interpreted store imported: {codec.__file__}"
