@@ -61,6 +61,7 @@ import tempfile
 import threading
 import time
 import uuid
+import zipfile
 import zlib
 from collections.abc import AsyncIterator, Callable, Coroutine, Iterable, Iterator, Sequence
 from concurrent.futures import Future
@@ -161,14 +162,21 @@ class ChildProcess:
     """A child that prints ``<ready_prefix>127.0.0.1:PORT`` once it serves (anything may follow);
     its output is kept for failure reports."""
 
-    def __init__(self, name: str, argv: Sequence[str], ready_prefix: str) -> None:
+    def __init__(
+        self,
+        name: str,
+        argv: Sequence[str],
+        ready_prefix: str,
+        env: dict[str, str] | None = None,
+        cwd: Path = REPO_ROOT,
+    ) -> None:
         self.name = name
         self.lines: list[str] = []
         self.port = 0
         self._ready_line = re.compile(re.escape(ready_prefix) + r"127\.0\.0\.1:(\d+)\b")
         self._ready = threading.Event()
         self.proc = subprocess.Popen(
-            argv, cwd=REPO_ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+            argv, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
         )
         self._reader = threading.Thread(target=self._read, daemon=True)
         self._reader.start()
@@ -218,6 +226,26 @@ def find_process(name: str) -> int | None:
     return None
 
 
+# The store the brokers run: the checkout's, or (--store compiled) the one the image ships: the
+# wheel built with ROCKETBOX_MYPYC=1 (setup.py), unpacked here and first on the brokers' path.
+compiled_site: Path | None = None
+
+
+def build_compiled_site(base: Path) -> Path:
+    """The wheel with the store compiled by mypyc, built from the checkout and unpacked."""
+    wheels = base / "wheel"
+    subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", "--no-build-isolation", "--no-deps", "-q",
+         "--disable-pip-version-check", "-w", str(wheels), str(REPO_ROOT)],
+        env={**os.environ, "ROCKETBOX_MYPYC": "1"}, cwd=base, check=True,
+    )  # fmt: skip
+    (wheel,) = wheels.glob("rocketbox-*.whl")
+    site = base / "site"
+    with zipfile.ZipFile(wheel) as z:
+        z.extractall(site)
+    return site
+
+
 def start_broker(data_dir: Path, flush: str, segment_mib: int, *extra: str) -> ChildProcess:
     argv = [
         sys.executable, "-m", "rocketbox", "broker",
@@ -225,7 +253,17 @@ def start_broker(data_dir: Path, flush: str, segment_mib: int, *extra: str) -> C
         "--flush", flush, "--segment-size-mib", str(segment_mib),
         "--topic", f"{TOPIC}:{QUEUES}:NORMAL", *extra,
     ]  # fmt: skip
-    return ChildProcess(f"broker ({flush})", argv, "broker listening on ")
+    if compiled_site is None:
+        return ChildProcess(f"broker ({flush})", argv, "broker listening on ")
+    # Outside the checkout, so that `-m rocketbox` does not find the checkout's modules first.
+    env = {**os.environ, "PYTHONPATH": str(compiled_site)}
+    child = ChildProcess(
+        f"broker ({flush}, compiled store)", argv, "broker listening on ", env, compiled_site.parent
+    )
+    if not any("(store compiled)" in line for line in child.lines):
+        child.stop()
+        raise BenchError(f"{child.name} did not run the compiled store:\n{child.output()}")
+    return child
 
 
 def wait_quiet(child: ChildProcess) -> None:
@@ -1564,7 +1602,7 @@ def run_sends(
             warmup,
         )
         shutil.rmtree(data_dir, ignore_errors=True)
-        report(fig, Versus("echo", echo, lambda r: r >= 0.8, ">= 0.80x"))
+        report(fig, Versus("null", null, lambda r: r >= 0.8, ">= 0.80x"))
     nats_fig = run_async(bench_nats(args.batch_messages, nats_window, warmup))
     report(nats_fig, None)
     for flush in args.flush:
@@ -1622,6 +1660,12 @@ def main() -> None:
         default=None,
         help="run one part (default: all)",
     )
+    parser.add_argument(
+        "--store",
+        choices=("interpreted", "compiled"),
+        default="interpreted",
+        help="the brokers' store: the checkout's, or compiled by mypyc as the image ships it",
+    )
     parser.add_argument("--serve-echo", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--serve-null", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -1646,7 +1690,7 @@ def main() -> None:
     print(
         f"broker_bench: 1 KiB messages, {os.cpu_count()} cores, load average {load()} at start; "
         f"(a) {args.client_messages:,}, (b) {args.batch_messages:,}, "
-        f"(e) {args.e2e_messages:,} messages, flush {' '.join(args.flush)}"
+        f"(e) {args.e2e_messages:,} messages, flush {' '.join(args.flush)}, store {args.store}"
         f"{f', only {args.only}' if args.only else ''}",
         flush=True,
     )
@@ -1675,6 +1719,10 @@ def main() -> None:
         print(fig.line(peer), flush=True)
 
     try:
+        if args.store == "compiled":
+            global compiled_site  # noqa: PLW0603 - set once, before any broker starts
+            print("building the wheel with the compiled store (about 30 s) ...", flush=True)
+            compiled_site = build_compiled_site(base)
         if args.only in (None, "sends"):
             run_sends(args, base, warmup, nats_window, report)
             print()

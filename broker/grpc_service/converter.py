@@ -10,7 +10,7 @@ from google.protobuf.duration_pb2 import Duration
 from google.protobuf.timestamp_pb2 import Timestamp
 from rocketmq.grpc_protocol import definition_pb2 as pb
 
-from broker.grpc_service.validator import DELAY_LEVEL_PROPERTY, message_type_of
+from broker.grpc_service.validator import DELAY_LEVEL_PROPERTY
 from broker.send_message import InboundMessage
 from broker.store.message import (
     PROPERTY_DELAY_TIME_LEVEL,
@@ -23,6 +23,7 @@ from broker.store.message import (
     MessageExt,
     MessageExtBrokerInner,
 )
+from broker.topic_config import TopicMessageType
 
 SECOND_MS = 1000
 MINUTE_MS = 60 * SECOND_MS
@@ -52,8 +53,23 @@ def to_duration(ms: int) -> Duration:
     return Duration(seconds=ms // 1000, nanos=(ms % 1000) * 1_000_000)
 
 
+# One entry per client connection seen (a parse per request cost more than the rest of the
+# conversion); cleared when full, so a broker that sees many short connections stays bounded.
+PEER_HOSTS_CACHED_MAX = 4_096
+_peer_hosts: dict[str, HostAddress] = {}
+
+
 def peer_host(peer: str) -> HostAddress:
     """gRPC's ``context.peer()`` ("ipv4:127.0.0.1:5555", "ipv6:[::1]:5555") as (ip, port)."""
+    host = _peer_hosts.get(peer)
+    if host is None:
+        if len(_peer_hosts) >= PEER_HOSTS_CACHED_MAX:
+            _peer_hosts.clear()
+        host = _peer_hosts[peer] = _parse_peer(peer)
+    return host
+
+
+def _parse_peer(peer: str) -> HostAddress:
     _kind, _, rest = peer.partition(":")
     host, _, port = rest.rpartition(":")
     host = host.strip("[]")
@@ -65,9 +81,9 @@ def peer_host(peer: str) -> HostAddress:
 
 
 def to_inbound(
-    msg: pb.Message, born_host: HostAddress, now_ms: int | None = None
+    msg: pb.Message, born_host: HostAddress, kind: TopicMessageType, now_ms: int | None = None
 ) -> InboundMessage:
-    """The validated wire message as a store message for its real topic."""
+    """The validated wire message (of type ``kind``) as a store message for its real topic."""
     sp = msg.system_properties
     now = now_ms if now_ms is not None else time.time_ns() // 1_000_000
     props = dict(msg.user_properties)
@@ -96,7 +112,7 @@ def to_inbound(
         born_timestamp_ms=born_ms,
         born_host=born_host,
     )
-    return InboundMessage(inner, message_type_of(msg), sp.message_id, group, deliver_ms)
+    return InboundMessage(inner, kind, sp.message_id, group, deliver_ms)
 
 
 def message_type_of_stored(msg: MessageExt) -> int:

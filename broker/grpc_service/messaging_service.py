@@ -36,7 +36,6 @@ from broker.grpc_service.request_limits import (
     validate_namespace,
 )
 from broker.grpc_service.validator import (
-    message_type_of,
     validate_group,
     validate_message,
     validate_topic,
@@ -94,6 +93,7 @@ CONSUMER_BACKOFF_S = (
     7200,
 )
 
+_CODE_OK = int(Code.OK)  # Code.OK is an enum wrapper's lookup, each time
 _PUT_STATUS_CODE = {
     PutMessageStatus.PUT_OK: Code.OK,
     # Stored, but not durable in time: the proxy's code; clients see a timeout.
@@ -285,9 +285,9 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):  # type: igno
                 )
             )
         try:
-            topic = self._validate_send(messages)
+            topic, kinds = self._validate_send(messages)
             born_host = peer_host(context.peer())
-            inbound = [to_inbound(m, born_host) for m in messages]
+            inbound = [to_inbound(m, born_host, k) for m, k in zip(messages, kinds, strict=True)]
             results = await self._sends.send(topic, inbound)
         except ProtocolError as e:
             return self._send_failure(messages, e.to_status())
@@ -306,7 +306,8 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):  # type: igno
         ]
         return spb.SendMessageResponse(status=_common_status(entries), entries=entries)
 
-    def _validate_send(self, messages: list[pb.Message]) -> str:
+    def _validate_send(self, messages: list[pb.Message]) -> tuple[str, list[TopicMessageType]]:
+        """The request's topic and each message's type."""
         if not messages:
             raise ProtocolError(Code.MESSAGE_CORRUPTED, "messages is empty (1 message at least)")
         topics = {m.topic.name for m in messages}
@@ -323,15 +324,16 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):  # type: igno
         except TopicNotFoundError:
             tc = None  # answered TOPIC_NOT_FOUND by the send itself
         queue_nums = tc.queue_nums if tc is not None else QUEUE_NUMS_MAX
+        kinds = []
         for m in messages:
-            validate_message(m, self._max_body_bytes, self._delay_max_ms, queue_nums)
-            kind = message_type_of(m)
+            kind = validate_message(m, self._max_body_bytes, self._delay_max_ms, queue_nums)
             if tc is not None and not tc.message_type.accepts(kind):
                 raise ProtocolError(
                     Code.MESSAGE_PROPERTY_CONFLICT_WITH_TYPE,
                     f"topic {topic!r} accepts {tc.message_type.value} messages, not {kind.value}",
                 )
-        return topic
+            kinds.append(kind)
+        return topic, kinds
 
     @staticmethod
     def _send_failure(messages: Iterable[pb.Message], st: pb.Status) -> spb.SendMessageResponse:
@@ -463,8 +465,10 @@ def _validate_end_transaction(request: spb.EndTransactionRequest) -> None:
 
 
 def _put_status(result: PutMessageResult) -> pb.Status:
+    if result.status is PutMessageStatus.PUT_OK:  # the common case, without an enum lookup
+        return OK_STATUS
     code = _PUT_STATUS_CODE.get(result.status, Code.INTERNAL_SERVER_ERROR)
-    if code == Code.OK:
+    if code == _CODE_OK:
         return OK_STATUS
     return status(code, result.detail or result.status.value)
 

@@ -120,9 +120,10 @@ def validate_message(
     delay_max_ms: int,
     queue_nums: int,
     now_ms: int | None = None,
-) -> None:
-    """``queue_nums``: the topic's queue count, which ``queue_id`` must be below."""
-    validate_topic(msg.topic.name)
+) -> TopicMessageType:
+    """The message's type, once every check passed. ``queue_nums``: the topic's queue count,
+    which ``queue_id`` must be below. The topic is the caller's to check (validate_topic), once
+    a request: every message of a request has the same."""
     sp = msg.system_properties
     validate_message_id(sp.message_id)
     if not msg.body:
@@ -139,7 +140,8 @@ def validate_message(
             f"{msg.topic.name!r} (0..{queue_nums - 1})",
         )
     _validate_properties(msg)
-    _validate_type(msg, message_type_of(msg))
+    kind = message_type_of(msg)
+    _validate_type(msg, kind)
     now = now_ms if now_ms is not None else time.time_ns() // 1_000_000
     if sp.HasField("born_timestamp"):
         timestamp_ms_of(sp.born_timestamp, "born_timestamp", Code.BAD_REQUEST)
@@ -159,6 +161,7 @@ def validate_message(
                 f"delivery_timestamp is {(now - deliver_ms) // 1000} s in the past "
                 f"(limit DELIVERY_TIME_PAST_MS_MAX={DELIVERY_TIME_PAST_MS_MAX})",
             )
+    return kind
 
 
 def _validate_type(msg: pb.Message, kind: TopicMessageType) -> None:
