@@ -62,18 +62,21 @@ test: lint $(NODE_STAMP) $(HELM) $(CHROMIUM)
 bench: $(STAMP)
 	$(BIN)/python bench/store_bench.py
 
-# The same bench with the store compiled to C by mypyc, in a copy under build/ so that no
-# compiled module ever shadows the sources being edited.
+# The same bench with the store compiled to C by mypyc (the modules setup.py compiles into the
+# image's wheel), in a copy under build/ so that no compiled module shadows the sources.
 bench-compiled: $(STAMP)
 	rm -rf build/compiled && mkdir -p build/compiled
 	cp -r broker bench build/compiled/
 	cd build/compiled && ../../$(BIN)/mypyc broker/store/*.py > mypyc.log 2>&1 || (cat mypyc.log; exit 1)
 	cd build/compiled && ../../$(BIN)/python bench/store_bench.py
 
-# The broker over gRPC (real broker processes) beside a grpc.aio echo and NATS JetStream on
-# 127.0.0.1:4222, which must be running (exits 2 otherwise).
+# The broker over gRPC (real broker processes): sends, consumption from a backlog and end to end,
+# each with the broker's CPU per message, beside a grpc.aio echo, a null service (the official
+# client's own ceiling) and NATS JetStream on 127.0.0.1:4222, which must be running (exits 2
+# otherwise). ARGS="--store compiled": the brokers run the store compiled as the image ships it;
+# ARGS="--only consume" one part.
 bench-broker: $(STAMP)
-	$(BIN)/python bench/broker_bench.py
+	$(BIN)/python bench/broker_bench.py $(ARGS)
 
 # The sidecar beside a direct client of the broker (Send, SendStream, SendBatch, the client library's
 # batching sender, coalescing on and off, latency at 300 and 1,000 msgs/s, overload), its outbox

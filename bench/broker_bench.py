@@ -1,9 +1,11 @@
-"""Broker send and end-to-end throughput over gRPC beside its ceiling and a peer, in one run.
+"""Broker send, consume and end-to-end throughput over gRPC beside its ceiling and a peer, in
+one run, with the broker's CPU per message.
 
-    .venv/bin/python bench/broker_bench.py [--only sends|e2e] [--client-messages N]
+    .venv/bin/python bench/broker_bench.py [--only sends|consume|e2e] [--client-messages N]
         [--batch-messages N] [--window W] [--batch-size B] [--batch-window R]
-        [--flush ASYNC_FLUSH SYNC_FLUSH] [--e2e-messages N] [--e2e-streams S]
-        [--e2e-clients C] [--e2e-rate MSGS_PER_S]
+        [--flush ASYNC_FLUSH SYNC_FLUSH] [--consume-messages N] [--e2e-messages N]
+        [--e2e-streams S] [--e2e-clients C] [--e2e-rate MSGS_PER_S]
+        [--store interpreted|compiled]
 
 Sends 1 KiB messages to real ``rocketbox broker`` processes (a fresh one, with its own data
 directory, per measurement and flush mode; stopped with SIGTERM, which must exit 0):
@@ -12,14 +14,23 @@ directory, per measurement and flush mode; stopped with SIGTERM, which must exit
     ``Producer.send_async`` with W sends in flight. Beside it, its ceiling: a plain grpc.aio
     unary echo of a 1 KiB payload (server in a child process, driven by a grpc.aio client with
     the same W requests in flight) -- what one-request-per-message Python gRPC gets through on
-    this machine. Target: (a) >= 80% of the echo. Also beside it, the client's own ceiling: the
-    same client against a "null service" (a child process answering SendMessage OK at once,
-    storing nothing): the most (a) could reach with a broker that cost nothing.
+    this machine. Beside it, the client's own ceiling: the same client against a "null
+    service" (a child process answering SendMessage OK at once, storing nothing): the most (a)
+    could reach with a broker that cost nothing. Target: (a) >= 80% of that ceiling.
 (b) multi-message SendMessage requests (B messages each, R requests in flight) through the
     generated stub over grpc.aio. Beside it, the peer: NATS JetStream's async publish of 1 KiB
     messages to a file-storage stream on 127.0.0.1:4222, B x R publishes awaiting their acks,
     every ack awaited. Target: (b) ahead of NATS. NATS's default durability is a periodic sync,
     the counterpart of ASYNC_FLUSH; SYNC_FLUSH answers each send after its fsync.
+(c) consumption alone, from a backlog of N messages (produced (b)'s way into a fresh broker,
+    ASYNC_FLUSH; N at most 8 queues x the in-flight window, 2,048): S raw-stub streams of
+    ReceiveMessage (32) until every message came once (invisible 300 s), then every one acked
+    32 entries to an AckMessage, S in flight; the backlog again, received, and acked one entry
+    to an AckMessage, 64 in flight (the official clients' way). Each row with the broker's CPU
+    per message, and the sum for a message received and acked (target <= 300 us). Then C
+    official SimpleConsumers (a thread each, receive 32 + ack each) from a backlog, beside the
+    same clients against the null service, which also answers ReceiveMessage with canned 1 KiB
+    messages and AckMessage OK: their own ceiling. Target: >= 90% of it.
 (e) end to end: one broker (ASYNC_FLUSH) while N messages are produced and consumed at once.
     The producer is (b)'s (B messages a request, R requests in flight; flat out, or paced with
     --e2e-rate); each body starts with its send time (time.time_ns()) and sequence number, so
@@ -39,6 +50,8 @@ until the server is idle (the store prepares its next segment in the background)
 the steady state. Every send and publish must be acknowledged OK; any failure is printed and
 the bench exits 1. NATS not reachable: the bench says so and exits 2. SIGTERM or SIGINT stops
 every process started, deletes the NATS streams and removes the data directories (exit 130).
+--store compiled builds the wheel the image ships (setup.py, ROCKETBOX_MYPYC=1: the store
+compiled by mypyc) and runs every broker on it; the default is the checkout's plain Python.
 "cores" is CPU seconds per wall second of the server process (broker, echo, null service or
 nats-server) and of this process (the client: for (e) producer and consumers together) during
 the measurement. Ratios matter more than the absolute figures: this machine is noisy.
@@ -1652,7 +1665,10 @@ def main() -> None:
         help="(e) and its NATS peer: produce at most this many msgs/s (default 0: flat out)",
     )
     parser.add_argument(
-        "--consume-messages", type=int, default=20_000, help="(c): the backlog consumed"
+        "--consume-messages",
+        type=int,
+        default=16_000,
+        help="(c): the backlog consumed; at most 8 queues x INFLIGHT_WINDOW_ENTRIES (16,384)",
     )
     parser.add_argument(
         "--only",

@@ -20,7 +20,12 @@ from broker.store.message import MessageExtBrokerInner
 from broker.store.message_store import DefaultMessageStore
 from broker.store.status import PutMessageResult
 from broker.timer_message import TimerMessageService
-from broker.topic_config import TopicConfig, TopicConfigManager, TopicMessageType
+from broker.topic_config import (
+    SYSTEM_TOPIC_PREFIXES,
+    TopicConfig,
+    TopicConfigManager,
+    TopicMessageType,
+)
 from broker.transaction_message import TransactionalMessageService, make_transaction_id
 
 
@@ -68,6 +73,10 @@ class SendMessageService:
         tc = self._topics.find(topic)
         if tc is not None:
             return tc
+        if topic.startswith(SYSTEM_TOPIC_PREFIXES):
+            # A dead-letter queue a consumer asks for before any message was dead-lettered:
+            # system topics are created by the broker when it needs them, never on first use.
+            raise TopicNotFoundError(f"topic {topic!r} does not exist (yet): a system topic")
         if self._auto_create_topic:
             return self._topics.create(topic, exist_ok=True)
         raise TopicNotFoundError(f"topic {topic!r} does not exist and auto-create is off")

@@ -284,9 +284,7 @@ async def _model_run(
     for kind, *values in steps:
         args = [int(v) for v in values if isinstance(v, int)]
         if kind == "receive":
-            for d in await pop.receive(
-                GROUP, TOPIC, MODEL_QUEUES, None, args[0], INVISIBLE_MS, 0
-            ):
+            for d in await pop.receive(GROUP, TOPIC, MODEL_QUEUES, None, args[0], INVISIBLE_MS, 0):
                 k = key(d)
                 assert k not in acked, f"{k} handed out after its ack"
                 held = current.get(k)

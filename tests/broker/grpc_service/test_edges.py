@@ -125,6 +125,28 @@ def test_health_service_answers_serving(tmp_path: Path) -> None:
         broker.stop()
 
 
+def test_a_dead_letter_queue_not_created_yet_is_topic_not_found(tmp_path: Path) -> None:
+    """Found by the fuzzer: a consumer asking for %DLQ%<group> before anything was
+    dead-lettered made the broker try to auto-create a system topic (a handler fault)."""
+    broker = BrokerProcess(tmp_path, "--auto-create-topic")
+    try:
+        with grpc.insecure_channel(broker.endpoint) as channel:
+            stub = service_pb2_grpc.MessagingServiceStub(channel)
+            reply = stub.QueryAssignment(
+                spb.QueryAssignmentRequest(
+                    topic=pb.Resource(name="%DLQ%NoSuchGroup"),
+                    group=pb.Resource(name="NoSuchGroup"),
+                ),
+                metadata=(("x-mq-client-id", "edge-test"),),
+                timeout=CALL_DEADLINE_S,
+            )
+        assert reply.status.code == Code.TOPIC_NOT_FOUND, reply.status
+        assert "%DLQ%NoSuchGroup" in reply.status.message
+    finally:
+        broker.stop()
+    assert "failed on a request" not in broker.output()
+
+
 def wire_message(topic: str, body: bytes, **system: object) -> pb.Message:
     sp = pb.SystemProperties(message_id=uuid.uuid4().hex.upper(), message_type=pb.NORMAL)
     for name, value in system.items():
