@@ -14,6 +14,7 @@ from __future__ import annotations
 import logging
 import struct
 import threading
+import tracemalloc
 from pathlib import Path
 
 import pytest
@@ -89,6 +90,30 @@ def test_round_trip_across_several_segments(tmp_path: Path) -> None:
     assert [e.queue_offset for e in cq.iter_entries(27, 10)] == [27, 28, 29]  # stops at the max
     assert cq.iter_entries(30, 10) == []
     assert cq.iter_entries(0, 0) == []
+    cq.close()
+
+
+def test_a_short_read_of_a_long_queue_reads_only_what_it_returns(tmp_path: Path) -> None:
+    """A receive reads 64 entries at a time: compiled by mypyc, an islice over a generator
+    expression read the queue to its end on every call. Measured in memory, not time: the
+    objects a read makes at its peak, for a queue 300 times longer than the read."""
+    cq = ConsumeQueue(TOPIC, 0, tmp_path, 4_096)
+    cq.load()
+    cq.recover()
+    put(cq, range(20_000))
+    for start in (0, 10_000):
+        tracemalloc.start()
+        try:
+            page = cq.iter_entries(start, 64)
+            first = cq._first_real(range(start, cq.max_offset_in_queue))
+            peak = tracemalloc.get_traced_memory()[1]
+        finally:
+            tracemalloc.stop()
+        assert [e.queue_offset for e in page] == list(range(start, start + 64))
+        assert first is not None
+        assert first.queue_offset == start
+        # 64 entries are a few KiB; the whole queue would be ~2 MiB of tuples.
+        assert peak < 256 * 1024, f"a read of 64 entries peaked at {peak:,} bytes"
     cq.close()
 
 
