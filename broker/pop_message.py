@@ -164,6 +164,16 @@ class _QueueState:
         """When an in-flight message may become visible again (early if the top is stale)."""
         return self.expiries[0][0] if self.expiries else None
 
+    def skip_blanks(self, below: int, start: int) -> bool:
+        """Offsets in [start, below) hold no message (blank consume-queue entries, the gap of a
+        put beyond the queue's end): done, or the ack offset would stop at them for good.
+        Returns True when anything changed."""
+        if below <= start:
+            return False
+        for offset in range(max(start, self.ack_offset), below):
+            self.mark_done(offset)
+        return True
+
     def restart_scan(self) -> None:
         self.scan_offset = self.ack_offset
         self.expiries.clear()
@@ -383,6 +393,8 @@ class PopMessageService:
                 if len(deliveries) >= take.batch_max:
                     break
                 offset = entry.queue_offset
+                if qs.skip_blanks(offset, qs.scan_offset):
+                    self._progress.dirty = True
                 qs.scan_offset = offset + 1
                 if offset in qs.done or offset in qs.inflight:
                     continue  # acked out of order before a restart; taken by a FIFO receive
@@ -403,10 +415,14 @@ class PopMessageService:
         deliveries = take.deliveries
         next_expiry: int | None = None
         blocked: set[str] = set()
+        expected = qs.ack_offset  # the next offset, were there no blank entries
         for entry in _window(cq, qs.ack_offset, qs.ack_offset + INFLIGHT_WINDOW_ENTRIES):
             if len(deliveries) >= take.batch_max:
                 break
             offset = entry.queue_offset
+            if qs.skip_blanks(offset, expected):
+                self._progress.dirty = True
+            expected = offset + 1
             if offset in qs.done:
                 continue
             flight = qs.inflight.get(offset)

@@ -233,6 +233,32 @@ def test_out_of_order_acks_survive_a_restart_and_filtered_tags_count_as_done(
         store.shutdown()
 
 
+@pytest.mark.parametrize("orderly", [False, True])
+def test_a_gap_of_blank_entries_does_not_hold_the_ack_offset(
+    store: DefaultMessageStore, tmp_path: Path, clock: Clock, orderly: bool
+) -> None:
+    """A put beyond a queue's end (logged) fills the gap with blank entries, which hold no
+    message: acking every message moves the ack offset past them."""
+
+    async def run() -> None:
+        put(store, 3)
+        cq = store.consume_queue_store.find(TOPIC, 0)
+        assert cq is not None
+        last = cq.get(2)
+        assert last is not None
+        phy_offset, size, tag_code = last
+        cq.put_message_position_info(phy_offset, size, tag_code, 10)  # blanks at 3..9
+        group = GroupConfig("GapGroup", consume_message_orderly=orderly)
+        pop = service(store, tmp_path)
+        got = await pop.receive(group, TOPIC, (0,), None, 32, INVISIBLE_MS, 0)
+        assert [offset_of(d) for d in got] == [0, 1, 2, 2]  # offset 10 points at message 2
+        for d in got:
+            pop.ack(group.group_name, TOPIC, d.receipt_handle)
+        assert pop.consume_offset(group.group_name, TOPIC, 0) == 11
+
+    asyncio.run(run())
+
+
 # -- the model --------------------------------------------------------------------------------
 MODEL_MESSAGES = 40
 MODEL_QUEUES = (0, 1)
