@@ -1,6 +1,6 @@
 """Pop consumption (RocketMQ 5's pop / ack / change-invisible-time), over the consume queues.
 
-Per consumer group, topic and queue the service keeps:
+Per consumer group, topic and queue the service keeps (pop_state.QueueState):
 - ``ack_offset``: every queue offset below it is done (acked, filtered out, or dead-lettered).
   This is the group's consume progress.
 - ``done``: offsets at or above ``ack_offset`` that are done out of order (at most the scan
@@ -29,18 +29,22 @@ the next), or until the earliest invisibility expires.
 
 from __future__ import annotations
 
-import heapq
-import itertools
 import logging
-import secrets
 import time
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from broker.arrival import MessageArrivalNotifier
 from broker.group_config import GroupConfig, dlq_topic
+from broker.pop_state import (
+    InFlight,
+    InvalidReceiptHandleError,
+    QueueState,
+    make_handle,
+    parse_handle,
+)
 from broker.state_file import StateWriter, read_json
 from broker.store.consume_queue import ConsumeQueue, CqEntry
 from broker.store.message import (
@@ -63,10 +67,6 @@ INFLIGHT_WINDOW_ENTRIES = 2_048
 # The window is read this many entries at a time: a receive that fills its batch early stops
 # early (reading the whole window as one list cost a fifth of the broker's CPU under load).
 SCAN_CHUNK_ENTRIES = 64
-# The expiry heap keeps superseded entries until they surface; past this many per message in
-# flight (plus a floor) it is rebuilt from what is in flight, so it cannot grow without bound.
-EXPIRY_HEAP_SLACK = 2
-EXPIRY_HEAP_FLOOR = 256
 PROGRESS_FLUSH_INTERVAL_S = 1.0
 
 
@@ -84,117 +84,12 @@ class _Take:
     deliveries: list[Delivery]
 
 
-class InvalidReceiptHandleError(Exception):
-    """A receipt handle that is unknown, stale (superseded or expired and redelivered) or done."""
-
-
 @dataclass(slots=True)
 class Delivery:
     message: MessageExt
     receipt_handle: str
     attempt: int
     invisible_until_ms: int
-
-
-@dataclass(slots=True)
-class _InFlight:
-    phy_offset: int
-    size: int
-    attempt: int
-    invisible_until_ms: int
-    handle: str
-    message_group: str | None
-
-
-@dataclass(slots=True)
-class _QueueState:
-    ack_offset: int
-    done: set[int] = field(default_factory=set)
-    inflight: dict[int, _InFlight] = field(default_factory=dict)
-    # Concurrent groups: every offset in [ack_offset, scan_offset) is done or in flight.
-    scan_offset: int = -1
-    # (invisible_until_ms, queue_offset, handle) per hand-out; an entry whose handle is no longer
-    # the offset's current one (acked, or handed out again) is stale and skipped when met.
-    expiries: list[tuple[int, int, str]] = field(default_factory=list)
-
-    def __post_init__(self) -> None:
-        self.scan_offset = max(self.scan_offset, self.ack_offset)
-
-    def mark_done(self, offset: int) -> bool:
-        """Returns True when the ack offset moved."""
-        self.inflight.pop(offset, None)
-        if offset < self.ack_offset:
-            return False
-        self.done.add(offset)
-        moved = False
-        while self.ack_offset in self.done:
-            self.done.remove(self.ack_offset)
-            self.ack_offset += 1
-            moved = True
-        self.scan_offset = max(self.scan_offset, self.ack_offset)
-        return moved
-
-    def hand_out(self, offset: int, flight: _InFlight) -> None:
-        self.inflight[offset] = flight
-        self.push_expiry(offset, flight)
-
-    def push_expiry(self, offset: int, flight: _InFlight) -> None:
-        heap = self.expiries
-        if len(heap) > EXPIRY_HEAP_SLACK * len(self.inflight) + EXPIRY_HEAP_FLOOR:
-            heap[:] = [(f.invisible_until_ms, o, f.handle) for o, f in self.inflight.items()]
-            heapq.heapify(heap)
-            if offset in self.inflight:  # already in the rebuilt heap
-                return
-        heapq.heappush(heap, (flight.invisible_until_ms, offset, flight.handle))
-
-    def pop_expired(self, now_ms: int) -> tuple[int, _InFlight] | None:
-        """The in-flight message whose invisibility expired first (by ``now_ms``), if any."""
-        heap = self.expiries
-        while heap and heap[0][0] <= now_ms:
-            until, offset, handle = heapq.heappop(heap)
-            flight = self.inflight.get(offset)
-            if flight is not None and flight.handle == handle:
-                if flight.invisible_until_ms > until:  # made invisible for longer since
-                    heapq.heappush(heap, (flight.invisible_until_ms, offset, handle))
-                    continue
-                return offset, flight
-        return None
-
-    def next_expiry_ms(self) -> int | None:
-        """When an in-flight message may become visible again (early if the top is stale)."""
-        return self.expiries[0][0] if self.expiries else None
-
-    def skip_blanks(self, below: int, start: int) -> bool:
-        """Offsets in [start, below) hold no message (blank consume-queue entries, the gap of a
-        put beyond the queue's end): done, or the ack offset would stop at them for good.
-        Returns True when anything changed."""
-        if below <= start:
-            return False
-        for offset in range(max(start, self.ack_offset), below):
-            self.mark_done(offset)
-        return True
-
-    def restart_scan(self) -> None:
-        self.scan_offset = self.ack_offset
-        self.expiries.clear()
-
-
-# Handles must differ per delivery (a superseded one is then stale) and not be guessable from
-# outside: a random salt per broker run plus a counter. (A urandom call per message cost more
-# than the rest of making the handle.)
-_HANDLE_SALT = secrets.randbits(32)
-_HANDLE_SEQ = itertools.count()
-
-
-def make_handle(queue_id: int, queue_offset: int) -> str:
-    return f"{queue_id}.{queue_offset}.{_HANDLE_SALT:08x}{next(_HANDLE_SEQ):012x}"
-
-
-def parse_handle(handle: str) -> tuple[int, int]:
-    parts = handle.split(".")
-    if len(parts) != 3 or not parts[0].isdigit() or not parts[1].isdigit():
-        raise InvalidReceiptHandleError(f"receipt handle {handle!r} is not one of ours")
-    return int(parts[0]), int(parts[1])
 
 
 class PopMessageService:
@@ -209,7 +104,7 @@ class PopMessageService:
         self._store = store
         self._topics = topics
         self._path = config_dir / OFFSETS_FILE_NAME
-        self._queues: dict[tuple[str, str, int], _QueueState] = {}
+        self._queues: dict[tuple[str, str, int], QueueState] = {}
         # group -> topic -> queue id -> {"ack": offset, "done": [offsets]}
         self._saved: dict[str, dict[str, dict[str, dict[str, Any]]]] = {}
         self._progress = StateWriter(self._path, self._snapshot, PROGRESS_FLUSH_INTERVAL_S)
@@ -240,7 +135,7 @@ class PopMessageService:
         return data
 
     # -- state -----------------------------------------------------------------------------
-    def _state(self, group: str, topic: str, queue_id: int) -> _QueueState:
+    def _state(self, group: str, topic: str, queue_id: int) -> QueueState:
         key = (group, topic, queue_id)
         qs = self._queues.get(key)
         if qs is None:
@@ -248,10 +143,10 @@ class PopMessageService:
             # A new group consumes from the first message still stored (nothing is skipped).
             start = self._store.get_min_offset_in_queue(topic, queue_id)
             if saved is None:
-                qs = _QueueState(start)
+                qs = QueueState(start)
             else:
                 ack = max(start, int(saved["ack"]))
-                qs = _QueueState(ack, {int(o) for o in saved["done"] if int(o) >= ack})
+                qs = QueueState(ack, {int(o) for o in saved["done"] if int(o) >= ack})
             self._queues[key] = qs
         return qs
 
@@ -370,9 +265,7 @@ class PopMessageService:
             return await self._take_orderly(cq, qs, take)
         return await self._take_concurrently(cq, qs, take)
 
-    async def _take_concurrently(
-        self, cq: ConsumeQueue, qs: _QueueState, take: _Take
-    ) -> int | None:
+    async def _take_concurrently(self, cq: ConsumeQueue, qs: QueueState, take: _Take) -> int | None:
         """Expired in-flight messages first (oldest invisibility first), then new ones from the
         cursor, within the in-flight window."""
         deliveries = take.deliveries
@@ -409,7 +302,7 @@ class PopMessageService:
                 await self._hand_out(qs, take, offset, entry.phy_offset, entry.size, msg, None)
         return qs.next_expiry_ms()
 
-    async def _take_orderly(self, cq: ConsumeQueue, qs: _QueueState, take: _Take) -> int | None:
+    async def _take_orderly(self, cq: ConsumeQueue, qs: QueueState, take: _Take) -> int | None:
         """The window from ack_offset in offset order: a message group's next message only once
         none of that group is in flight."""
         deliveries = take.deliveries
@@ -450,13 +343,13 @@ class PopMessageService:
 
     async def _hand_out(
         self,
-        qs: _QueueState,
+        qs: QueueState,
         take: _Take,
         offset: int,
         phy_offset: int,
         size: int,
         msg: MessageExt,
-        flight: _InFlight | None,
+        flight: InFlight | None,
     ) -> None:
         """Deliver ``msg`` (again, when ``flight``), or dead-letter it past the attempts."""
         attempt = flight.attempt + 1 if flight is not None else 1
@@ -468,11 +361,11 @@ class PopMessageService:
         handle = make_handle(take.queue_id, offset)
         until = take.now + take.invisible_ms
         message_group = msg.properties.get(PROPERTY_SHARDING_KEY)
-        qs.hand_out(offset, _InFlight(phy_offset, size, attempt, until, handle, message_group))
+        qs.hand_out(offset, InFlight(phy_offset, size, attempt, until, handle, message_group))
         take.deliveries.append(Delivery(msg, handle, attempt, until))
 
     # -- ack, change invisible, dead letter --------------------------------------------------
-    def _flight(self, group: str, topic: str, handle: str) -> tuple[_QueueState, int, _InFlight]:
+    def _flight(self, group: str, topic: str, handle: str) -> tuple[QueueState, int, InFlight]:
         queue_id, offset = parse_handle(handle)
         qs = self._queues.get((group, topic, queue_id))
         flight = qs.inflight.get(offset) if qs is not None else None
