@@ -103,6 +103,18 @@ class MessageArrivalNotifier:
         waiters = self._waiters.get(topic, {}).get(key, {})
         return sum(1 for fut in waiters if not fut.done())
 
+    def waiting_counts(self) -> list[tuple[str, str, int]]:
+        """(topic, key, waiters not woken yet) for every topic and key with any: what the
+        ``rocketbox_broker_long_polls_waiting`` gauge shows. Safe from the scraping thread:
+        each dict is copied first, and a copy is one step under the GIL."""
+        counts = []
+        for topic, by_key in self._waiters.copy().items():
+            for key, waiters in by_key.copy().items():
+                n = sum(1 for fut in waiters.copy() if not fut.done())
+                if n:
+                    counts.append((topic, key, n))
+        return counts
+
     def _forget(self, topic: str, key: str, fut: asyncio.Future[None]) -> None:
         by_key = self._waiters.get(topic)
         if by_key is None:

@@ -196,6 +196,9 @@ class BrokerController:
                 progress = topic_progress(self.store, self.topics, self._pop, gc.group_name, topic)
                 yield gc.group_name, topic, progress
 
+    def long_polls_waiting(self) -> list[tuple[str, str, int]]:
+        return self.arrivals.waiting_counts()
+
     def send_queue_depth(self) -> int:
         return self._send_queue.depth if self._send_queue is not None else 0
 

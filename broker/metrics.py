@@ -13,6 +13,8 @@ Read when scraped, so nothing is kept twice:
 - ``rocketbox_broker_consumer_lag{group, topic}``: messages stored and not yet consumed, summed
   over the topic's queues; ``rocketbox_broker_consumer_inflight{group, topic}``: received and not
   yet acknowledged.
+- ``rocketbox_broker_long_polls_waiting{topic, group}``: receives (and, with ``group=""``, pulls)
+  waiting in a long poll for a message to arrive.
 - ``rocketbox_broker_send_queue_depth``, ``rocketbox_broker_commitlog_max_phy_offset`` and
   ``rocketbox_broker_commitlog_flushed_phy_offset`` (bytes; their difference is what a crash of
   the machine could lose under ASYNC_FLUSH).
@@ -45,6 +47,10 @@ class BrokerState(Protocol):
         ...
 
     def send_queue_depth(self) -> int: ...
+
+    def long_polls_waiting(self) -> Iterable[tuple[str, str, int]]:
+        """(topic, group or "" for pulls, receives waiting for an arrival)."""
+        ...
 
     def commitlog_offsets(self) -> tuple[int, int]:
         """(max phy_offset, flushed phy_offset)."""
@@ -126,6 +132,14 @@ class _StateCollector(Collector):
             inflight.add_metric([group, topic], sum(q.inflight_count for q in queues))
         yield lag
         yield inflight
+        waiting = GaugeMetricFamily(
+            "rocketbox_broker_long_polls_waiting",
+            'Receives waiting in a long poll for a message (group "": pulls).',
+            labels=["topic", "group"],
+        )
+        for topic, group, n in self._state.long_polls_waiting():
+            waiting.add_metric([topic, group], n)
+        yield waiting
         yield GaugeMetricFamily(
             "rocketbox_broker_send_queue_depth", "Sends waiting for a send worker.",
             value=self._state.send_queue_depth(),

@@ -20,8 +20,14 @@ __all__ = ["READY_DEADLINE_S", "REPO_ROOT", "STOP_DEADLINE_S", "RocketboxProcess
 
 
 class RocketboxProcess(processes.RocketboxProcess):
-    def __init__(self, name: str, ready_line: re.Pattern[str], args: list[str]) -> None:
-        super().__init__(name, ready_line, args)
+    def __init__(
+        self,
+        name: str,
+        ready_line: re.Pattern[str],
+        args: list[str],
+        metrics_line: re.Pattern[str] | None = None,
+    ) -> None:
+        super().__init__(name, ready_line, args, metrics_line=metrics_line)
         try:
             self.start()
         except ProcessError as e:

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from chaos.processes import BROKER_METRICS_LINE, SMALL_STORE_ARGS, small_store_config
 from chaos.processes import BROKER_READY_LINE as READY_LINE
-from chaos.processes import SMALL_STORE_ARGS, small_store_config
 from tests.rocketbox_process import REPO_ROOT, RocketboxProcess, wait_until
 
 __all__ = [
@@ -24,11 +24,16 @@ __all__ = [
 
 
 class BrokerProcess(RocketboxProcess):
-    def __init__(self, data_dir: Path, *args: str) -> None:
+    """``metrics``: serve Prometheus metrics on a free port (``metrics_port``)."""
+
+    def __init__(self, data_dir: Path, *args: str, metrics: bool = False) -> None:
         self.data_dir = data_dir
         self.args = args
+        listen = ["--metrics-listen", "127.0.0.1:0"] if metrics else []
         super().__init__(
             "broker",
             READY_LINE,
-            ["broker", "--data-dir", str(data_dir), "--listen-port", "0", *SMALL_STORE_ARGS, *args],
-        )
+            ["broker", "--data-dir", str(data_dir), "--listen-port", "0", *listen,
+             *SMALL_STORE_ARGS, *args],
+            BROKER_METRICS_LINE if metrics else None,
+        )  # fmt: skip

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -25,11 +25,11 @@ WAIT_S = 30.0  # the waits here end by a wake; this only bounds a failing test
 DEADLINE_S = 10.0
 
 
-async def until(condition: object, what: str) -> None:
+async def until(condition: Callable[[], object], what: str) -> None:
     """Yield to the loop until ``condition()`` holds (a deadline, not a sleep-and-hope)."""
     loop = asyncio.get_running_loop()
     deadline = loop.time() + DEADLINE_S
-    while not condition():  # type: ignore[operator]
+    while not condition():
         if loop.time() > deadline:
             raise AssertionError(f"not within {DEADLINE_S} s: {what}")
         await asyncio.sleep(0.001)

@@ -22,8 +22,11 @@ from rocketmq.grpc_protocol import service_pb2 as spb
 
 from tests.broker.broker_process import BrokerProcess, wait_until
 from tests.broker.grpc_service.test_edges import send, wire_message
+from tests.prometheus import sample, scrape
 
 CALL_DEADLINE_S = 15.0
+# Half the 10 s long poll below: a pull back before it was woken, not timed out.
+WAKE_DEADLINE_S = 5.0
 METADATA = (("x-mq-client-id", "pull-test"),)
 
 
@@ -74,7 +77,7 @@ def end_offset(endpoint: str) -> int:
 
 
 def test_pull_reads_from_an_offset_and_long_polls_at_the_end(tmp_path: Path) -> None:
-    broker = BrokerProcess(tmp_path, "--topic", "Log:1")
+    broker = BrokerProcess(tmp_path, "--topic", "Log:1", metrics=True)
     try:
         send(
             broker.endpoint,
@@ -103,11 +106,19 @@ def test_pull_reads_from_an_offset_and_long_polls_at_the_end(tmp_path: Path) -> 
             target=lambda: woke.append(pull(broker.endpoint, "Log", 10, poll_ms=10_000))
         )
         waiter.start()
-        time.sleep(0.5)  # setup: let the pull wait at the end of the queue
+        # Seen waiting in the broker first, then back well before its 10 s poll is up: woken (a
+        # pull whose poll runs out looks once more, so only the time tells the two apart).
+        wait_until(
+            lambda: sample(
+                scrape(broker.metrics_port), "rocketbox_broker_long_polls_waiting", topic="Log",
+                group="",
+            ) == 1,
+            CALL_DEADLINE_S,
+            "the pull waiting at the end of the queue",
+        )  # fmt: skip
         send(broker.endpoint, [wire_message("Log", b"late")])
-        sent_at = time.monotonic()
-        waiter.join(CALL_DEADLINE_S)
-        assert time.monotonic() - sent_at < 2.0, "the pull sat out its poll time"
+        waiter.join(WAKE_DEADLINE_S)
+        assert not waiter.is_alive(), f"not woken: still waiting {WAKE_DEADLINE_S} s after"
         code, messages, next_offset = woke[0]
         assert (code, [m.body for m in messages], next_offset) == (Code.OK, [b"late"], 11)
     finally:

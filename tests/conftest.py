@@ -1,0 +1,36 @@
+"""What every test runs beside: rocketbox's default ports held, as a user's `make run` holds them.
+
+Tests start every listener on port 0 (or with it off). To keep that true, the session listens on
+the defaults itself (the broker's 8081, the sidecar's 8980, `rocketbox up`'s metrics 9108): a test
+that forgets a port fails here as it would on a developer's machine, instead of passing on CI and
+failing beside `make run`. A default already in use (that very `make run`) is held all the same.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import socket
+from collections.abc import Iterator
+
+import pytest
+
+# broker --listen-port, sidecar / up --sidecar-port, up --metrics-listen
+DEFAULT_PORTS = (8081, 8980, 9108)
+
+
+@pytest.fixture(autouse=True, scope="session")
+def _default_ports_held() -> Iterator[None]:
+    with contextlib.ExitStack() as held:
+        for port in DEFAULT_PORTS:
+            sock = held.enter_context(socket.socket(socket.AF_INET, socket.SOCK_STREAM))
+            try:
+                sock.bind(("127.0.0.1", port))
+            except OSError as e:
+                if e.errno != errno.EADDRINUSE:
+                    raise
+                continue  # somebody holds it already: the same condition
+            # Bound, not listening: a test that binds a default fails, and one that connects to
+            # a default address is refused at once, as with nothing there (a listener that never
+            # accepts would leave it hanging instead).
+        yield
