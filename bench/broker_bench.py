@@ -308,7 +308,7 @@ async def serve_echo() -> None:
 
 
 # -- the null service: the official client's own ceiling -----------------------------------------
-class NullMessagingService(service_pb2_grpc.MessagingServiceServicer):  # type: ignore[misc]
+class NullMessagingService(service_pb2_grpc.MessagingServiceServicer):  # type: ignore[misc]  # the generated servicer base is untyped
     """Just enough of apache.rocketmq.v2 for the official Producer (route, settings, heartbeat),
     and a SendMessage that stores nothing and answers OK at once."""
 
@@ -349,13 +349,13 @@ class NullMessagingService(service_pb2_grpc.MessagingServiceServicer):  # type: 
         ]
         return spb.QueryRouteResponse(status=self._ok, message_queues=queues)
 
-    async def Heartbeat(self, _request: Any, _context: Any) -> Any:  # noqa: N802
+    async def Heartbeat(self, _request: Any, _context: Any) -> Any:  # noqa: N802 - the protocol's method name
         return spb.HeartbeatResponse(status=self._ok)
 
-    async def NotifyClientTermination(self, _request: Any, _context: Any) -> Any:  # noqa: N802
+    async def NotifyClientTermination(self, _request: Any, _context: Any) -> Any:  # noqa: N802 - the protocol's method name
         return spb.NotifyClientTerminationResponse(status=self._ok)
 
-    async def Telemetry(  # noqa: N802
+    async def Telemetry(  # noqa: N802 - the protocol's method name
         self, request_iterator: AsyncIterator[Any], _context: Any
     ) -> AsyncIterator[Any]:
         async for command in request_iterator:
@@ -370,14 +370,14 @@ class NullMessagingService(service_pb2_grpc.MessagingServiceServicer):  # type: 
                 settings.publishing.max_body_size = 4 * 1024 * 1024
                 yield spb.TelemetryCommand(status=self._ok, settings=settings)
 
-    async def SendMessage(self, request: Any, _context: Any) -> Any:  # noqa: N802
+    async def SendMessage(self, request: Any, _context: Any) -> Any:  # noqa: N802 - the protocol's method name
         entries = [
             spb.SendResultEntry(status=self._ok, message_id=m.system_properties.message_id)
             for m in request.messages
         ]
         return spb.SendMessageResponse(status=self._ok, entries=entries)
 
-    async def ReceiveMessage(  # noqa: N802
+    async def ReceiveMessage(  # noqa: N802 - the protocol's method name
         self, request: Any, _context: Any
     ) -> AsyncIterator[Any]:
         """As many canned 1 KiB messages as asked for (the body's digest right, as the client
@@ -391,7 +391,7 @@ class NullMessagingService(service_pb2_grpc.MessagingServiceServicer):  # type: 
             yield spb.ReceiveMessageResponse(message=message)
         yield spb.ReceiveMessageResponse(delivery_timestamp=self._canned_born)
 
-    async def AckMessage(self, request: Any, _context: Any) -> Any:  # noqa: N802
+    async def AckMessage(self, request: Any, _context: Any) -> Any:  # noqa: N802 - the protocol's method name
         entries = [
             spb.AckMessageResultEntry(
                 message_id=e.message_id, receipt_handle=e.receipt_handle, status=self._ok
@@ -505,7 +505,7 @@ def bench_official_client(
 
 def _client_sends(producer: Any, count: int, window: int) -> list[str]:
     """``count`` sends through ``Producer.send_async``, at most ``window`` unanswered."""
-    from rocketmq import Message  # noqa: PLC0415
+    from rocketmq import Message  # noqa: PLC0415 - the client writes its log under ~ on import
 
     slots = threading.Semaphore(window)
     failures: list[str] = []
@@ -1342,16 +1342,14 @@ async def raw_receive(
     # Done when the last message came, not when the other streams' long polls end.
     tasks = [asyncio.create_task(stream()) for _ in range(streams)]
     waiter = asyncio.create_task(all_in.wait())
+    # A stream ends by itself only once all came, or by failing: the first of either ends this.
     await asyncio.wait([waiter, *tasks], return_when=asyncio.FIRST_COMPLETED)
-    failed = [t for t in tasks if t.done() and t.exception() is not None]
-    if not all_in.is_set() and not failed:
-        await asyncio.wait([waiter, *tasks], return_when=asyncio.FIRST_EXCEPTION)
-        failed = [t for t in tasks if t.done() and t.exception() is not None]
+    errors = [e for t in tasks if t.done() and (e := t.exception()) is not None]
     for t in (waiter, *tasks):
         t.cancel()
     await asyncio.gather(waiter, *tasks, return_exceptions=True)
-    if failed:
-        raise failed[0].exception()  # type: ignore[misc]
+    if errors:
+        raise errors[0]
     if len(entries) != count:
         raise BenchError(f"receive: {len(entries):,} messages for a backlog of {count:,}")
     return entries

@@ -105,12 +105,12 @@ class BrokerAdminService(broker_admin_pb2_grpc.BrokerAdminServicer):  # type: ig
         )
         return apb.CreateTopicResponse(topic=to_pb_topic(tc))
 
-    async def ListTopics(  # noqa: N802
+    async def ListTopics(  # noqa: N802 - the protocol's method name
         self, request: apb.ListTopicsRequest, context: Context
     ) -> apb.ListTopicsResponse:
         return apb.ListTopicsResponse(topics=[to_pb_topic(tc) for tc in self._topics.list()])
 
-    async def DescribeTopic(  # noqa: N802
+    async def DescribeTopic(  # noqa: N802 - the protocol's method name
         self, request: apb.DescribeTopicRequest, context: Context
     ) -> apb.DescribeTopicResponse:
         tc = await _answer(context, lambda: self._configured_topic(request.topic))
@@ -127,7 +127,7 @@ class BrokerAdminService(broker_admin_pb2_grpc.BrokerAdminServicer):  # type: ig
             topic=to_pb_topic(tc), queues=queues, flow_control_forced=forced
         )
 
-    async def DeleteTopic(  # noqa: N802
+    async def DeleteTopic(  # noqa: N802 - the protocol's method name
         self, request: apb.DeleteTopicRequest, context: Context
     ) -> apb.DeleteTopicResponse:
         await _answer(context, lambda: validate_topic_name(request.topic))
@@ -143,7 +143,7 @@ class BrokerAdminService(broker_admin_pb2_grpc.BrokerAdminServicer):  # type: ig
         return tc
 
     # -- messages ----------------------------------------------------------------------------
-    async def GetMessage(  # noqa: N802
+    async def GetMessage(  # noqa: N802 - the protocol's method name
         self, request: apb.GetMessageRequest, context: Context
     ) -> apb.GetMessageResponse:
         msg_id = request.message_id
@@ -172,7 +172,7 @@ class BrokerAdminService(broker_admin_pb2_grpc.BrokerAdminServicer):  # type: ig
             await asyncio.sleep(_DISPATCH_POLL_S)
         return True
 
-    async def QueryMessage(  # noqa: N802
+    async def QueryMessage(  # noqa: N802 - the protocol's method name
         self, request: apb.QueryMessageRequest, context: Context
     ) -> apb.QueryMessageResponse:
         topic, key = request.topic, request.key
@@ -199,7 +199,7 @@ class BrokerAdminService(broker_admin_pb2_grpc.BrokerAdminServicer):  # type: ig
             raise MessageIllegalError("max_num", f"1..{QUERY_MESSAGE_NUMS_MAX}", f"is {max_num}")
 
     # -- flow control ------------------------------------------------------------------------
-    async def SetFlowControl(  # noqa: N802
+    async def SetFlowControl(  # noqa: N802 - the protocol's method name
         self, request: apb.SetFlowControlRequest, context: Context
     ) -> apb.SetFlowControlResponse:
         topic = request.topic if request.HasField("topic") else None
@@ -214,12 +214,12 @@ class BrokerAdminService(broker_admin_pb2_grpc.BrokerAdminServicer):  # type: ig
         )
 
     # -- consumer groups ---------------------------------------------------------------------
-    async def ListGroups(  # noqa: N802
+    async def ListGroups(  # noqa: N802 - the protocol's method name
         self, request: apb.ListGroupsRequest, context: Context
     ) -> apb.ListGroupsResponse:
         return apb.ListGroupsResponse(groups=[to_pb_group(gc) for gc in self._groups.list()])
 
-    async def DescribeGroup(  # noqa: N802
+    async def DescribeGroup(  # noqa: N802 - the protocol's method name
         self, request: apb.DescribeGroupRequest, context: Context
     ) -> apb.DescribeGroupResponse:
         gc = await self._configured_group(request.group, context)
@@ -238,7 +238,7 @@ class BrokerAdminService(broker_admin_pb2_grpc.BrokerAdminServicer):  # type: ig
             dlq_message_count=dlq_count,
         )
 
-    async def CreateGroup(  # noqa: N802
+    async def CreateGroup(  # noqa: N802 - the protocol's method name
         self, request: apb.CreateGroupRequest, context: Context
     ) -> apb.CreateGroupResponse:
         retries = (
@@ -255,7 +255,7 @@ class BrokerAdminService(broker_admin_pb2_grpc.BrokerAdminServicer):  # type: ig
             await context.abort(grpc.StatusCode.ALREADY_EXISTS, f"group {request.group!r} exists")
         return apb.CreateGroupResponse(group=to_pb_group(gc))
 
-    async def ResetOffset(  # noqa: N802
+    async def ResetOffset(  # noqa: N802 - the protocol's method name
         self, request: apb.ResetOffsetRequest, context: Context
     ) -> apb.ResetOffsetResponse:
         await _answer(context, lambda: validate_reset(request))

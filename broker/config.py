@@ -64,7 +64,7 @@ class BrokerConfig:
         checks = [
             (0 <= self.listen_port <= 65535, "listen_port must be in 0..65535"),
             (0 <= self.metrics_port <= 65535, "metrics_port must be in 0..65535"),
-            (self.advertised_host != "0.0.0.0", "advertised_host 0.0.0.0 cannot be dialled"),  # noqa: S104
+            (self.advertised_host != "0.0.0.0", "advertised_host 0.0.0.0 cannot be dialled"),  # noqa: S104 - a comparison with the wildcard address, not a bind
             (1 <= self.default_topic_queue_nums <= 1024, "default_topic_queue_nums: 1..1024"),
             (self.wait_time_ms_in_send_queue > 0, "wait_time_ms_in_send_queue must be > 0"),
             (self.send_queue_capacity_max > 0, "send_queue_capacity_max must be > 0"),

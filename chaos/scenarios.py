@@ -183,7 +183,7 @@ def proxy_faults(stage: Stage, rng: random.Random) -> None:
         # (after a reset or a black hole the sidecar reconnects at its own pace).
         answered_bytes = proxy.stats().bytes_down
         stage.wait(
-            lambda: proxy.stats().bytes_down > answered_bytes or load.done,  # noqa: B023
+            lambda: proxy.stats().bytes_down > answered_bytes or load.done,  # noqa: B023 - called within this iteration, before the loop moves on
             LINK_DEADLINE_S,
             "answers through the proxy",
         )

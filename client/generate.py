@@ -36,7 +36,7 @@ GENERATED = ("sidecar_pb2.py", "sidecar_pb2.pyi")
 def generate(out_dir: Path = OUT_DIR) -> list[Path]:
     """Compile the source and copy its modules into ``out_dir``; returns their paths."""
     # Imported here: grpc_tools is a build tool of the repository, not a client dependency.
-    from grpc_tools import protoc  # noqa: PLC0415
+    from grpc_tools import protoc  # noqa: PLC0415 - grpc_tools is a dev tool, needed only to generate
 
     well_known = resources.files("grpc_tools") / "_proto"
     out_dir.mkdir(parents=True, exist_ok=True)

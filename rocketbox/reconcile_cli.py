@@ -108,9 +108,9 @@ def reconcile_command(
     lost, duplicated, recovered, unexpected, pending and dead messages per topic and bucket.
     Exits 1 when anything acknowledged was lost."""
     # Spark and plotly load only for this command, not for every rocketbox command.
-    from reconcile.job import JobConfig, run  # noqa: PLC0415
-    from reconcile.report import write_outputs  # noqa: PLC0415
-    from reconcile.session import SparkSettings  # noqa: PLC0415
+    from reconcile.job import JobConfig, run  # noqa: PLC0415 - PySpark loads only for this command
+    from reconcile.report import write_outputs  # noqa: PLC0415 - PySpark loads only for this command
+    from reconcile.session import SparkSettings  # noqa: PLC0415 - PySpark loads only for this command
 
     try:
         outbox_path = _outbox_export(outbox_source, out_dir)

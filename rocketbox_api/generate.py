@@ -47,7 +47,7 @@ def generate(out_dir: Path = REPO_ROOT) -> list[Path]:
     Modules of sources that no longer exist are removed first, so none outlives its .proto.
     """
     # Imported here: grpc_tools is a build tool, not needed to run rocketbox.
-    from grpc_tools import protoc  # noqa: PLC0415
+    from grpc_tools import protoc  # noqa: PLC0415 - grpc_tools is a dev tool, needed only to generate
 
     out_dir.mkdir(parents=True, exist_ok=True)
     for stale in generated_files(out_dir):

@@ -14,7 +14,7 @@ class Backoff:
 
     def delay_ms(self, attempt: int) -> int:
         """The wait before resend number ``attempt`` (1 = the first resend)."""
-        state = RetryCallState(retry_object=None, fn=None, args=(), kwargs={})  # type: ignore[arg-type]
+        state = RetryCallState(retry_object=None, fn=None, args=(), kwargs={})  # type: ignore[arg-type]  # tenacity's state wants a Retrying; the wait strategy reads only the attempt number
         state.attempt_number = attempt
         # Full jitter may draw ~0; a floor of the initial step keeps a failing broker from being
         # hammered by entries that drew short waits.

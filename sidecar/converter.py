@@ -65,7 +65,7 @@ def to_result(message_id: str, accepted: Accepted) -> api.SendResult:
     return api.SendResult(
         message_id=message_id,
         spooled=api.Spooled(
-            cause=SPOOL_CAUSES[entry.cause],  # type: ignore[arg-type]
+            cause=SPOOL_CAUSES[entry.cause],  # type: ignore[arg-type]  # the stubs type enum fields as their wrapper, not int
             detail=entry.last_error.removeprefix(f"{entry.cause.value}: "),
             next_attempt_time=next_attempt,
             maybe_stored=entry.maybe_stored,

@@ -71,6 +71,6 @@ class LatencyFaultTolerance:
         ready = [b for b, i in items.items() if i is None or i.available_from_s <= now_s]
         avoided = sorted(
             (b for b, i in items.items() if i is not None and i.available_from_s > now_s),
-            key=lambda b: items[b].available_from_s,  # type: ignore[union-attr]
+            key=lambda b: items[b].available_from_s,  # type: ignore[union-attr]  # the comprehension above keeps only entries that are not None
         )
         return ready + avoided

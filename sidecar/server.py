@@ -97,7 +97,7 @@ class Rejected(Exception):  # noqa: N818 - an outcome, carried to the edge as on
         self.retry_after_ms = retry_after_ms
 
 
-class SidecarService(sidecar_pb2_grpc.SidecarServiceServicer):  # type: ignore[misc]
+class SidecarService(sidecar_pb2_grpc.SidecarServiceServicer):  # type: ignore[misc]  # the generated servicer base is untyped
     def __init__(
         self,
         intake: Intake,
@@ -230,7 +230,7 @@ class SidecarService(sidecar_pb2_grpc.SidecarServiceServicer):  # type: ignore[m
         if self._on_sent is not None and sent:
             # The stubs type the callback as a class of their own, which no function matches.
             done = functools.partial(self._call_done, sent)
-            context.add_done_callback(done)  # type: ignore[arg-type]
+            context.add_done_callback(done)  # type: ignore[arg-type]  # the stubs type the callback as a class of their own (see above)
 
     def _call_done(
         self, sent: list[SentAnswer], context: grpc.aio.ServicerContext[Any, Any]
@@ -262,7 +262,7 @@ class SidecarService(sidecar_pb2_grpc.SidecarServiceServicer):  # type: ignore[m
             self._record_when_done(context, [sent])
         return api.SendResponse(result=result)
 
-    async def SendBatch(  # noqa: N802
+    async def SendBatch(  # noqa: N802 - the protocol's method name
         self, request: api.SendBatchRequest, context: grpc.aio.ServicerContext[Any, Any]
     ) -> api.SendBatchResponse:
         # The whole-call refusals: before any message is started, so none may be stored.
@@ -297,7 +297,7 @@ class SidecarService(sidecar_pb2_grpc.SidecarServiceServicer):  # type: ignore[m
         self._record_when_done(context, sent)
         return api.SendBatchResponse(results=results)
 
-    async def SendStream(  # noqa: N802
+    async def SendStream(  # noqa: N802 - the protocol's method name
         self,
         request_iterator: AsyncIterator[api.SendStreamRequest],
         context: grpc.aio.ServicerContext[Any, Any],

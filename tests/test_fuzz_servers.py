@@ -299,7 +299,7 @@ def call(channel: grpc.Channel, method: MethodDescriptor, frames: list[bytes]) -
                     answer.cancel()
                     break
     except grpc.RpcError as e:
-        code: grpc.StatusCode = e.code()  # type: ignore[attr-defined]
+        code: grpc.StatusCode = e.code()  # type: ignore[attr-defined]  # a grpc.RpcError raised by a call is also a grpc.Call
         return code
     return grpc.StatusCode.OK
 
@@ -373,7 +373,7 @@ class Fuzzer:
 
 
 def _empty(method: MethodDescriptor) -> Message:
-    from google.protobuf import message_factory  # noqa: PLC0415
+    from google.protobuf import message_factory  # noqa: PLC0415 - imported where the fuzzer builds messages, as protobuf's own examples do
 
     return message_factory.GetMessageClass(method.input_type)()
 

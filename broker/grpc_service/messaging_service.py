@@ -165,19 +165,19 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):  # type: igno
         ]
         return spb.QueryRouteResponse(status=OK_STATUS, message_queues=queues)
 
-    async def Heartbeat(  # noqa: N802
+    async def Heartbeat(  # noqa: N802 - the protocol's method name
         self, request: spb.HeartbeatRequest, context: Context
     ) -> spb.HeartbeatResponse:
         self._clients.touch(metadata_value(context, CLIENT_ID_HEADER))
         return spb.HeartbeatResponse(status=OK_STATUS)
 
-    async def NotifyClientTermination(  # noqa: N802
+    async def NotifyClientTermination(  # noqa: N802 - the protocol's method name
         self, request: spb.NotifyClientTerminationRequest, context: Context
     ) -> spb.NotifyClientTerminationResponse:
         self._clients.forget(metadata_value(context, CLIENT_ID_HEADER))
         return spb.NotifyClientTerminationResponse(status=OK_STATUS)
 
-    async def Telemetry(  # noqa: N802
+    async def Telemetry(  # noqa: N802 - the protocol's method name
         self,
         request_iterator: AsyncIterator[spb.TelemetryCommand],
         context: Context,
@@ -272,7 +272,7 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):  # type: igno
         return False
 
     # -- sending -------------------------------------------------------------------------
-    async def SendMessage(  # noqa: N802
+    async def SendMessage(  # noqa: N802 - the protocol's method name
         self, request: spb.SendMessageRequest, context: Context
     ) -> spb.SendMessageResponse:
         messages = list(request.messages)
@@ -344,7 +344,7 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):  # type: igno
         return spb.SendMessageResponse(status=st, entries=entries)
 
     # -- transactions --------------------------------------------------------------------
-    async def EndTransaction(  # noqa: N802
+    async def EndTransaction(  # noqa: N802 - the protocol's method name
         self, request: spb.EndTransactionRequest, context: Context
     ) -> spb.EndTransactionResponse:
         try:
@@ -369,63 +369,63 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):  # type: igno
         return spb.EndTransactionResponse(status=OK_STATUS)
 
     # -- consuming: the consumer activity ----------------------------------------------------
-    async def ReceiveMessage(  # noqa: N802
+    async def ReceiveMessage(  # noqa: N802 - the protocol's method name
         self, request: spb.ReceiveMessageRequest, context: Context
     ) -> AsyncIterator[spb.ReceiveMessageResponse]:
         async for frame in self._consumers.receive_message(request, context):
             yield frame
 
-    async def AckMessage(  # noqa: N802
+    async def AckMessage(  # noqa: N802 - the protocol's method name
         self, request: spb.AckMessageRequest, context: Context
     ) -> spb.AckMessageResponse:
         return await self._consumers.ack_message(request)
 
-    async def ChangeInvisibleDuration(  # noqa: N802
+    async def ChangeInvisibleDuration(  # noqa: N802 - the protocol's method name
         self, request: spb.ChangeInvisibleDurationRequest, context: Context
     ) -> spb.ChangeInvisibleDurationResponse:
         return self._consumers.change_invisible_duration(request)
 
-    async def ForwardMessageToDeadLetterQueue(  # noqa: N802
+    async def ForwardMessageToDeadLetterQueue(  # noqa: N802 - the protocol's method name
         self, request: spb.ForwardMessageToDeadLetterQueueRequest, context: Context
     ) -> spb.ForwardMessageToDeadLetterQueueResponse:
         return await self._consumers.forward_to_dead_letter(request)
 
-    async def QueryAssignment(  # noqa: N802
+    async def QueryAssignment(  # noqa: N802 - the protocol's method name
         self, request: spb.QueryAssignmentRequest, context: Context
     ) -> spb.QueryAssignmentResponse:
         return self._consumers.query_assignment(request)
 
     # -- offset-based consumption: the pull activity ---------------------------------------
-    async def PullMessage(  # noqa: N802
+    async def PullMessage(  # noqa: N802 - the protocol's method name
         self, request: spb.PullMessageRequest, context: Context
     ) -> AsyncIterator[spb.PullMessageResponse]:
         async for frame in self._pulls.pull_message(request, context):
             yield frame
 
-    async def UpdateOffset(  # noqa: N802
+    async def UpdateOffset(  # noqa: N802 - the protocol's method name
         self, request: spb.UpdateOffsetRequest, context: Context
     ) -> spb.UpdateOffsetResponse:
         return self._pulls.update_offset(request)
 
-    async def GetOffset(  # noqa: N802
+    async def GetOffset(  # noqa: N802 - the protocol's method name
         self, request: spb.GetOffsetRequest, context: Context
     ) -> spb.GetOffsetResponse:
         return self._pulls.get_offset(request)
 
-    async def QueryOffset(  # noqa: N802
+    async def QueryOffset(  # noqa: N802 - the protocol's method name
         self, request: spb.QueryOffsetRequest, context: Context
     ) -> spb.QueryOffsetResponse:
         return self._pulls.query_offset(request)
 
     # -- newer features the broker lacks ------------------------------------------------------
-    async def RecallMessage(  # noqa: N802
+    async def RecallMessage(  # noqa: N802 - the protocol's method name
         self, request: spb.RecallMessageRequest, context: Context
     ) -> spb.RecallMessageResponse:
         return spb.RecallMessageResponse(
             status=status(Code.NOT_IMPLEMENTED, "RecallMessage: this broker cannot recall messages")
         )
 
-    async def SyncLiteSubscription(  # noqa: N802
+    async def SyncLiteSubscription(  # noqa: N802 - the protocol's method name
         self, request: spb.SyncLiteSubscriptionRequest, context: Context
     ) -> spb.SyncLiteSubscriptionResponse:
         return spb.SyncLiteSubscriptionResponse(

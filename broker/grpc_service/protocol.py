@@ -64,5 +64,5 @@ def fault_reply(method: MethodDescriptor, reason: str) -> Message | None:
     if "status" not in method.output_type.fields_by_name:
         return None
     reply: Message = message_factory.GetMessageClass(method.output_type)()
-    reply.status.CopyFrom(status(Code.INTERNAL_SERVER_ERROR, reason))  # type: ignore[attr-defined]
+    reply.status.CopyFrom(status(Code.INTERNAL_SERVER_ERROR, reason))  # type: ignore[attr-defined]  # a message class made at run time: its fields are not typed
     return reply

@@ -104,7 +104,7 @@ def test_answers_convert_to_results_and_errors() -> None:
 )
 def test_batching_limits_out_of_bounds_are_refused(limits: dict[str, float], named: str) -> None:
     with pytest.raises(ValueError, match=named):
-        BatchingLimits(**limits)  # type: ignore[arg-type]
+        BatchingLimits(**limits)  # type: ignore[arg-type]  # wrong types on purpose: the refusal is what is tested
 
 
 def test_client_arguments_out_of_bounds_are_refused() -> None:

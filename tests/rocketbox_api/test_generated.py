@@ -36,7 +36,7 @@ def test_committed_modules_are_byte_identical_to_a_fresh_generation(tmp_path: Pa
 
 def test_every_proto_gives_importable_modules_under_rocketbox_api() -> None:
     assert "rocketbox_api/admin/v1/broker_admin.proto" in proto_files()
-    from rocketbox_api.admin.v1 import broker_admin_pb2, broker_admin_pb2_grpc  # noqa: PLC0415
+    from rocketbox_api.admin.v1 import broker_admin_pb2, broker_admin_pb2_grpc  # noqa: PLC0415 - imported by the test that checks they import
 
     service = broker_admin_pb2.DESCRIPTOR.services_by_name["BrokerAdmin"]
     assert service.full_name == "rocketbox.admin.v1.BrokerAdmin"

@@ -43,18 +43,18 @@ def identity(raw: bytes) -> bytes:
     return raw
 
 
-class Misbehaving(sidecar_pb2_grpc.SidecarServiceServicer):  # type: ignore[misc]
+class Misbehaving(sidecar_pb2_grpc.SidecarServiceServicer):  # type: ignore[misc]  # the generated servicer base is untyped
     """Send: topic "boom" raises, "abort" aborts NOT_FOUND, any other is answered. SendStream
     answers each request; topic "boom" raises. SendBatch is the generated default."""
 
-    async def Send(self, request: api.SendRequest, context: Any) -> api.SendResponse:  # noqa: N802
+    async def Send(self, request: api.SendRequest, context: Any) -> api.SendResponse:  # noqa: N802 - the protocol's method name
         if request.message.topic == "boom":
             raise RuntimeError("a bug")
         if request.message.topic == "abort":
             await context.abort(grpc.StatusCode.NOT_FOUND, "no such thing")
         return api.SendResponse(result=api.SendResult(message_id=request.message.topic))
 
-    async def SendStream(  # noqa: N802
+    async def SendStream(  # noqa: N802 - the protocol's method name
         self, requests: AsyncIterator[api.SendStreamRequest], context: Any
     ) -> AsyncIterator[api.SendStreamResponse]:
         async for r in requests:

@@ -104,7 +104,7 @@ def test_one_message_over_the_limit_is_refused_at_once(silent_broker: str) -> No
 
 def retry_after_ms(error: grpc.RpcError) -> int:
     """The google.rpc.RetryInfo delay in a call's rich status."""
-    for key, value in error.trailing_metadata() or ():  # type: ignore[attr-defined]
+    for key, value in error.trailing_metadata() or ():  # type: ignore[attr-defined]  # a grpc.RpcError raised by a call is also a grpc.Call
         if key == "grpc-status-details-bin":
             status = status_pb2.Status.FromString(value)
             for detail in status.details:

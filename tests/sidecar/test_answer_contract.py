@@ -227,13 +227,13 @@ def send_call(contract: Contract, m: api.Message) -> None:
             api.SendRequest(message=m), timeout=CALL_DEADLINE_S
         )
     except grpc.RpcError as e:
-        status = rpc_status.from_call(e)  # type: ignore[arg-type]
+        status = rpc_status.from_call(e)  # type: ignore[arg-type]  # a grpc.RpcError raised by a call is also a grpc.Call
         field_name = ""
         for detail in status.details if status else ():
             bad = error_details_pb2.BadRequest()
             if detail.Unpack(bad):
                 field_name = bad.field_violations[0].field
-        check_rejection(e.code(), field_name, e.details() or "")  # type: ignore[attr-defined]
+        check_rejection(e.code(), field_name, e.details() or "")  # type: ignore[attr-defined]  # a grpc.RpcError raised by a call is also a grpc.Call
         return
     assert outcome(response.result) in ("stored", "spooled")
     check_result(contract, m, response.result)
@@ -329,7 +329,7 @@ def test_send_of_an_invalid_delivery_time_names_the_field_and_the_limit(
             api.SendRequest(message=message("Orders", delivery_time=timestamp)),
             timeout=CALL_DEADLINE_S,
         )
-    error: grpc.Call = raised.value  # type: ignore[assignment]
+    error: grpc.Call = raised.value  # type: ignore[assignment]  # a grpc.RpcError raised by a call is also a grpc.Call
     assert error.code() == grpc.StatusCode.INVALID_ARGUMENT
     details = error.details() or ""
     assert details.startswith(f"delivery_time: {words}; google.protobuf.Timestamp allows")

@@ -166,7 +166,7 @@ def test_bad_input_is_rejected_naming_the_field_and_nothing_is_spooled(
                 error = raised.value
                 assert error.code() == grpc.StatusCode.INVALID_ARGUMENT, (field, error)
                 assert error.details().startswith(f"{field}: "), error.details()
-                status = rpc_status.from_call(error)  # type: ignore[arg-type]
+                status = rpc_status.from_call(error)  # type: ignore[arg-type]  # a grpc.RpcError raised by a call is also a grpc.Call
                 assert status is not None, "no google.rpc status"
                 bad_request = error_details_pb2.BadRequest()
                 assert status.details[0].Unpack(bad_request)

@@ -54,7 +54,7 @@ def test_a_full_outbox_answers_resource_exhausted_and_keeps_what_it_has(
         error = raised.value
         assert error.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
         assert "outbox is full" in (error.details() or "")
-        status = rpc_status.from_call(error)  # type: ignore[arg-type]
+        status = rpc_status.from_call(error)  # type: ignore[arg-type]  # a grpc.RpcError raised by a call is also a grpc.Call
         assert status is not None
         retry = error_details_pb2.RetryInfo()
         assert any(d.Unpack(retry) for d in status.details)

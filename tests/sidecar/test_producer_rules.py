@@ -97,13 +97,13 @@ def test_broker_answers_are_classified(code: int, expected: object) -> None:
     assert rejected.value.field == expected
 
 
-class RouteServer(service_pb2_grpc.MessagingServiceServicer):  # type: ignore[misc]
+class RouteServer(service_pb2_grpc.MessagingServiceServicer):  # type: ignore[misc]  # the generated servicer base is untyped
     """QueryRoute only: the topic's queues on the brokers given, 4 queues each."""
 
     def __init__(self, brokers: dict[str, int]) -> None:
         self.brokers = brokers
 
-    async def QueryRoute(self, request: Any, context: Any) -> Any:  # noqa: N802
+    async def QueryRoute(self, request: Any, context: Any) -> Any:  # noqa: N802 - the protocol's method name
         queues = [
             definition_pb2.MessageQueue(
                 topic=request.topic,

@@ -196,7 +196,7 @@ def test_two_consumers_of_a_group_split_the_messages(tmp_path: Path) -> None:
     assert len(seen["a"]) + len(seen["b"]) == 60
 
 
-class Recorder(MessageListener):  # type: ignore[misc]
+class Recorder(MessageListener):  # type: ignore[misc]  # the official client ships no type information
     def __init__(self) -> None:
         self.lock = threading.Lock()
         self.steps: dict[str, list[str]] = {}

@@ -156,7 +156,7 @@ def test_delayed_messages_arrive_on_time_across_a_restart(tmp_path: Path) -> Non
         assert due_ms - 50 <= leveled_got.store_timestamp_ms <= due_ms + 1500
 
 
-class Checker(TransactionChecker):  # type: ignore[misc]
+class Checker(TransactionChecker):  # type: ignore[misc]  # the official client ships no type information
     def __init__(self, answer: TransactionResolution) -> None:
         self.answer = answer
         self.asked: list[str] = []
