@@ -103,9 +103,9 @@ def test_node_client_sends_all_four_kinds(tmp_path: Path) -> None:
             DELIVERY_DEADLINE_S,
             f"the timer to deliver the DELAY message {sent['DELAY']['messageId']}",
         )
-    except BaseException:
+    except BaseException as e:
         broker.kill()
-        print(f"broker output:\n{broker.output()}")  # shown by pytest with the failure
+        e.add_note(f"broker output:\n{broker.output()}")  # shown by pytest with the failure
         raise
     broker.stop()
 

@@ -131,9 +131,9 @@ def test_node_simple_consumer_receives_and_acks_each_message_once(tmp_path: Path
 
         other = receive(node, broker, topic, "NodeAuditors", COUNT, "--await-ms=2000")
         assert_each_once(other, sent, attempt=1)
-    except BaseException:
+    except BaseException as e:
         broker.kill()
-        print(f"broker output:\n{broker.output()}")  # shown by pytest with the failure
+        e.add_note(f"broker output:\n{broker.output()}")  # shown by pytest with the failure
         raise
     broker.stop()
 
@@ -152,8 +152,8 @@ def test_an_unacked_node_delivery_comes_back_with_attempt_two(tmp_path: Path) ->
         # returns when their invisible time ends.
         second = receive(node, broker, topic, "NodeForgetful", COUNT, "--await-ms=10000")
         assert_each_once(second, sent, attempt=2)
-    except BaseException:
+    except BaseException as e:
         broker.kill()
-        print(f"broker output:\n{broker.output()}")  # shown by pytest with the failure
+        e.add_note(f"broker output:\n{broker.output()}")  # shown by pytest with the failure
         raise
     broker.stop()

@@ -182,10 +182,10 @@ def test_a_node_app_sends_through_the_sidecar_with_only_the_proto(tmp_path: Path
         assert len(set(stored_ids)) == STORED_COUNT, f"an id answered twice: {stored_ids}"
         # Those, once each, and nothing else: not the rejected message, no duplicate.
         assert messages_in_topic(broker) == STORED_COUNT
-    except BaseException:
+    except BaseException as e:
         if sidecar is not None:
-            print(f"sidecar output:\n{sidecar.output()}")  # shown by pytest with the failure
-        print(f"broker output:\n{broker.output()}")
+            e.add_note(f"sidecar output:\n{sidecar.output()}")  # shown by pytest with the failure
+        e.add_note(f"broker output:\n{broker.output()}")
         raise
     finally:
         try:

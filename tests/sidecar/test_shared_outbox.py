@@ -58,12 +58,19 @@ def test_two_sidecars_on_one_outbox_never_send_an_entry_twice(
     broker = BrokerProcess(tmp_path / "broker", "--auto-create-topic")
     port = broker.port
     broker.stop()
-    # Small claims, so that the two pools take turns on the same entries' neighbourhood. No
-    # pull-in: the sidecar that first sees the broker back would make its own spools due at once
-    # and drain them alone, and the two pools must compete for this test to prove anything.
+    # The two pools must compete for this test to prove anything. Small claims sent one at a
+    # time, so that a drain takes many rounds, and a short poll, so that the other pool looks
+    # in between: with the defaults the pool that first saw the broker back could drain all
+    # 200 before the other's next poll (seen on CI). No pull-in: the sidecar that first sees
+    # the broker back would make its own spools due at once and drain them alone.
     sidecars = [
         SidecarProcess(
-            f"127.0.0.1:{port}", shared_outbox_url, "--claim-batch-max=5", "--pull-in-ids-max=0"
+            f"127.0.0.1:{port}",
+            shared_outbox_url,
+            "--claim-batch-max=5",
+            "--pull-in-ids-max=0",
+            "--resend-concurrency-max=1",
+            "--poll-interval-ms=10",
         )
         for _ in range(2)
     ]
@@ -79,9 +86,10 @@ def test_two_sidecars_on_one_outbox_never_send_an_entry_twice(
         back = BrokerProcess(broker.data_dir, "--auto-create-topic", "--listen-port", str(port))
         endpoint = back.endpoint
         wait_until(
-            lambda: all(stored_copies(endpoint, i) for i in ids), DELIVERY_DEADLINE_S,
+            lambda: all(stored_copies(endpoint, i) for i in ids),
+            DELIVERY_DEADLINE_S,
             "both sidecars to drain the shared outbox",
-        )  # fmt: skip
+        )
         for sidecar in sidecars:
             sidecar.stop()
         copies = {i: len(stored_copies(endpoint, i)) for i in ids}
