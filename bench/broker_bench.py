@@ -711,21 +711,54 @@ def stamped_body(seq: int) -> bytes:
     return STAMP.pack(time.time_ns(), seq) + BODY[STAMP.size :]
 
 
-class Receipts:
-    """What the consumers of one run got: every message's latency (first receive time minus send
-    time), redeliveries, and progress: a message is consumed once its ack was answered OK.
+class Tally:
+    """Messages consumed by threads or tasks, until ``count``; a stall or a failure ends it.
     Shared by consumer threads and tasks."""
 
     def __init__(self, count: int) -> None:
         self.count = count
         self.consumed = 0
-        self.duplicates = 0
-        self.latencies_ns: list[int] = []
         self.failures: list[str] = []
         self.done = threading.Event()
+        self._lock = threading.Lock()
+
+    def add(self, n: int) -> None:
+        with self._lock:
+            self.consumed += n
+            if self.consumed >= self.count:
+                self.done.set()
+
+    def fail(self, text: str) -> None:
+        with self._lock:
+            self.failures.append(text)
+        self.done.set()  # nothing more to wait for: the run failed
+
+    def wait(self, what: str) -> None:
+        """Until every message is consumed. BenchError on a consumer's failure, or when no
+        message was consumed for STALL_DEADLINE_S."""
+        seen, since = -1, time.monotonic()
+        while not self.done.wait(0.2):
+            if self.consumed != seen:
+                seen, since = self.consumed, time.monotonic()
+            elif time.monotonic() - since > STALL_DEADLINE_S:
+                raise BenchError(
+                    f"{what}: {self.consumed:,} of {self.count:,} messages consumed, "
+                    f"none in the last {STALL_DEADLINE_S:.0f} s"
+                )
+        if self.failures:
+            raise BenchError(f"{what}: {self.failures[0]}")
+
+
+class Receipts(Tally):
+    """What the consumers of one run got: every message's latency (first receive time minus send
+    time), redeliveries, and progress: a message is consumed once its ack was answered OK."""
+
+    def __init__(self, count: int) -> None:
+        super().__init__(count)
+        self.duplicates = 0
+        self.latencies_ns: list[int] = []
         self.done_at = 0.0  # perf_counter() when the last message was consumed
         self._state = bytearray(count)  # 0: not seen, 1: received, 2: consumed
-        self._lock = threading.Lock()
 
     def received(self, bodies: Iterable[bytes]) -> list[int]:
         """A batch that has just arrived; its sequence numbers (-1: not one of this run's)."""
@@ -755,26 +788,6 @@ class Receipts:
             if self.consumed == self.count and not self.done.is_set():
                 self.done_at = time.perf_counter()
                 self.done.set()
-
-    def fail(self, text: str) -> None:
-        with self._lock:
-            self.failures.append(text)
-        self.done.set()  # nothing more to wait for: the run failed
-
-    def wait(self, what: str) -> None:
-        """Until every message is consumed. BenchError on a consumer's failure, or when no
-        message was consumed for STALL_DEADLINE_S."""
-        seen, since = -1, time.monotonic()
-        while not self.done.wait(0.2):
-            if self.consumed != seen:
-                seen, since = self.consumed, time.monotonic()
-            elif time.monotonic() - since > STALL_DEADLINE_S:
-                raise BenchError(
-                    f"{what}: {self.consumed:,} of {self.count:,} messages consumed, "
-                    f"none in the last {STALL_DEADLINE_S:.0f} s"
-                )
-        if self.failures:
-            raise BenchError(f"{what}: {self.failures[0]}")
 
 
 @dataclass
@@ -824,6 +837,38 @@ class EndToEnd:
         return text
 
 
+def receive_request(batch: int, invisible_s: int, poll_s: int) -> Any:
+    """A ReceiveMessage of E2E_GROUP over every queue of TOPIC."""
+    return spb.ReceiveMessageRequest(
+        group=pb.Resource(name=E2E_GROUP),
+        message_queue=pb.MessageQueue(
+            topic=pb.Resource(name=TOPIC), id=0, permission=pb.READ_WRITE
+        ),
+        filter_expression=pb.FilterExpression(type=pb.TAG, expression="*"),
+        batch_size=batch,
+        invisible_duration=Duration(seconds=invisible_s),
+        long_polling_timeout=Duration(seconds=poll_s),
+    )
+
+
+async def ack(stub: Any, metadata: Metadata, entries: Sequence[Any]) -> None:
+    """One AckMessage of ``entries`` for E2E_GROUP; BenchError unless every entry is OK."""
+    reply = await stub.AckMessage(
+        spb.AckMessageRequest(
+            group=pb.Resource(name=E2E_GROUP), topic=pb.Resource(name=TOPIC), entries=entries
+        ),
+        metadata=metadata,
+        timeout=RPC_TIMEOUT_S,
+    )
+    bad = [e.status for e in reply.entries if e.status.code != pb.OK]
+    if bad or len(reply.entries) != len(entries):
+        first = f"{pb.Code.Name(bad[0].code)}: {bad[0].message}" if bad else ""
+        raise BenchError(
+            f"AckMessage: {len(bad)} of {len(entries)} entries refused, "
+            f"{len(reply.entries)} answered {first}"
+        )
+
+
 class Consumers:
     """The consumers of one end-to-end bench: started for a run's Receipts, and stopped (they
     notice the end within one long poll)."""
@@ -852,16 +897,7 @@ class RawConsumers(Consumers):
         self._metadata = metadata
         self._streams = streams
         self._tasks: list[asyncio.Task[None]] = []
-        self._group = pb.Resource(name=E2E_GROUP)
-        self._topic = pb.Resource(name=TOPIC)
-        self._request = spb.ReceiveMessageRequest(
-            group=self._group,
-            message_queue=pb.MessageQueue(topic=self._topic, id=0, permission=pb.READ_WRITE),
-            filter_expression=pb.FilterExpression(type=pb.TAG, expression="*"),
-            batch_size=E2E_BATCH,
-            invisible_duration=Duration(seconds=E2E_INVISIBLE_S),
-            long_polling_timeout=Duration(seconds=E2E_POLL_S),
-        )
+        self._request = receive_request(E2E_BATCH, E2E_INVISIBLE_S, E2E_POLL_S)
 
     def start(self, receipts: Receipts) -> None:
         self._tasks = [asyncio.create_task(self._consume(receipts)) for _ in range(self._streams)]
@@ -895,20 +931,10 @@ class RawConsumers(Consumers):
                     )
                     for m in messages
                 ]
-                reply = await self._stub.AckMessage(
-                    spb.AckMessageRequest(group=self._group, topic=self._topic, entries=entries),
-                    metadata=self._metadata,
-                    timeout=RPC_TIMEOUT_S,
-                )
-                bad = [e.status for e in reply.entries if e.status.code != pb.OK]
-                if bad or len(reply.entries) != len(entries):
-                    first = f"{pb.Code.Name(bad[0].code)}: {bad[0].message}" if bad else ""
-                    receipts.fail(
-                        f"AckMessage: {len(bad)} of {len(entries)} entries refused, "
-                        f"{len(reply.entries)} answered {first}"
-                    )
-                    return
+                await ack(self._stub, self._metadata, entries)
                 receipts.acked(seqs)
+        except BenchError as e:  # an entry refused: the run fails with it
+            receipts.fail(str(e))
         except Exception as e:  # a failed RPC: the run fails with it
             receipts.fail(f"raw consumer: {e!r}")
 
@@ -1256,58 +1282,12 @@ CONSUME_POLL_S = 1
 SINGLE_ACK_WINDOW = 64  # single-entry AckMessages in flight, as many clients acking each message
 
 
-class Tally:
-    """Messages consumed by threads or tasks, until ``count``; a stall or a failure ends it."""
-
-    def __init__(self, count: int) -> None:
-        self.count = count
-        self.consumed = 0
-        self.failures: list[str] = []
-        self.done = threading.Event()
-        self._lock = threading.Lock()
-
-    def add(self, n: int) -> None:
-        with self._lock:
-            self.consumed += n
-            if self.consumed >= self.count:
-                self.done.set()
-
-    def fail(self, text: str) -> None:
-        with self._lock:
-            self.failures.append(text)
-        self.done.set()
-
-    def wait(self, what: str) -> None:
-        seen, since = -1, time.monotonic()
-        while not self.done.wait(0.2):
-            if self.consumed != seen:
-                seen, since = self.consumed, time.monotonic()
-            elif time.monotonic() - since > STALL_DEADLINE_S:
-                raise BenchError(
-                    f"{what}: {self.consumed:,} of {self.count:,} consumed, "
-                    f"none in the last {STALL_DEADLINE_S:.0f} s"
-                )
-        if self.failures:
-            raise BenchError(f"{what}: {self.failures[0]}")
-
-
-def receive_request(batch: int, invisible_s: int) -> Any:
-    return spb.ReceiveMessageRequest(
-        group=pb.Resource(name=E2E_GROUP),
-        message_queue=pb.MessageQueue(topic=pb.Resource(name=TOPIC), id=0),
-        filter_expression=pb.FilterExpression(type=pb.TAG, expression="*"),
-        batch_size=batch,
-        invisible_duration=Duration(seconds=invisible_s),
-        long_polling_timeout=Duration(seconds=CONSUME_POLL_S),
-    )
-
-
 async def raw_receive(
     stub: Any, metadata: Metadata, count: int, streams: int
 ) -> list[spb.AckMessageEntry]:
     """``streams`` loops of ReceiveMessage (E2E_BATCH) until ``count`` messages came; what an
     ack of each needs. More than ``count``, or a message twice, is a BenchError."""
-    request = receive_request(E2E_BATCH, CONSUME_INVISIBLE_S)
+    request = receive_request(E2E_BATCH, CONSUME_INVISIBLE_S, CONSUME_POLL_S)
     entries: list[spb.AckMessageEntry] = []
     seen: set[str] = set()
     stalled_at = time.monotonic() + STALL_DEADLINE_S
@@ -1360,20 +1340,10 @@ async def raw_ack(
 ) -> None:
     """Ack every entry, ``per_request`` to an AckMessage, ``window`` in flight; each must be OK."""
     chunks = iter(range(0, len(entries), per_request))  # shared: each task takes the next
-    group, topic = pb.Resource(name=E2E_GROUP), pb.Resource(name=TOPIC)
 
     async def acker() -> None:
         for first in chunks:
-            part = entries[first : first + per_request]
-            reply = await stub.AckMessage(
-                spb.AckMessageRequest(group=group, topic=topic, entries=part),
-                metadata=metadata,
-                timeout=RPC_TIMEOUT_S,
-            )
-            bad = [e.status for e in reply.entries if e.status.code != pb.OK]
-            if bad or len(reply.entries) != len(part):
-                first_bad = f": {pb.Code.Name(bad[0].code)}: {bad[0].message}" if bad else ""
-                raise BenchError(f"AckMessage: {len(bad)} of {len(part)} refused{first_bad}")
+            await ack(stub, metadata, entries[first : first + per_request])
 
     await asyncio.gather(*(acker() for _ in range(window)))
 
