@@ -93,9 +93,8 @@ CONSUMER_BACKOFF_S = (
     7200,
 )
 
-_CODE_OK = int(Code.OK)  # Code.OK is an enum wrapper's lookup, each time
+# PUT_OK is answered OK_STATUS by _put_status itself, without a lookup.
 _PUT_STATUS_CODE = {
-    PutMessageStatus.PUT_OK: Code.OK,
     # Stored, but not durable in time: the proxy's code; clients see a timeout.
     PutMessageStatus.FLUSH_DISK_TIMEOUT: Code.MASTER_PERSISTENCE_TIMEOUT,
     PutMessageStatus.OS_PAGE_CACHE_BUSY: Code.TOO_MANY_REQUESTS,
@@ -468,8 +467,6 @@ def _put_status(result: PutMessageResult) -> pb.Status:
     if result.status is PutMessageStatus.PUT_OK:  # the common case, without an enum lookup
         return OK_STATUS
     code = _PUT_STATUS_CODE.get(result.status, Code.INTERNAL_SERVER_ERROR)
-    if code == _CODE_OK:
-        return OK_STATUS
     return status(code, result.detail or result.status.value)
 
 

@@ -15,10 +15,10 @@ from broker.arrival import EVERY_WAITER, MessageArrivalNotifier
 from broker.group_config import GroupConfig
 from broker.pop_message import PopMessageService
 from broker.store.codec import DispatchRequest
-from broker.store.config import KIB, MessageStoreConfig
 from broker.store.message import MessageExtBrokerInner
 from broker.store.message_store import DefaultMessageStore
 from broker.topic_config import TopicConfigManager
+from tests.broker.test_pop_message import open_store
 
 TOPIC = "ArrivalTopic"
 WAIT_S = 30.0  # the waits here end by a wake; this only bounds a failing test
@@ -116,15 +116,7 @@ def test_a_burst_of_records_from_another_thread_costs_one_wake() -> None:
 
 @pytest.fixture
 def store(tmp_path: Path) -> Iterator[DefaultMessageStore]:
-    s = DefaultMessageStore(
-        MessageStoreConfig(
-            store_path_root_dir=tmp_path / "store",
-            mapped_file_size_commit_log_bytes=1024 * KIB,
-            max_message_size_bytes=64 * KIB,
-            clean_resource_interval_ms=3_600_000,
-        )
-    )
-    s.start()
+    s = open_store(tmp_path)
     yield s
     s.shutdown()
 
