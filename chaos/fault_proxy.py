@@ -4,17 +4,7 @@
 forwards each connection to the target, in an asyncio loop of its own thread. ``set_fault``
 returns once the fault is in force, on every open connection and every new one:
 
-- ``Fault.none()``: bytes forwarded as they come.
-- ``Fault.latency(latency_ms, jitter_ms)``: each chunk is delivered ``latency_ms`` ± a uniform
-  ``jitter_ms`` (seeded) after it was read, never before the chunk read before it: jitter delays,
-  it does not reorder a TCP stream.
-- ``Fault.reset()``: every open connection is reset (RST, both sides), and every new one at
-  once.
-- ``Fault.blackhole()``: connections are accepted and read, nothing is forwarded and nothing
-  answered; a connection accepted meanwhile never reaches the target, and is reset when the
-  blackhole lifts, so that its client reconnects.
-- ``Fault.half_open()``: client → target still forwarded, target → client dropped; connections
-  stay open.
+The faults are chaos/faults.py's.
 
 Bytes dropped by a blackhole or a half-open link are gone, as Toxiproxy drops them: once the
 fault lifts, the connection goes on and its endpoints' protocols (HTTP/2 framing, keepalive,
@@ -28,7 +18,6 @@ import asyncio
 import concurrent.futures
 import contextlib
 import dataclasses
-import enum
 import random
 import socket
 import struct
@@ -37,13 +26,14 @@ from dataclasses import dataclass
 from types import TracebackType
 from typing import Self
 
+from chaos.faults import Direction, Fault, FaultKind
+
 # One read from a socket; also the largest chunk a latency schedules as one.
 CHUNK_BYTES_MAX = 64 * 1024
 # Chunks read but not yet delivered, per direction of a connection (latency holds them).
 LINK_QUEUE_CHUNKS_MAX = 256
 # Connections open at once; one more is reset at once.
 LINKS_MAX = 1_024
-LATENCY_MS_MAX = 60_000
 CONNECT_DEADLINE_S = 5.0
 START_DEADLINE_S = 10.0
 STOP_DEADLINE_S = 10.0
@@ -51,54 +41,6 @@ FAULT_DEADLINE_S = 10.0
 LISTEN_BACKLOG = 128
 # SO_LINGER on, 0 s: close() sends RST and drops what was unsent.
 _LINGER_RESET = struct.pack("ii", 1, 0)
-
-
-class FaultKind(enum.Enum):
-    NONE = "none"
-    LATENCY = "latency"
-    RESET = "reset"
-    BLACKHOLE = "blackhole"
-    HALF_OPEN = "half_open"
-
-
-class Direction(enum.Enum):
-    UP = "client to target"
-    DOWN = "target to client"
-
-
-@dataclass(frozen=True, slots=True)
-class Fault:
-    kind: FaultKind
-    latency_ms: int = 0
-    jitter_ms: int = 0
-
-    @classmethod
-    def none(cls) -> Fault:
-        return cls(FaultKind.NONE)
-
-    @classmethod
-    def latency(cls, latency_ms: int, jitter_ms: int = 0) -> Fault:
-        for field, value in (("latency_ms", latency_ms), ("jitter_ms", jitter_ms)):
-            if not 0 <= value <= LATENCY_MS_MAX:
-                raise ValueError(f"{field} must be within 0..{LATENCY_MS_MAX}, not {value}")
-        return cls(FaultKind.LATENCY, latency_ms, jitter_ms)
-
-    @classmethod
-    def reset(cls) -> Fault:
-        return cls(FaultKind.RESET)
-
-    @classmethod
-    def blackhole(cls) -> Fault:
-        return cls(FaultKind.BLACKHOLE)
-
-    @classmethod
-    def half_open(cls) -> Fault:
-        return cls(FaultKind.HALF_OPEN)
-
-    def drops(self, direction: Direction) -> bool:
-        return self.kind is FaultKind.BLACKHOLE or (
-            self.kind is FaultKind.HALF_OPEN and direction is Direction.DOWN
-        )
 
 
 @dataclass(slots=True)

@@ -12,6 +12,8 @@ from dataclasses import dataclass, field
 from rich.console import Console
 from rich.table import Table
 
+from chaos.checker import Findings
+
 COLUMNS = (
     "scenario", "sent", "STORED", "SPOOLED", "REJECTED", "no answer", "lost", "duplicated",
     "recovered", "unexpected", "time to drain", "verdict",
@@ -20,16 +22,10 @@ COLUMNS = (
 
 @dataclass(slots=True)
 class Row:
+    """One scenario's line: its counts are the checker's findings themselves, not a copy."""
+
     scenario: str
-    sent: int = 0
-    stored: int = 0
-    spooled: int = 0
-    rejected: int = 0
-    no_answer: int = 0
-    lost: int = 0
-    duplicated: int = 0
-    recovered: int = 0
-    unexpected: int = 0
+    findings: Findings = field(default_factory=Findings)
     # None: the outbox still held pending entries at the drain deadline (or the scenario failed
     # before its drain).
     drain_s: float | None = None
@@ -39,11 +35,19 @@ class Row:
     def ok(self) -> bool:
         return not self.failures
 
+    def to_dict(self) -> dict[str, object]:
+        """The row for verdict.json, which carries the findings under a key of their own."""
+        return {
+            "scenario": self.scenario, "drain_s": self.drain_s, "failures": self.failures,
+            "ok": self.ok,
+        }  # fmt: skip
+
     def cells(self) -> list[str]:
         drain = "not drained" if self.drain_s is None else f"{self.drain_s:.1f} s"
+        f = self.findings
         counts = (
-            self.sent, self.stored, self.spooled, self.rejected, self.no_answer, self.lost,
-            self.duplicated, self.recovered, self.unexpected,
+            f.sent, f.stored, f.spooled, f.rejected, f.no_answer, f.lost, f.duplicated,
+            f.recovered, f.unexpected,
         )  # fmt: skip
         return [self.scenario, *(f"{n:,}" for n in counts), drain, "pass" if self.ok else "FAIL"]
 

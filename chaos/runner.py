@@ -23,7 +23,7 @@ import logging
 import random
 import shutil
 import traceback
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -88,7 +88,7 @@ def run_scenario(scenario: Scenario, settings: Settings) -> Row:
         verdict["traceback"] = traceback.format_exc()
     if stage is not None:
         verdict["events"] = stage.events
-    verdict["row"] = asdict(row) | {"ok": row.ok}
+    verdict["row"] = row.to_dict()
     directory.mkdir(parents=True, exist_ok=True)
     (directory / "verdict.json").write_text(json.dumps(verdict, indent=2), encoding="utf-8")
     if row.ok and not settings.keep_data:
@@ -141,9 +141,7 @@ def _finish(
 
 
 def _fill(row: Row, f: Findings, scenario: Scenario) -> None:
-    row.sent, row.stored, row.spooled, row.rejected = f.sent, f.stored, f.spooled, f.rejected
-    row.no_answer, row.lost, row.duplicated = f.no_answer, f.lost, f.duplicated
-    row.recovered, row.unexpected = f.recovered, f.unexpected
+    row.findings = f
 
     def ids(category: str) -> str:
         return ", ".join(f.samples.get(category, [])[:SAMPLE_IDS_SHOWN])

@@ -21,7 +21,7 @@ import signal
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from chaos.fault_proxy import Fault
+from chaos.faults import Fault
 from chaos.processes import KILL_DEADLINE_S, STOP_DEADLINE_S
 from chaos.stage import BACKENDS, Backend, Stage, StageOptions
 

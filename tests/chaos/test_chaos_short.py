@@ -34,13 +34,14 @@ def test_short_scenario_loses_nothing(name: str, tmp_path: Path) -> None:
     where = tmp_path / name
     assert row.ok, "\n".join([*row.failures, f"records and logs: {where}"])
     verdict = json.loads((where / "verdict.json").read_text())
-    assert row.sent == MESSAGES
-    assert row.stored + row.spooled + row.rejected + row.no_answer == MESSAGES
-    assert row.lost == 0
+    found = row.findings
+    assert found.sent == MESSAGES
+    assert found.stored + found.spooled + found.rejected + found.no_answer == MESSAGES
+    assert found.lost == 0
     assert verdict["findings"]["groups_out_of_order"] == 0
     if scenario.no_duplicates:
-        assert row.duplicated == 0
+        assert found.duplicated == 0
     # The fault happened while messages were in play: some went through the outbox.
-    assert row.spooled > 0, verdict["events"]
+    assert found.spooled > 0, verdict["events"]
     assert row.drain_s is not None
     assert verdict["reconcile"]["totals"]["lost"] == 0

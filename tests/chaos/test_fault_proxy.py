@@ -29,7 +29,8 @@ import grpc
 import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-from chaos.fault_proxy import LATENCY_MS_MAX, Fault, FaultProxy
+from chaos.fault_proxy import FaultProxy
+from chaos.faults import LATENCY_MS_MAX, Fault
 from chaos.processes import BrokerProcess, wait_until
 
 DEADLINE_S = 10.0
