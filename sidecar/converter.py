@@ -1,16 +1,25 @@
-"""rocketbox.v1 protobuf ↔ the sidecar's domain types. Protobuf stops here."""
+"""rocketbox.v1 protobuf ↔ the sidecar's domain types. Protobuf stops here.
+
+A rejection (SendRejectedError, sidecar/errors.py) becomes an answer in ``to_rejection`` only:
+SendBatch and SendStream carry that Rejection; Send's call status is the same Rejection
+(``rejection_status``), so the three calls cannot disagree on a code.
+"""
 
 from __future__ import annotations
 
 import grpc
-from google.protobuf import duration_pb2, timestamp_pb2
+from google.protobuf import any_pb2, duration_pb2, timestamp_pb2
+from google.rpc import code_pb2, error_details_pb2, status_pb2
+from grpc_status import rpc_status
 
 from outbox.entry import OutboxMessage, SpoolCause
 from rocketbox_api.v1 import sidecar_pb2 as api
+from sidecar.errors import SendRejectedError
 from sidecar.intake import Accepted, Stored
 from sidecar.message_id import MessageIdGenerator
 from sidecar.validation import validate_timestamp
 
+STATUS_CODES = {code.value[0]: code for code in grpc.StatusCode}
 SPOOL_CAUSES: dict[SpoolCause, int] = {
     SpoolCause.THROTTLED: api.SPOOL_CAUSE_THROTTLED,
     SpoolCause.UNAVAILABLE: api.SPOOL_CAUSE_UNAVAILABLE,
@@ -81,13 +90,40 @@ def to_outcome_result(message_id: str, accepted: Accepted) -> api.SendResult:
     return api.SendResult(message_id=message_id, spooled=api.Spooled())
 
 
-def to_rejected(
-    message_id: str, code: grpc.StatusCode, field: str, reason: str, retry_after_ms: int = 0
-) -> api.SendResult:
-    rejection = api.Rejection(code=code.value[0], field=field, reason=reason)
-    if retry_after_ms:
-        rejection.retry_after.CopyFrom(duration_from_ms(retry_after_ms))
-    return api.SendResult(message_id=message_id, rejected=rejection)
+def to_rejection(e: SendRejectedError) -> api.Rejection:
+    """The one mapping of a rejection to what the app is told."""
+    rejection = api.Rejection(code=e.code.value[0], field=e.field, reason=e.reason)
+    if e.retry_after_ms:
+        rejection.retry_after.CopyFrom(duration_from_ms(e.retry_after_ms))
+    return rejection
+
+
+def to_rejected(message_id: str, e: SendRejectedError) -> api.SendResult:
+    return api.SendResult(message_id=message_id, rejected=to_rejection(e))
+
+
+def rejection_status(r: api.Rejection) -> grpc.Status:
+    """The Rejection as a call's status: its code, ``field: reason`` as the message, and the
+    google.rpc details a client library reads (BadRequest naming the field, RetryInfo)."""
+    details: list[any_pb2.Any] = []
+    if r.field:
+        violation = error_details_pb2.BadRequest.FieldViolation(field=r.field, description=r.reason)
+        details.append(_packed(error_details_pb2.BadRequest(field_violations=[violation])))
+    if r.HasField("retry_after"):
+        details.append(_packed(error_details_pb2.RetryInfo(retry_delay=r.retry_after)))
+    code = STATUS_CODES[r.code]
+    status = status_pb2.Status(
+        code=getattr(code_pb2, code.name),
+        message=f"{r.field}: {r.reason}" if r.field else r.reason,
+        details=details,
+    )
+    return rpc_status.to_status(status)
+
+
+def _packed(detail: error_details_pb2.BadRequest | error_details_pb2.RetryInfo) -> any_pb2.Any:
+    packed = any_pb2.Any()
+    packed.Pack(detail)
+    return packed
 
 
 def duration_from_ms(ms: int) -> duration_pb2.Duration:

@@ -1,10 +1,18 @@
 """The sidecar's exceptions, and what the app is told for each.
 
     SidecarError
-    ├── SendRejectedError  terminal: never succeeds as sent (INVALID_ARGUMENT / NOT_FOUND
-    │                      naming the field); never spooled, never retried
+    ├── SendRejectedError  REJECTED: the message was not taken, and the app is told why: a gRPC
+    │                      ``code``, the ``field`` of rocketbox.v1.Message at fault ("" when it is
+    │                      not one field's fault), a ``reason``, and a ``retry_after_ms`` when
+    │                      sending it again later may work (retriable then). Never spooled.
     └── SendFailedError    the broker did not take it: ``cause`` says why (THROTTLED,
                            UNAVAILABLE, AMBIGUOUS); retriable, so the message is spooled
+
+SendRejectedError is the one rejection type, from wherever it is raised: conversion and
+validation (INVALID_ARGUMENT), the broker's refusal (INVALID_ARGUMENT / NOT_FOUND), admission
+control and the outbox's bound (RESOURCE_EXHAUSTED), shutting down or an outbox that cannot spool
+(UNAVAILABLE), a bug (INTERNAL, ``internal_error``). It reaches the app unchanged: converter.py's
+``to_rejection`` is the one place it becomes an answer, whose code is also a Send call's status.
 
 Driver errors (grpc.aio) are classified into these in one place: sidecar/send_status.py.
 """
@@ -21,16 +29,22 @@ class SidecarError(Exception):
 
 
 class SendRejectedError(SidecarError):
-    """Bad input: the app must change the message. ``field`` names the offending field of
-    ``rocketbox.v1.Message``."""
+    """REJECTED with ``code``: bad input names its ``field`` and the app must change the message;
+    a refusal with ``retry_after_ms`` (a limit, shutting down) may be sent again after it."""
 
     def __init__(
-        self, field: str, reason: str, code: grpc.StatusCode = grpc.StatusCode.INVALID_ARGUMENT
+        self,
+        field: str,
+        reason: str,
+        code: grpc.StatusCode = grpc.StatusCode.INVALID_ARGUMENT,
+        retry_after_ms: int = 0,
     ) -> None:
-        super().__init__(f"{field}: {reason}")
+        super().__init__(f"{field}: {reason}" if field else reason)
         self.field = field
         self.reason = reason
         self.code = code
+        self.retry_after_ms = retry_after_ms
+        self.retriable = retry_after_ms > 0
 
 
 class SendFailedError(SidecarError):
@@ -42,3 +56,14 @@ class SendFailedError(SidecarError):
         self.detail = detail
         # The request may have reached the broker: a resend must check first (DESIGN §3).
         self.maybe_stored = maybe_stored
+
+
+def internal_error(e: BaseException) -> SendRejectedError:
+    """The rejection that answers a bug (the caller logs its traceback): INTERNAL, never
+    UNKNOWN, naming the exception so the app's report points at it."""
+    return SendRejectedError(
+        "",
+        f"the sidecar failed while handling it ({type(e).__name__}: {e}); this is a bug, "
+        "logged by the sidecar",
+        grpc.StatusCode.INTERNAL,
+    )

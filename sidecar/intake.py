@@ -5,10 +5,15 @@
     FIFO group fenced (entries in the outbox)? ──yes──► spool behind them (FIFO_FENCE)
        │ no
     send (plain messages coalesced per topic; retries) ──stored──► STORED
+       │                                        ──refused by the broker──► SendRejectedError
        │ failed (throttled / unavailable / ambiguous)
-    spool (durable; shared writes) ──► SPOOLED   or, when the outbox refuses, OutboxFullError /
-                                                  OutboxUnavailableError: the app is told it
-                                                  was not taken
+    spool (durable; shared writes) ──► SPOOLED   or, when the outbox refuses, SendRejectedError:
+                                                  RESOURCE_EXHAUSTED at its bound, UNAVAILABLE
+                                                  when it cannot write; the app is told it was
+                                                  not taken, and when to try again
+
+``accept`` answers STORED or SPOOLED, or raises SendRejectedError: the outbox's errors are
+translated here, where it is known what they mean for the message.
 
 Messages of one (topic, message group) pass intake one at a time, in arrival order: the fence
 check, the send and the spool of one are done before the next begins, so no later message of the
@@ -26,7 +31,10 @@ import logging
 from collections.abc import Callable
 from dataclasses import dataclass
 
+import grpc
+
 from outbox.entry import OutboxEntry, OutboxMessage, SpoolCause
+from outbox.errors import OutboxError, OutboxFullError
 from sidecar.backoff import Backoff
 from sidecar.clock import now_ms
 from sidecar.coalescer import SendCoalescer
@@ -38,6 +46,8 @@ from sidecar.spool_writer import SpoolWriter
 from sidecar.validation import validate_message
 
 LOG = logging.getLogger(__name__)
+# What an app told that the outbox cannot write waits before it sends again.
+OUTBOX_UNAVAILABLE_RETRY_AFTER_MS = 1_000
 
 
 @dataclass(frozen=True, slots=True)
@@ -73,8 +83,7 @@ class Intake:
         self._group_locks: dict[tuple[str, str], tuple[asyncio.Lock, int]] = {}
 
     async def accept(self, message: OutboxMessage) -> Accepted:
-        """STORED or SPOOLED; raises SendRejectedError, OutboxFullError or
-        OutboxUnavailableError when the message was not taken."""
+        """STORED or SPOOLED; raises SendRejectedError when the message was not taken."""
         validate_message(message)
         if not message.message_group:
             return await self._send_or_spool(message)
@@ -110,7 +119,7 @@ class Intake:
     async def _send_or_spool(self, message: OutboxMessage) -> Accepted:
         outcome = await self._coalescer.send(message)
         if isinstance(outcome, SendRejectedError):
-            raise outcome
+            raise outcome  # the broker's refusal of this message, as the producer answered it
         if isinstance(outcome, SendFailedError):
             if self._pull_in is not None:
                 self._pull_in.failed(message.topic)
@@ -147,7 +156,17 @@ class Intake:
             last_error=f"{cause.value}: {detail}",
             state_changed_ms=created_ms,
         )
-        stored = await self._spool_writer.spool(entry)
+        try:
+            stored = await self._spool_writer.spool(entry)
+        except OutboxFullError as e:
+            raise SendRejectedError(
+                "", f"outbox is full: {e}", grpc.StatusCode.RESOURCE_EXHAUSTED, e.retry_after_ms
+            ) from e
+        except OutboxError as e:
+            raise SendRejectedError(
+                "", f"the broker did not take it and the outbox could not spool it: {e}",
+                grpc.StatusCode.UNAVAILABLE, OUTBOX_UNAVAILABLE_RETRY_AFTER_MS,
+            ) from e  # fmt: skip
         if message.message_group:
             self._fence.add((message.topic, message.message_group))
         LOG.debug(

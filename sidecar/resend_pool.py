@@ -133,7 +133,23 @@ class ResendPool:
         self._wake.set()
 
     async def run(self) -> None:
-        """Claim and resend until ``stop``; purge old tombstones along the way."""
+        """Claim and resend until ``stop``; purge old tombstones along the way. Cancelled (the
+        sidecar is going down on a failure), it cancels its resends: none outlives the pool, and
+        an entry whose resend was cut off comes again after its lease, checked against the
+        broker's index first."""
+        try:
+            await self._claim_until_stopped()
+            # Resends in flight finish: each is bounded by the producer's send timeout.
+            if self._tasks:
+                await asyncio.gather(*self._tasks, return_exceptions=True)
+        finally:
+            for task in list(self._tasks):
+                task.cancel()
+            if self._tasks:
+                await asyncio.gather(*self._tasks, return_exceptions=True)
+            await self.pull_in.stop()
+
+    async def _claim_until_stopped(self) -> None:
         next_purge_s = 0.0
         while not self._stopping:
             if time.monotonic() >= next_purge_s:
@@ -158,10 +174,6 @@ class ResendPool:
                         self._wake.wait(), timeout=self.config.poll_interval_ms / 1000.0
                     )
                 self._wake.clear()
-        # Resends in flight finish: each is bounded by the producer's send timeout.
-        if self._tasks:
-            await asyncio.gather(*self._tasks, return_exceptions=True)
-        await self.pull_in.stop()
 
     def stop(self) -> None:
         """Stop claiming; ``run`` returns once the resends in flight have finished."""

@@ -9,21 +9,21 @@ calls around it only route answers:
 - SendBatch: one answer per message, in request order. The call fails as a whole only for its own
   limits (messages, bytes), checked before any message is started; once one may be stored, never;
 - SendStream: every request read is answered with its request_id (a request without a message
-  too), and the stream ends only after the last of those answers went out. A request stream that
-  breaks (an undecodable request) ends the call with that error, after the answers of every
-  request read before it.
+  too), and the stream ends only after the last of those answers went out (sidecar/send_stream.py).
 
-Errors are translated here, once:
+A message is rejected by one exception type, SendRejectedError (sidecar/errors.py), raised where
+the refusal is known and never translated on its way; its answer is built in one place
+(converter.py's ``to_rejection``), and Send's call status is that same answer:
 
-| raised while handling a message | Send (call status) | SendBatch / SendStream (Rejection) |
-|---|---|---|
-| SendRejectedError | INVALID_ARGUMENT / NOT_FOUND + google.rpc.BadRequest | same code and field |
-| OutboxFullError | RESOURCE_EXHAUSTED + google.rpc.RetryInfo | same, retry_after |
-| more than intake_in_flight_max inside | RESOURCE_EXHAUSTED + google.rpc.RetryInfo | same |
-| OutboxError, shutting down | UNAVAILABLE | same |
-| anything else: a bug | INTERNAL, the traceback logged | same |
+| rejected by | code (Send: + google.rpc details) |
+|---|---|
+| conversion, validation, the broker | INVALID_ARGUMENT / NOT_FOUND, naming the field (BadRequest) |
+| the outbox's bound (intake) | RESOURCE_EXHAUSTED + retry-after (RetryInfo) |
+| more than intake_in_flight_max inside | RESOURCE_EXHAUSTED + retry-after |
+| shutting down; an outbox that cannot spool (intake) | UNAVAILABLE + retry-after |
+| anything else raised: a bug | INTERNAL, the traceback logged |
 
-SendRejectedError comes from conversion, validation or the broker. An answer is never UNKNOWN.
+An answer is never UNKNOWN.
 A bug is logged with its traceback at most once per ``INTERNAL_ERROR_LOG_INTERVAL_S``, with the
 count of those left out (rocketbox_api/rate_limited_log.py): a bug every message hits must not
 flood the log. Once a message is
@@ -44,6 +44,7 @@ and the excess costs the sidecar next to nothing.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import logging
 import time
@@ -51,50 +52,41 @@ from collections.abc import AsyncIterator, Callable, Sequence
 from typing import Any, NoReturn
 
 import grpc
-from google.protobuf import any_pb2
-from google.rpc import code_pb2, error_details_pb2, status_pb2
-from grpc_status import rpc_status
 from prometheus_client import Counter, Histogram
 
 from outbox.entry import OutboxMessage
-from outbox.errors import OutboxError, OutboxFullError
 from rocketbox_api.rate_limited_log import RateLimitedLog
 from rocketbox_api.v1 import sidecar_pb2 as api
 from rocketbox_api.v1 import sidecar_pb2_grpc
 from sidecar.clock import now_ms
 from sidecar.converter import (
     message_id_of,
+    rejection_status,
     to_outbox_message,
     to_outcome_result,
     to_rejected,
+    to_rejection,
     to_result,
 )
-from sidecar.errors import SendRejectedError
+from sidecar.errors import SendRejectedError, internal_error
 from sidecar.intake import Accepted, Intake, Stored
 from sidecar.ledger import SentAnswer
 from sidecar.message_id import MessageIdGenerator
 from sidecar.metrics import SidecarMetrics
+from sidecar.send_stream import answer_stream
 
 LOG = logging.getLogger(__name__)
-UNAVAILABLE_RETRY_AFTER_MS = 1_000
+SHUTTING_DOWN_RETRY_AFTER_MS = 1_000
 # What an app refused by admission control waits: a few coalesced requests' time.
 INTAKE_FULL_RETRY_AFTER_MS = 100
 # A bug's traceback is logged at most this often (the others are counted).
 INTERNAL_ERROR_LOG_INTERVAL_S = 10.0
-STATUS_CODES = {code.value[0]: code for code in grpc.StatusCode}
+# Never raised, only answered: one object serves every request without a message.
+MESSAGE_REQUIRED = SendRejectedError("message", "is required")
 
 # One message's answer, and what on_sent is given once it was sent (STORED and SPOOLED only).
 Answer = tuple[api.SendResult, SentAnswer | None]
 StreamAnswer = tuple[api.SendStreamResponse, SentAnswer | None]
-
-
-class Rejected(Exception):  # noqa: N818 - an outcome, carried to the edge as one value
-    def __init__(self, code: grpc.StatusCode, field: str, reason: str, retry_after_ms: int = 0):
-        super().__init__(f"{field}: {reason}" if field else reason)
-        self.code = code
-        self.field = field
-        self.reason = reason
-        self.retry_after_ms = retry_after_ms
 
 
 class SidecarService(sidecar_pb2_grpc.SidecarServiceServicer):  # type: ignore[misc]  # the generated servicer base is untyped
@@ -134,28 +126,20 @@ class SidecarService(sidecar_pb2_grpc.SidecarServiceServicer):  # type: ignore[m
             message_id = message_id_of(m, self._ids)
             message = to_outbox_message(m, message_id, now_ms())
             accepted = await self._admit(message)
+        except SendRejectedError as e:
+            rejected = e
         except Exception as e:
-            r = self._rejection(e, message_id)
-            self._count("REJECTED", r.code.name, started_s, message_id)
-            return to_rejected(message_id, r.code, r.field, r.reason, r.retry_after_ms), None
-        if isinstance(accepted, Stored):
-            self._count("STORED", "", started_s, message_id)
+            _log(self.internal_errors, "a message answered INTERNAL: an unexpected error", e,
+                 message_id)  # fmt: skip
+            rejected = internal_error(e)
         else:
-            self._count("SPOOLED", accepted.entry.cause.value, started_s, message_id)
-        return self._result(message_id, accepted), (message_id, message.topic, accepted)
-
-    def _rejection(self, e: Exception, message_id: str) -> Rejected:
-        if isinstance(e, Rejected):
-            return e
-        if isinstance(e, SendRejectedError):
-            return Rejected(e.code, e.field, e.reason)
-        _log(
-            self.internal_errors, "a message answered INTERNAL: an unexpected error", e, message_id
-        )
-        return Rejected(
-            grpc.StatusCode.INTERNAL, "", f"the sidecar failed while handling it "
-            f"({type(e).__name__}: {e}); this is a bug, logged by the sidecar",
-        )  # fmt: skip
+            if isinstance(accepted, Stored):
+                self._count("STORED", "", started_s, message_id)
+            else:
+                self._count("SPOOLED", accepted.entry.cause.value, started_s, message_id)
+            return self._result(message_id, accepted), (message_id, message.topic, accepted)
+        self._count("REJECTED", rejected.code.name, started_s, message_id)
+        return to_rejected(message_id, rejected), None
 
     def _result(self, message_id: str, accepted: Accepted) -> api.SendResult:
         """STORED or SPOOLED, in full when the result can be built, else the outcome alone."""
@@ -181,56 +165,38 @@ class SidecarService(sidecar_pb2_grpc.SidecarServiceServicer):  # type: ignore[m
             _log(self.after_answer_errors, "counting an answer failed", e, message_id)
 
     async def _admit(self, message: OutboxMessage) -> Accepted:
+        """Intake's answer, once admission control let the message in."""
         if not self.accepting:
-            raise Rejected(
-                grpc.StatusCode.UNAVAILABLE, "", "the sidecar is shutting down",
-                UNAVAILABLE_RETRY_AFTER_MS,
+            raise SendRejectedError(
+                "", "the sidecar is shutting down", grpc.StatusCode.UNAVAILABLE,
+                SHUTTING_DOWN_RETRY_AFTER_MS,
             )  # fmt: skip
         if self.intake_in_flight >= self._intake_in_flight_max:
-            raise Rejected(
-                grpc.StatusCode.RESOURCE_EXHAUSTED, "", f"the sidecar is at its limit of "
-                f"{self._intake_in_flight_max} messages in flight (intake_in_flight_max)",
+            raise SendRejectedError(
+                "", f"the sidecar is at its limit of {self._intake_in_flight_max} messages in "
+                "flight (intake_in_flight_max)", grpc.StatusCode.RESOURCE_EXHAUSTED,
                 INTAKE_FULL_RETRY_AFTER_MS,
             )  # fmt: skip
         self.intake_in_flight += 1
         try:
-            return await self._intake_answer(message)
+            return await self._intake.accept(message)
         finally:
             self.intake_in_flight -= 1
-
-    async def _intake_answer(self, message: OutboxMessage) -> Accepted:
-        try:
-            return await self._intake.accept(message)
-        except SendRejectedError as e:
-            raise Rejected(e.code, e.field, e.reason) from e
-        except OutboxFullError as e:
-            raise Rejected(
-                grpc.StatusCode.RESOURCE_EXHAUSTED, "", f"outbox is full: {e}", e.retry_after_ms
-            ) from e
-        except OutboxError as e:
-            raise Rejected(
-                grpc.StatusCode.UNAVAILABLE, "", f"the broker did not take it and the outbox "
-                f"could not spool it: {e}", UNAVAILABLE_RETRY_AFTER_MS,
-            ) from e  # fmt: skip
 
     def _failed(self, e: BaseException, message_id: str = "") -> api.SendResult:
         """The answer of a message whose handling failed outside ``_answer_one``'s own net."""
         _log(
             self.internal_errors, "a message answered INTERNAL outside its boundary", e, message_id
         )
-        return to_rejected(
-            message_id, grpc.StatusCode.INTERNAL, "", f"the sidecar failed while handling it "
-            f"({type(e).__name__}: {e}); this is a bug, logged by the sidecar",
-        )  # fmt: skip
+        return to_rejected(message_id, internal_error(e))
 
     # -- what was sent ---------------------------------------------------------------------------
     def _record_when_done(
         self, context: grpc.aio.ServicerContext[Any, Any], sent: list[SentAnswer]
     ) -> None:
         if self._on_sent is not None and sent:
-            # The stubs type the callback as a class of their own, which no function matches.
             done = functools.partial(self._call_done, sent)
-            context.add_done_callback(done)  # type: ignore[arg-type]  # the stubs type the callback as a class of their own (see above)
+            context.add_done_callback(done)  # type: ignore[arg-type]  # the stubs type the callback as a class of their own, which no function matches
 
     def _call_done(
         self, sent: list[SentAnswer], context: grpc.aio.ServicerContext[Any, Any]
@@ -254,7 +220,7 @@ class SidecarService(sidecar_pb2_grpc.SidecarServiceServicer):  # type: ignore[m
         self, request: api.SendRequest, context: grpc.aio.ServicerContext[Any, Any]
     ) -> api.SendResponse:
         if not request.HasField("message"):
-            await _abort(context, _message_required().rejected)
+            await _abort(context, to_rejection(MESSAGE_REQUIRED))
         result, sent = await self._answer_one(request.message)
         if result.HasField("rejected"):
             await _abort(context, result.rejected)
@@ -268,16 +234,14 @@ class SidecarService(sidecar_pb2_grpc.SidecarServiceServicer):  # type: ignore[m
         # The whole-call refusals: before any message is started, so none may be stored.
         count = len(request.messages)
         if count > self._batch_entries_max:
-            await _abort(context, api.Rejection(
-                code=grpc.StatusCode.INVALID_ARGUMENT.value[0], field="messages",
-                reason=f"has {count} messages; the limit is {self._batch_entries_max}",
-            ))  # fmt: skip
+            await _abort(context, to_rejection(SendRejectedError(
+                "messages", f"has {count} messages; the limit is {self._batch_entries_max}"
+            )))  # fmt: skip
         size = sum(len(m.body) for m in request.messages)
         if size > self._batch_bytes_max:
-            await _abort(context, api.Rejection(
-                code=grpc.StatusCode.INVALID_ARGUMENT.value[0], field="messages",
-                reason=f"bodies total {size} bytes; the limit is {self._batch_bytes_max}",
-            ))  # fmt: skip
+            await _abort(context, to_rejection(SendRejectedError(
+                "messages", f"bodies total {size} bytes; the limit is {self._batch_bytes_max}"
+            )))  # fmt: skip
         # Tasks are created in request order, and intake serialises a FIFO group in the order its
         # messages arrive: a group's messages keep their request order; the rest go in parallel.
         # _answer_one answers for itself; return_exceptions is the net under it, so that one
@@ -302,57 +266,18 @@ class SidecarService(sidecar_pb2_grpc.SidecarServiceServicer):  # type: ignore[m
         request_iterator: AsyncIterator[api.SendStreamRequest],
         context: grpc.aio.ServicerContext[Any, Any],
     ) -> AsyncIterator[api.SendStreamResponse]:
-        slots = asyncio.Semaphore(self._stream_in_flight_max)
-        # Bounded too: answers the app does not read hold their tasks, and so the reading.
-        # None marks the end: every request read has put its answer before it.
-        answers: asyncio.Queue[StreamAnswer | None] = asyncio.Queue(
-            maxsize=self._stream_in_flight_max
-        )
-        tasks: set[asyncio.Task[None]] = set()
-
-        async def answer(request: api.SendStreamRequest) -> None:
-            try:
-                await answers.put(await self._stream_answer(request))
-            finally:
-                slots.release()
-
-        async def read() -> None:
-            broken: Exception | None = None
-            try:
-                async for request in request_iterator:
-                    # Back-pressure: stop reading while the limit is in flight.
-                    await slots.acquire()
-                    task = asyncio.create_task(answer(request))
-                    tasks.add(task)
-                    task.add_done_callback(tasks.discard)
-            except Exception as e:  # the request stream broke: answer what was read, then end
-                broken = e
-            if tasks:
-                await asyncio.wait(set(tasks))
-            await answers.put(None)
-            if broken is not None:
-                raise broken
-
-        reader = asyncio.create_task(read())
-        # Whatever the reader ends with is retrieved, also when the call is gone before it ended.
-        reader.add_done_callback(_retrieve)
-        try:
-            while (item := await answers.get()) is not None:
-                response, sent = item
+        answers = answer_stream(request_iterator, self._stream_answer, self._stream_in_flight_max)
+        async with contextlib.aclosing(answers):
+            async for response, sent in answers:
                 yield response
                 # Resumed only once gRPC wrote the response to the stream.
                 if sent is not None and self._on_sent is not None:
                     self._record((sent,))
-            await reader  # re-raises a broken request stream, after every answer went out
-        finally:
-            reader.cancel()
-            for task in list(tasks):
-                task.cancel()
 
     async def _stream_answer(self, request: api.SendStreamRequest) -> StreamAnswer:
         try:
             if not request.HasField("message"):
-                result, sent = _message_required(), None
+                result, sent = to_rejected("", MESSAGE_REQUIRED), None
             else:
                 result, sent = await self._answer_one(request.message)
         except Exception as e:
@@ -368,39 +293,9 @@ def _app_id(m: api.Message) -> str:
     return m.message_id if m.HasField("message_id") else ""
 
 
-def _message_required() -> api.SendResult:
-    return to_rejected("", grpc.StatusCode.INVALID_ARGUMENT, "message", "is required")
-
-
-def _retrieve(task: asyncio.Task[None]) -> None:
-    if not task.cancelled():
-        task.exception()
-
-
 async def _abort(context: grpc.aio.ServicerContext[Any, Any], r: api.Rejection) -> NoReturn:
-    details: list[any_pb2.Any] = []
-    if r.field:
-        bad = error_details_pb2.BadRequest(
-            field_violations=[
-                error_details_pb2.BadRequest.FieldViolation(field=r.field, description=r.reason)
-            ]
-        )
-        packed = any_pb2.Any()
-        packed.Pack(bad)
-        details.append(packed)
-    if r.HasField("retry_after"):
-        retry = error_details_pb2.RetryInfo(retry_delay=r.retry_after)
-        packed = any_pb2.Any()
-        packed.Pack(retry)
-        details.append(packed)
-    code = STATUS_CODES[r.code]
-    status = status_pb2.Status(
-        code=getattr(code_pb2, code.name),
-        message=f"{r.field}: {r.reason}" if r.field else r.reason,
-        details=details,
-    )
-    await context.abort_with_status(rpc_status.to_status(status))
+    await context.abort_with_status(rejection_status(r))
     raise AssertionError("abort returns only by raising")
 
 
-__all__ = ["Rejected", "SidecarService", "Stored"]
+__all__ = ["SidecarService", "Stored"]

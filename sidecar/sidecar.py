@@ -22,6 +22,14 @@ lost); give each sidecar its own id.
 stop (SIGTERM): stop intake (new calls are answered UNAVAILABLE) → let calls in flight finish
 or spool within ``shutdown_grace_ms`` → stop the resend pool (resends in flight finish, unstarted
 leases released) → close producer, outbox and ledger.
+
+One root TaskGroup holds every background task (the resend pool, readiness, the FIFO fence's
+refresh and rechecks, outbox stats, the ledger's flush), entered by ``start`` and left by
+``stop`` in the task that awaits both. A background task that raises is logged at once with its
+traceback, and the TaskGroup cancels the other tasks and that owning task (``rocketbox sidecar``
+waits there for its signal): the owner's ``stop`` then closes what is open and raises the failure
+as an ExceptionGroup, so the process exits non-zero, loudly, instead of serving on without its
+resend pool and mentioning it at shutdown.
 """
 
 from __future__ import annotations
@@ -30,6 +38,8 @@ import asyncio
 import contextlib
 import logging
 import uuid
+from collections.abc import Coroutine
+from typing import Any
 from wsgiref.simple_server import WSGIServer
 
 import grpc
@@ -63,8 +73,10 @@ class Sidecar:
     def __init__(self, config: SidecarConfig) -> None:
         self.config = config
         self.port = 0
-        self._tasks: list[asyncio.Task[None]] = []
-        self._fence_checks: set[asyncio.Task[None]] = set()
+        # The root of every background task (module docstring), entered at start, left at stop.
+        self._exit_stack = contextlib.AsyncExitStack()
+        self._root = asyncio.TaskGroup()
+        self._loops: list[asyncio.Task[None]] = []
         self._ledger: AckLedger | None = None
         self._server: grpc.aio.Server | None = None
         self.metrics = SidecarMetrics()
@@ -75,11 +87,40 @@ class Sidecar:
         self.readiness_reason = ""
 
     async def start(self) -> None:
+        """Open the parts, serve, and start the background tasks under the root TaskGroup.
+        ``start`` and ``stop`` are awaited by one task: the one the root TaskGroup cancels when
+        a background task fails (module docstring)."""
         c = self.config
         loop = asyncio.get_running_loop()
         outbox = await loop.run_in_executor(None, open_outbox, c.outbox_url, c.outbox_limits)
         self.outbox = AsyncOutbox(outbox, c.outbox_threads)
         await self._end_dead_leases()
+        await self._open_parts()
+        server = self._grpc_server()
+        self.port = server.add_insecure_port(f"{c.listen_host}:{c.listen_port}")
+        if self.port == 0:
+            raise OSError(f"cannot listen on {c.listen_host}:{c.listen_port}")
+        await self._check_ready()
+        if c.metrics_host is not None:
+            self._metrics_server, _ = start_http_server(
+                c.metrics_port, c.metrics_host, registry=self.metrics.registry
+            )
+            self.metrics_port = self._metrics_server.server_port
+        await server.start()
+        self._server = server
+        self._root = await self._exit_stack.enter_async_context(asyncio.TaskGroup())
+        self._root.create_task(_watched("resend pool", self.pool.run()), name="resend pool")
+        for name, work in self._background_loops():
+            self._loops.append(self._root.create_task(_watched(name, work), name=name))
+        LOG.info(
+            "sidecar listening on %s:%d, broker %s, outbox %s",
+            c.listen_host, self.port,
+            ",".join(str(e) for e in c.producer.access_points), redact(c.outbox_url),
+        )  # fmt: skip
+
+    async def _open_parts(self) -> None:
+        """Producer, FIFO fence, resend pool, intake, ledger and the gRPC service."""
+        c = self.config
         self.producer = Producer(c.producer)
         backoff = Backoff(c.resend.backoff_initial_ms, c.resend.backoff_max_ms)
         self.fence = FifoFence(self.outbox)
@@ -109,6 +150,10 @@ class Sidecar:
         )
         self.metrics.intake_in_flight.set_function(lambda: self.service.intake_in_flight)
         self.metrics.fifo_fenced_groups.set_function(lambda: len(self.fence))
+
+    def _grpc_server(self) -> grpc.aio.Server:
+        """SidecarService, health and reflection on a server not yet bound."""
+        c = self.config
         self._health = health.aio.HealthServicer()
         server = grpc.aio.server(
             # Malformed requests and handler faults: INVALID_ARGUMENT / INTERNAL and a
@@ -128,34 +173,37 @@ class Sidecar:
              reflection.SERVICE_NAME),
             server,
         )  # fmt: skip
-        self.port = server.add_insecure_port(f"{c.listen_host}:{c.listen_port}")
-        if self.port == 0:
-            raise OSError(f"cannot listen on {c.listen_host}:{c.listen_port}")
-        await self._check_ready()
-        if c.metrics_host is not None:
-            self._metrics_server, _ = start_http_server(
-                c.metrics_port, c.metrics_host, registry=self.metrics.registry
-            )
-            self.metrics_port = self._metrics_server.server_port
-        await server.start()
-        self._server = server
-        self._tasks = [
-            asyncio.create_task(self.pool.run(), name="resend pool"),
-            asyncio.create_task(self._readiness_loop(), name="readiness"),
-            asyncio.create_task(self._fence_loop(), name="FIFO fence refresh"),
+        return server
+
+    def _background_loops(self) -> list[tuple[str, Coroutine[Any, Any, None]]]:
+        """The loops under the root TaskGroup beside the resend pool, by name: they run until
+        ``stop`` cancels them (the pool until ``stop`` asks it to end)."""
+        tasks = [
+            ("readiness", self._readiness_loop()),
+            ("FIFO fence refresh", self._fence_loop()),
         ]
         if self._metrics_server is not None:
             # Only for the gauges: stats may scan the outbox (MySQL), so not without a reader.
-            self._tasks.append(asyncio.create_task(self._stats_loop(), name="outbox stats"))
+            tasks.append(("outbox stats", self._stats_loop()))
         if self._ledger is not None:
-            self._tasks.append(asyncio.create_task(self._ledger.run(), name="ledger"))
-        LOG.info(
-            "sidecar listening on %s:%d, broker %s, outbox %s",
-            c.listen_host, self.port,
-            ",".join(str(e) for e in c.producer.access_points), redact(c.outbox_url),
-        )  # fmt: skip
+            tasks.append(("ledger", self._ledger.run()))
+        return tasks
 
     async def stop(self) -> None:
+        """Stop in order (module docstring); everything is closed whatever fails on the way.
+        Raises the failures of background tasks (an ExceptionGroup): a sidecar that lost a part
+        must not exit as if it stopped cleanly."""
+        try:
+            await self._drain()
+        finally:
+            try:
+                # Every task of the root ends here: the pool once its resends finished, the loops
+                # cancelled, the fence rechecks the pool's last deliveries started.
+                await self._exit_stack.aclose()
+            finally:
+                await self._close()
+
+    async def _drain(self) -> None:
         c = self.config
         self.service.accepting = False
         await self._health.enter_graceful_shutdown()
@@ -166,15 +214,10 @@ class Sidecar:
         # Calls cut off by the grace may leave coalesced requests and spool writes running.
         await self.intake.wait_idle()
         self.pool.stop()
-        for task in self._tasks[1:]:
+        for task in self._loops:
             task.cancel()
-        results = await asyncio.gather(*self._tasks, return_exceptions=True)
-        for r in results:
-            if isinstance(r, BaseException) and not isinstance(r, asyncio.CancelledError):
-                LOG.error("a sidecar task failed", exc_info=r)
-        # The pool has stopped, so no more checks start: those begun finish before the outbox
-        # closes under them.
-        await asyncio.gather(*self._fence_checks, return_exceptions=True)
+
+    async def _close(self) -> None:
         await self.producer.close()
         await self.outbox.close()
         if self._metrics_server is not None:
@@ -248,14 +291,16 @@ class Sidecar:
 
     def _recheck_fence(self, topic: str, message_group: str) -> None:
         """A FIFO entry left PENDING: lift its group's fence if it was the last (on a task of
-        the sidecar's own, awaited at stop)."""
-        task = asyncio.create_task(self.fence.recheck((topic, message_group)))
-        self._fence_checks.add(task)
-        task.add_done_callback(self._fence_check_done)
+        the root TaskGroup, so awaited before the outbox closes)."""
+        try:
+            self._root.create_task(self._recheck((topic, message_group)))
+        except RuntimeError:  # the root is going down on a failure: the next start reloads
+            LOG.debug("FIFO fence recheck of %s/%s skipped: stopping", topic, message_group)
 
-    def _fence_check_done(self, task: asyncio.Task[None]) -> None:
-        self._fence_checks.discard(task)
-        if not task.cancelled() and (e := task.exception()) is not None:
+    async def _recheck(self, group: tuple[str, str]) -> None:
+        try:
+            await self.fence.recheck(group)
+        except Exception as e:
             # The fence stays up: order is kept; the periodic refresh lifts it later.
             LOG.debug("FIFO fence recheck failed: %s", e)
 
@@ -266,3 +311,13 @@ class Sidecar:
                 await self.fence.refresh()
             except OutboxError as e:  # fences stay up meanwhile: order is kept, not lost
                 LOG.debug("FIFO fence refresh failed: %s", e)
+
+
+async def _watched(name: str, work: Coroutine[Any, Any, None]) -> None:
+    """``work``, its failure logged with its traceback the moment it happens (the root TaskGroup
+    then stops the sidecar, and raises it again at stop)."""
+    try:
+        await work
+    except Exception:
+        LOG.critical("the sidecar's %s task failed: stopping the sidecar", name, exc_info=True)
+        raise

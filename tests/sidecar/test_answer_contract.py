@@ -13,23 +13,19 @@ broker, spooling to a real Redis:
   range): Send answers INVALID_ARGUMENT naming delivery_time and the limit; a SendBatch of 5 good
   messages and 1 bad one answers each (the good ones STORED, stored once); a SendStream answers
   every request, the bad one too, and the sidecar logs no task exception;
-- a SendStream request without a message is answered INVALID_ARGUMENT with its request_id;
-- in a service of this process with a bug injected for one topic: that message is answered
-  INTERNAL (Send's status, a Rejection in SendBatch and SendStream) while its neighbours are
-  stored; an on_sent hook that raises changes no answer; each kind of failure is logged with its
-  traceback once, however often it happens within the interval.
+- a SendStream request without a message is answered INVALID_ARGUMENT with its request_id.
+
+A bug and a failing hook are answered as test_answer_boundary.py shows.
 """
 
 from __future__ import annotations
 
-import asyncio
-import logging
 import mmap
 import re
 import string
 import time
-from collections.abc import AsyncIterator, Callable, Iterator, Sequence
-from contextlib import asynccontextmanager, contextmanager
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -43,21 +39,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from broker.store.record_scan import SegmentScanner
-from outbox.entry import OutboxLimits, OutboxMessage
+from outbox.entry import OutboxLimits
 from outbox.factory import open_outbox
 from rocketbox_api.v1 import sidecar_pb2 as api
 from rocketbox_api.v1 import sidecar_pb2_grpc
-from sidecar.async_outbox import AsyncOutbox
-from sidecar.backoff import Backoff
-from sidecar.channels import Endpoint
-from sidecar.coalescer import CoalesceConfig, SendCoalescer
-from sidecar.fifo_fence import FifoFence
-from sidecar.intake import Accepted, Intake
-from sidecar.ledger import SentAnswer
-from sidecar.metrics import SidecarMetrics
-from sidecar.producer import Producer, ProducerConfig
-from sidecar.server import SidecarService
-from sidecar.spool_writer import SpoolWriter
 from sidecar.validation import TIMESTAMP_SECONDS_MAX, TIMESTAMP_SECONDS_MIN
 from tests.broker.broker_process import BrokerProcess
 from tests.services import redis_url, unique_name
@@ -389,117 +374,3 @@ def test_a_stream_request_without_a_message_is_answered_with_its_request_id(
     assert results[7].rejected.code == grpc.StatusCode.INVALID_ARGUMENT.value[0]
     assert (results[7].rejected.field, results[7].rejected.reason) == ("message", "is required")
     assert outcome(results[8]) == "stored"
-
-
-# -- a bug, and a hook that fails ------------------------------------------------------------------
-BUG_TOPIC = "Bug"
-
-
-class Misbehaving(SidecarService):
-    """The service with a bug on demand: a message to BUG_TOPIC raises where intake would run
-    (no input reaches a bug on purpose; the tests above look for one)."""
-
-    async def _admit(self, message: OutboxMessage) -> Accepted:
-        if message.topic == BUG_TOPIC:
-            raise RuntimeError("a bug, injected")
-        return await super()._admit(message)
-
-
-@dataclass
-class InProcess:
-    stub: sidecar_pb2_grpc.SidecarServiceStub
-    service: Misbehaving
-    sent: list[str]  # the ids given to on_sent
-
-
-@asynccontextmanager
-async def in_process(broker_endpoint: str) -> AsyncIterator[InProcess]:
-    """Misbehaving served by a grpc.aio server of this process, over a real intake: a producer
-    to the broker and a memory outbox. Its on_sent notes the ids, then fails."""
-    metrics = SidecarMetrics()
-    outbox = AsyncOutbox(open_outbox("memory://", OutboxLimits()), threads=2)
-    producer = Producer(ProducerConfig(access_points=(Endpoint.parse(broker_endpoint),)))
-    intake = Intake(
-        SendCoalescer(producer, CoalesceConfig(), metrics), SpoolWriter(outbox, metrics),
-        FifoFence(outbox), Backoff(100, 500), on_spooled=lambda: None,
-    )  # fmt: skip
-    sent: list[str] = []
-
-    def on_sent(time_ms: int, answers: Sequence[SentAnswer]) -> None:
-        sent.extend(message_id for message_id, _, _ in answers)
-        raise OSError("the hook fails after the answers went out")
-
-    service = Misbehaving(intake, 100, 1 << 20, 16, 64, on_sent=on_sent, metrics=metrics)
-    server = grpc.aio.server()
-    sidecar_pb2_grpc.add_SidecarServiceServicer_to_server(service, server)
-    port = server.add_insecure_port("127.0.0.1:0")
-    await server.start()
-    try:
-        async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as channel:
-            yield InProcess(sidecar_pb2_grpc.SidecarServiceStub(channel), service, sent)
-    finally:
-        await server.stop(None)
-        await intake.wait_idle()
-        await producer.close()
-        await outbox.close()
-
-
-async def wait_for(condition: Callable[[], bool], what: str) -> None:
-    deadline = time.monotonic() + CALL_DEADLINE_S
-    while not condition():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        await asyncio.sleep(0.01)
-
-
-def test_a_bug_answers_internal_and_a_failing_hook_changes_no_answer(
-    contract: Contract, caplog: pytest.LogCaptureFixture
-) -> None:
-    bug = message(BUG_TOPIC, message_id="bug")
-
-    async def run() -> None:
-        async with in_process(contract.broker.endpoint) as p:
-            with pytest.raises(grpc.aio.AioRpcError) as raised:
-                await p.stub.Send(api.SendRequest(message=bug), timeout=CALL_DEADLINE_S)
-            assert raised.value.code() == grpc.StatusCode.INTERNAL
-            assert "RuntimeError: a bug, injected" in (raised.value.details() or "")
-
-            one = await p.stub.Send(
-                api.SendRequest(message=message("Orders", message_id="one")),
-                timeout=CALL_DEADLINE_S,
-            )
-            assert outcome(one.result) == "stored"
-
-            batch = [message("Orders", message_id="two"), bug, message("Orders", message_id="3")]
-            response = await p.stub.SendBatch(
-                api.SendBatchRequest(messages=batch), timeout=CALL_DEADLINE_S
-            )
-            assert [outcome(r) for r in response.results] == ["stored", "rejected", "stored"]
-            rejected = response.results[1]
-            assert (rejected.message_id, rejected.rejected.code) == (
-                "bug", grpc.StatusCode.INTERNAL.value[0],
-            )  # fmt: skip
-
-            requests = [
-                api.SendStreamRequest(request_id=1, message=bug),
-                api.SendStreamRequest(request_id=2, message=message("Orders", message_id="4")),
-            ]
-            answers = {
-                r.request_id: outcome(r.result)
-                async for r in p.stub.SendStream(iter(requests), timeout=CALL_DEADLINE_S)
-            }
-            assert answers == {1: "rejected", 2: "stored"}
-
-            taken = ["one", "two", "3", "4"]
-            await wait_for(lambda: sorted(p.sent) == sorted(taken), "on_sent given every answer")
-            # Three bugs, and the hook failed once per call that took a message: one line each.
-            assert p.service.internal_errors.events == 3
-            assert p.service.after_answer_errors.events == 3
-
-    with caplog.at_level(logging.ERROR, logger="sidecar.server"):
-        asyncio.run(run())
-    lines = [r.getMessage() for r in caplog.records if r.name == "sidecar.server"]
-    assert sorted(line.split(" (")[0] for line in lines) == [
-        "a message answered INTERNAL: an unexpected error",
-        "recording answers that were sent failed",
-    ]
-    assert all(r.exc_info for r in caplog.records if r.name == "sidecar.server")

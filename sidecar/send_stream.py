@@ -1,0 +1,71 @@
+"""SendStream's flow: requests read and answered concurrently, a bounded number at a time, and
+every request read answered before the stream ends.
+
+At most ``in_flight_max`` requests are being answered at once: reading stops while that many are,
+so an app that writes faster than the sidecar answers is held back by gRPC's flow control instead
+of by the sidecar's memory. Answers wait in a queue of the same bound: answers the app does not
+read hold their tasks, and so the reading. A request stream that breaks (an undecodable request)
+ends the call with that error, after the answers of every request read before it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
+from typing import TypeVar
+
+Request = TypeVar("Request")
+Answer = TypeVar("Answer")
+
+
+async def answer_stream(
+    requests: AsyncIterator[Request],
+    answer_one: Callable[[Request], Awaitable[Answer]],
+    in_flight_max: int,
+) -> AsyncGenerator[Answer, None]:
+    """Each request's answer (``answer_one`` answers for itself: it must not raise), in the
+    order they are ready. Close it with ``contextlib.aclosing``: the reader and the answers in
+    flight are cancelled then."""
+    slots = asyncio.Semaphore(in_flight_max)
+    # None marks the end: every request read has put its answer before it.
+    answers: asyncio.Queue[Answer | None] = asyncio.Queue(maxsize=in_flight_max)
+    tasks: set[asyncio.Task[None]] = set()
+
+    async def answer(request: Request) -> None:
+        try:
+            await answers.put(await answer_one(request))
+        finally:
+            slots.release()
+
+    async def read() -> None:
+        broken: Exception | None = None
+        try:
+            async for request in requests:
+                await slots.acquire()  # back-pressure: stop reading while the limit is in flight
+                task = asyncio.create_task(answer(request))
+                tasks.add(task)
+                task.add_done_callback(tasks.discard)
+        except Exception as e:  # the request stream broke: answer what was read, then end
+            broken = e
+        if tasks:
+            await asyncio.wait(set(tasks))
+        await answers.put(None)
+        if broken is not None:
+            raise broken
+
+    reader = asyncio.create_task(read())
+    # Whatever the reader ends with is retrieved, also when the call is gone before it ended.
+    reader.add_done_callback(_retrieve)
+    try:
+        while (item := await answers.get()) is not None:
+            yield item
+        await reader  # re-raises a broken request stream, after every answer went out
+    finally:
+        reader.cancel()
+        for task in list(tasks):
+            task.cancel()
+
+
+def _retrieve(task: asyncio.Task[None]) -> None:
+    if not task.cancelled():
+        task.exception()
