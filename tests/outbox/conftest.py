@@ -55,7 +55,8 @@ def backend_url(backend: str, tmp_path: Path) -> Iterator[str]:
             engine = sa.create_engine(mysql_url())
             try:
                 with engine.begin() as conn:
-                    # The backend keeps its counters beside its table (outbox/mysql_outbox.py).
+                    # The backend keeps its counters beside its table
+                    # (outbox/backends/mysql/outbox.py).
                     conn.execute(sa.text(f"DROP TABLE IF EXISTS `{table}`, `{table}_counters`"))
             finally:
                 engine.dispose()

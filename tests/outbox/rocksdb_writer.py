@@ -14,7 +14,7 @@ import sys
 import threading
 
 from outbox import OutboxLimits
-from outbox.rocksdb_outbox import RocksDBOutbox
+from outbox.backends.rocksdb.outbox import RocksDBOutbox
 from tests.outbox.entries import entry
 
 

@@ -58,9 +58,9 @@ from outbox import (
     SpoolCause,
     open_outbox,
 )
+from outbox.backends.memory import MemoryOutbox
 from outbox.export import export_jsonl
 from outbox.group_commit import GROUP_COMMIT_BATCH_MAX
-from outbox.memory_outbox import MemoryOutbox
 from outbox.outbox import SCAN_PAGE_MAX
 from tests.outbox.conftest import SHARED_BACKENDS, OpenOutbox
 from tests.outbox.entries import LEASE_MS, NOW_MS, TOPIC, entry, ids, message_id, receipt

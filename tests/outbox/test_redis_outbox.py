@@ -1,4 +1,4 @@
-"""What the Redis outbox promises beyond the contract (outbox/redis_outbox.py):
+"""What the Redis outbox promises beyond the contract (outbox/backends/redis/outbox.py):
 
 - the key prefix isolates outboxes in one database, and two instances on one prefix (two
   sidecars) are one outbox: idempotency, claims and the bound hold across them;
@@ -29,7 +29,7 @@ from outbox import (
     OutboxUnavailableError,
     open_outbox,
 )
-from outbox.redis_outbox import PREFIX_DEFAULT, RedisOutbox
+from outbox.backends.redis.outbox import PREFIX_DEFAULT, RedisOutbox
 from tests.outbox.conftest import OpenOutbox
 from tests.outbox.entries import LEASE_MS, NOW_MS, TOPIC, entry, ids, message_id, receipt
 from tests.services import free_port, redis_url, start_private_redis

@@ -1,4 +1,4 @@
-"""What the RocksDB outbox promises beyond the contract (outbox/rocksdb_outbox.py):
+"""What the RocksDB outbox promises beyond the contract (outbox/backends/rocksdb/outbox.py):
 
 - a writer killed by a real SIGKILL mid-stream loses no entry whose put had returned, and the
   reopened outbox is consistent: counts, seqs, FIFO heads, every entry claimable exactly once;
@@ -27,7 +27,7 @@ from pathlib import Path
 import pytest
 
 from outbox import EntryState, OutboxLimits, OutboxUnavailableError, open_outbox
-from outbox.rocksdb_outbox import RocksDBOutbox
+from outbox.backends.rocksdb.outbox import RocksDBOutbox
 from tests.outbox.entries import LEASE_MS, NOW_MS, TOPIC, entry, ids, message_id, receipt
 from tests.outbox.rocksdb_writer import writer_body
 

@@ -1,4 +1,5 @@
-"""The RocksDB outbox's keys, and what it keeps in memory about them (outbox/rocksdb_outbox.py).
+"""The RocksDB outbox's keys, and what it keeps in memory about them
+(outbox/backends/rocksdb/outbox.py).
 
 One column family; integers are big-endian unsigned 64-bit, so byte order is numeric order and
 "what is due" is one range scan::

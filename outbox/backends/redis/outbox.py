@@ -49,7 +49,7 @@ Keys (``P`` is the prefix)::
 Group commit: concurrent ``put`` callers, and the requests of a ``put_groups``, share one script
 call (outbox/group_commit.py), which checks and writes every request of the batch, each
 all-or-nothing on its own. ``mark_delivered_many`` is one script call (per
-``DELIVER_BATCH_MAX`` items). The scripts are in outbox/redis_scripts.py.
+``DELIVER_BATCH_MAX`` items). The scripts are in outbox/backends/redis/scripts.py.
 
 A requeued FIFO entry older than its group's leased head is due when that lease ends rather than
 at once, so that the group never has two entries in flight.
@@ -61,11 +61,11 @@ and its entry is claimed maybe stored all the same.
 
 A full Redis (``maxmemory`` with the ``noeviction`` policy, the only one that keeps an outbox
 whole): ``put`` is refused with OutboxNoSpaceError, while claims, their settlements, tombstones
-and purges go on (Redis 7: their scripts are flagged ``allow-oom``, outbox/redis_scripts.py) and
-free the bodies they deliver. On Redis 6 the flag does not exist: claims are refused at
-``maxmemory`` too, and the drain waits for room. A Redis that refuses writes for a failed
-snapshot (``MISCONF``, a full disk under its RDB) refuses every script: the outbox is
-unavailable until it can write again.
+and purges go on (Redis 7: their scripts are flagged ``allow-oom``,
+outbox/backends/redis/scripts.py) and free the bodies they deliver. On Redis 6 the flag does
+not exist: claims are refused at ``maxmemory`` too, and the drain waits for room. A Redis that
+refuses writes for a failed snapshot (``MISCONF``, a full disk under its RDB) refuses every
+script: the outbox is unavailable until it can write again.
 """
 
 from __future__ import annotations
@@ -80,7 +80,8 @@ from urllib.parse import parse_qsl, urlencode, urlsplit
 import redis
 import redis.exceptions as rex
 
-from outbox import redis_scripts
+from outbox.backends.memory import check_claim_args, check_purge_state, with_seq
+from outbox.backends.redis import scripts as redis_scripts
 from outbox.entry import (
     DeliveryReceipt,
     EntryState,
@@ -98,7 +99,6 @@ from outbox.errors import (
 )
 from outbox.factory import redact
 from outbox.group_commit import GroupCommitter, Result
-from outbox.memory_outbox import check_claim_args, check_purge_state, with_seq
 from outbox.outbox import Outbox, check_owner_prefix, check_put_entries
 
 PREFIX_DEFAULT = "rocketbox:outbox"

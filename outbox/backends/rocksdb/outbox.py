@@ -5,7 +5,7 @@ RocksDB's tickers (``RocksDBOutbox.ticker``); ``?read_only=true`` opens an exist
 its lock, beside the process that holds it: a snapshot as of the open (WAL included) for operators'
 reads, on which every write fails with OutboxUnavailableError; ``?reserve_bytes=N`` sizes the
 disk reserve (below; default ``RESERVE_BYTES_DEFAULT``, 0: none). Keys and why they stay fast:
-outbox/rocksdb_layout.py.
+outbox/backends/rocksdb/layout.py.
 
 Durability:
 - ``put`` returns once its entries are in the write-ahead log and the log is fsynced: they survive
@@ -65,28 +65,7 @@ from urllib.parse import parse_qs, urlsplit
 
 import rocksdict
 
-from outbox.disk_reserve import (
-    RESERVE_BYTES_DEFAULT,
-    SPACE_CHECK_INTERVAL_S,
-    DiskReserve,
-    is_no_space,
-)
-from outbox.entry import (
-    DeliveryReceipt,
-    EntryState,
-    OutboxEntry,
-    OutboxLimits,
-    OutboxStats,
-)
-from outbox.errors import (
-    OutboxConfigError,
-    OutboxError,
-    OutboxNoSpaceError,
-    OutboxUnavailableError,
-)
-from outbox.factory import redact
-from outbox.group_commit import GroupCommitter, Result
-from outbox.memory_outbox import (
+from outbox.backends.memory import (
     check_claim_args,
     check_purge_state,
     claimed_entry,
@@ -95,8 +74,7 @@ from outbox.memory_outbox import (
     requeued_entry,
     with_seq,
 )
-from outbox.outbox import Outbox, check_owner_prefix, check_put_entries
-from outbox.rocksdb_layout import (
+from outbox.backends.rocksdb.layout import (
     CHANGED,
     CREATED,
     DEAD_LEASE_UNTIL_MS,
@@ -127,6 +105,28 @@ from outbox.rocksdb_layout import (
     state_value,
     u64,
 )
+from outbox.disk_reserve import (
+    RESERVE_BYTES_DEFAULT,
+    SPACE_CHECK_INTERVAL_S,
+    DiskReserve,
+    is_no_space,
+)
+from outbox.entry import (
+    DeliveryReceipt,
+    EntryState,
+    OutboxEntry,
+    OutboxLimits,
+    OutboxStats,
+)
+from outbox.errors import (
+    OutboxConfigError,
+    OutboxError,
+    OutboxNoSpaceError,
+    OutboxUnavailableError,
+)
+from outbox.factory import redact
+from outbox.group_commit import GroupCommitter, Result
+from outbox.outbox import Outbox, check_owner_prefix, check_put_entries
 
 log = logging.getLogger(__name__)
 

@@ -8,8 +8,8 @@ may share one database and one table: every promise of the contract holds betwee
 not only between threads.
 
 URL: ``mysql+pymysql://user:password@host:port/db?table=NAME`` (``table`` defaults to
-``rocketbox_outbox``; other query parameters go to the driver). The schema (outbox/mysql_schema.py)
-is created when missing.
+``rocketbox_outbox``; other query parameters go to the driver). The schema
+(outbox/backends/mysql/schema.py) is created when missing.
 
 Concurrency, in READ COMMITTED (each statement sees what was committed before it; no gap locks):
 - ``put``: concurrent callers, and the requests of a ``put_groups``, share one transaction
@@ -20,7 +20,7 @@ Concurrency, in READ COMMITTED (each statement sees what was committed before it
 - ``pending_groups``: one loose scan of ``ix_fifo_head`` (a seek per distinct group of the table).
 - ``claim_due``: a consistent read finds the first claimable row on the due index, then the due
   rows from there are locked with SKIP LOCKED, so claims never wait for each other and never
-  take the same row (outbox/mysql_schema.py says why it starts there). For FIFO entries the
+  take the same row (outbox/backends/mysql/schema.py says why it starts there). For FIFO entries the
   query also tests, in its snapshot, that the entry is its group's head with no live lease in
   the group. Then, per FIFO group among the candidates, the claim takes a MariaDB user lock
   (``GET_LOCK(name, 0)``, never waiting; a group whose lock is held elsewhere is left for a later
@@ -52,19 +52,8 @@ import sqlalchemy as sa
 from sqlalchemy import exc as sa_exc
 from sqlalchemy.engine import URL, Connection, Engine, make_url
 
-from outbox.entry import DeliveryReceipt, EntryState, OutboxEntry, OutboxLimits, OutboxStats
-from outbox.errors import (
-    EntryTooLargeError,
-    OutboxConfigError,
-    OutboxError,
-    OutboxFullError,
-    OutboxNoSpaceError,
-    OutboxUnavailableError,
-)
-from outbox.factory import redact
-from outbox.group_commit import BatchCommitter, GroupCommitter, Result
-from outbox.memory_outbox import check_claim_args, check_purge_state
-from outbox.mysql_schema import (
+from outbox.backends.memory import check_claim_args, check_purge_state
+from outbox.backends.mysql.schema import (
     COUNTER_SLOTS,
     DEAD,
     DELIVERED,
@@ -81,6 +70,17 @@ from outbox.mysql_schema import (
     row_to_entry,
     tables,
 )
+from outbox.entry import DeliveryReceipt, EntryState, OutboxEntry, OutboxLimits, OutboxStats
+from outbox.errors import (
+    EntryTooLargeError,
+    OutboxConfigError,
+    OutboxError,
+    OutboxFullError,
+    OutboxNoSpaceError,
+    OutboxUnavailableError,
+)
+from outbox.factory import redact
+from outbox.group_commit import BatchCommitter, GroupCommitter, Result
 from outbox.outbox import Outbox, check_owner_prefix, check_put_entries
 
 _T = TypeVar("_T")

@@ -1,4 +1,4 @@
-"""The Redis outbox's Lua scripts (outbox/redis_outbox.py has the key layout).
+"""The Redis outbox's Lua scripts (outbox/backends/redis/outbox.py has the key layout).
 
 Each operation is one script, so it is atomic on the server: two sidecars never lease one entry,
 the bound holds for all writers together, and an entry and its indexes never disagree. Every

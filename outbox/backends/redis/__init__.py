@@ -1,0 +1,1 @@
+"""The Redis outbox (``redis://``, ``rediss://``): several sidecars share it, in Lua scripts."""
