@@ -50,6 +50,7 @@ from __future__ import annotations
 import abc
 from collections.abc import Iterator, Sequence
 
+from outbox.contract_checks import check_put_entries
 from outbox.entry import (
     DeliveryReceipt,
     EntryState,
@@ -144,9 +145,22 @@ class Outbox(abc.ABC):
 
     @abc.abstractmethod
     def reschedule(
-        self, message_id: str, owner: str, next_send_time_ms: int, error: str, now_ms: int
+        self,
+        message_id: str,
+        owner: str,
+        next_send_time_ms: int,
+        error: str,
+        now_ms: int,
+        *,
+        maybe_stored: bool,
     ) -> bool:
-        """A failed resend: attempts + 1, last error kept, lease released, due again later."""
+        """A failed resend: attempts + 1, last error kept, lease released, due again later.
+
+        ``maybe_stored``: the failed attempt may have reached the broker (it timed out after the
+        request went out), so the entry's next resend asks the broker's index first. It is a
+        stored flag, never read back from ``error``'s wording, and only ever set: False leaves
+        an entry an earlier attempt may have stored as it was (``contract_checks``).
+        """
 
     @abc.abstractmethod
     def bury(self, message_id: str, owner: str, error: str, now_ms: int) -> bool:
@@ -213,20 +227,3 @@ class Outbox(abc.ABC):
 
     def __exit__(self, *exc: object) -> None:
         self.close()
-
-
-def check_owner_prefix(owner_prefix: str) -> None:
-    """What ``expire_leases`` takes, on every backend: a prefix naming some owners, not all."""
-    if not owner_prefix:
-        raise ValueError("expire_leases needs a non-empty owner prefix (it would end every lease)")
-
-
-def check_put_entries(entries: Sequence[OutboxEntry]) -> None:
-    """What ``put`` takes, on every backend: new entries (ValueError otherwise)."""
-    for entry in entries:
-        if entry.state is not EntryState.PENDING:
-            raise ValueError(f"put takes PENDING entries; {entry.message_id} is {entry.state}")
-        if entry.lease_owner is not None:
-            raise ValueError(f"put takes unleased entries; {entry.message_id} is leased")
-        if min(entry.created_ms, entry.next_send_time_ms, entry.state_changed_ms) < 0:
-            raise ValueError(f"put takes times in ms since the epoch; {entry.message_id} has < 0")

@@ -232,9 +232,13 @@ def test_leased_entry_is_not_claimed_again_until_its_lease_ends(outbox: Outbox) 
     (taken,) = outbox.claim_due(NOW_MS + LEASE_MS, 10, LEASE_MS, "w2")
     assert taken.lease_owner == "w2"
     assert taken.lease_until_ms == NOW_MS + 2 * LEASE_MS
-    assert not outbox.reschedule(message_id(1), "w1", NOW_MS + 10**6, "late", NOW_MS + LEASE_MS)
+    assert not outbox.reschedule(
+        message_id(1), "w1", NOW_MS + 10**6, "late", NOW_MS + LEASE_MS, maybe_stored=False
+    )
     assert not outbox.release(message_id(1), "w1")
-    assert outbox.reschedule(message_id(1), "w2", NOW_MS + 10**6, "retry", NOW_MS + LEASE_MS)
+    assert outbox.reschedule(
+        message_id(1), "w2", NOW_MS + 10**6, "retry", NOW_MS + LEASE_MS, maybe_stored=False
+    )
 
 
 def test_entry_whose_lease_ran_out_is_due_again_from_the_lease_end(outbox: Outbox) -> None:
@@ -254,7 +258,7 @@ def test_an_entry_claimed_over_a_lease_with_no_outcome_may_be_stored(outbox: Out
     assert not any(e.maybe_stored for e in first), "never leased before: nothing was sent"
     # w1 records an outcome for 1, 2 and 3, and dies holding 4.
     assert outbox.release(message_id(1), "w1")
-    assert outbox.reschedule(message_id(2), "w1", NOW_MS, "SYSTEM_BUSY", NOW_MS)
+    assert outbox.reschedule(message_id(2), "w1", NOW_MS, "SYSTEM_BUSY", NOW_MS, maybe_stored=False)
     assert outbox.mark_delivered(message_id(3), receipt(3))
 
     later = NOW_MS + LEASE_MS
@@ -266,7 +270,7 @@ def test_an_entry_claimed_over_a_lease_with_no_outcome_may_be_stored(outbox: Out
     assert outbox.get(message_id(4)) == taken[message_id(4)], "and so it is stored"
 
     # It stays so through a reschedule, and a later clean claim.
-    assert outbox.reschedule(message_id(4), "w2", later, "UNAVAILABLE", later)
+    assert outbox.reschedule(message_id(4), "w2", later, "UNAVAILABLE", later, maybe_stored=False)
     got = outbox.get(message_id(4))
     assert got is not None
     assert got.maybe_stored
@@ -468,7 +472,7 @@ def test_fifo_group_leaves_in_order_across_reschedules(outbox: Outbox) -> None:
         (head,) = taken
         if round_ % 2 == 0:
             # A failed send: the head is due again later, and nothing overtakes it meanwhile.
-            assert outbox.reschedule(head, "w1", now + 500, "busy", now)
+            assert outbox.reschedule(head, "w1", now + 500, "busy", now, maybe_stored=False)
             assert claim(outbox, now + 499) == []
             now += 500
         else:
@@ -563,9 +567,15 @@ def test_pending_groups_are_the_groups_with_pending_entries(outbox: Outbox) -> N
 def test_reschedule_counts_the_attempt_and_sets_the_next_send_time(outbox: Outbox) -> None:
     outbox.put([entry(1)])
     claim(outbox)
-    assert not outbox.reschedule(message_id(1), "w2", NOW_MS + 5_000, "x", NOW_MS)
-    assert not outbox.reschedule(message_id(999), "w1", NOW_MS + 5_000, "x", NOW_MS)
-    assert outbox.reschedule(message_id(1), "w1", NOW_MS + 5_000, "SYSTEM_BUSY", NOW_MS)
+    assert not outbox.reschedule(
+        message_id(1), "w2", NOW_MS + 5_000, "x", NOW_MS, maybe_stored=False
+    )
+    assert not outbox.reschedule(
+        message_id(999), "w1", NOW_MS + 5_000, "x", NOW_MS, maybe_stored=False
+    )
+    assert outbox.reschedule(
+        message_id(1), "w1", NOW_MS + 5_000, "SYSTEM_BUSY", NOW_MS, maybe_stored=False
+    )
     got = outbox.get(message_id(1))
     assert got is not None
     assert (got.state, got.attempts, got.last_error) == (EntryState.PENDING, 1, "SYSTEM_BUSY")
@@ -573,18 +583,24 @@ def test_reschedule_counts_the_attempt_and_sets_the_next_send_time(outbox: Outbo
     assert got.lease_owner is None
     assert claim(outbox, NOW_MS + 4_999) == []
     assert claim(outbox, NOW_MS + 5_000) == [message_id(1)]
-    assert outbox.reschedule(message_id(1), "w1", NOW_MS + 9_000, "again", NOW_MS + 5_000)
+    assert outbox.reschedule(
+        message_id(1), "w1", NOW_MS + 9_000, "again", NOW_MS + 5_000, maybe_stored=False
+    )
     got = outbox.get(message_id(1))
     assert got is not None
     assert got.attempts == 2
     # Without a lease there is nothing to act on.
-    assert not outbox.reschedule(message_id(1), "w1", NOW_MS + 9_000, "x", NOW_MS + 5_000)
+    assert not outbox.reschedule(
+        message_id(1), "w1", NOW_MS + 9_000, "x", NOW_MS + 5_000, maybe_stored=False
+    )
 
 
 def test_bury_makes_the_entry_dead_with_its_error_and_counts_the_attempt(outbox: Outbox) -> None:
     outbox.put([entry(1)])
     claim(outbox)
-    assert outbox.reschedule(message_id(1), "w1", NOW_MS, "first failure", NOW_MS)
+    assert outbox.reschedule(
+        message_id(1), "w1", NOW_MS, "first failure", NOW_MS, maybe_stored=False
+    )
     claim(outbox)
     assert not outbox.bury(message_id(1), "w2", "x", NOW_MS)
     assert outbox.bury(message_id(1), "w1", "attempts_max reached: SYSTEM_BUSY", NOW_MS + 7)
@@ -675,7 +691,7 @@ def test_requeue_makes_dead_entries_pending_and_due_now(outbox: Outbox) -> None:
     outbox.put([entry(n) for n in (1, 2, 3)])
     claim(outbox)
     for n in (1, 2, 3):
-        assert outbox.reschedule(message_id(n), "w1", NOW_MS, "busy", NOW_MS)
+        assert outbox.reschedule(message_id(n), "w1", NOW_MS, "busy", NOW_MS, maybe_stored=False)
     claim(outbox)
     for n in (1, 2):
         assert outbox.bury(message_id(n), "w1", "dead", NOW_MS)
@@ -708,7 +724,9 @@ def test_retry_now_makes_pending_entries_due_later_due_now(outbox: Outbox) -> No
 def test_retry_now_keeps_attempts_and_last_error(outbox: Outbox) -> None:
     outbox.put([entry(1)])
     claim(outbox)
-    assert outbox.reschedule(message_id(1), "w1", NOW_MS + 600_000, "SYSTEM_BUSY", NOW_MS)
+    assert outbox.reschedule(
+        message_id(1), "w1", NOW_MS + 600_000, "SYSTEM_BUSY", NOW_MS, maybe_stored=False
+    )
     assert outbox.retry_now([message_id(1)], NOW_MS + 1) == 1
     got = outbox.get(message_id(1))
     assert got is not None
@@ -1169,7 +1187,7 @@ def finish(outbox: Outbox, action: str, message_id: str, owner: str, now_ms: int
     if action == "delivered":
         return outbox.mark_delivered(message_id, receipt(0, now_ms))
     if action == "reschedule":
-        return outbox.reschedule(message_id, owner, now_ms + 40, "busy", now_ms)
+        return outbox.reschedule(message_id, owner, now_ms + 40, "busy", now_ms, maybe_stored=False)
     if action == "bury":
         return outbox.bury(message_id, owner, "dead", now_ms)
     return outbox.release(message_id, owner)

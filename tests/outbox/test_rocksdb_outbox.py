@@ -165,7 +165,7 @@ def test_reopen_restores_counts_heads_and_seq_and_ends_the_dead_process_s_leases
         ]
     )
     assert ids(outbox.claim_due(NOW_MS, 3, LEASE_MS, "w1")) == [message_id(n) for n in (1, 4, 5)]
-    assert outbox.reschedule(message_id(5), "w1", NOW_MS + 100, "busy", NOW_MS)
+    assert outbox.reschedule(message_id(5), "w1", NOW_MS + 100, "busy", NOW_MS, maybe_stored=False)
     assert outbox.bury(message_id(4), "w1", "dead", NOW_MS)
     assert outbox.mark_delivered(message_id(7), receipt(7))
     before_stats = outbox.stats(NOW_MS)

@@ -52,7 +52,6 @@ import sqlalchemy as sa
 from sqlalchemy import exc as sa_exc
 from sqlalchemy.engine import URL, Connection, Engine, make_url
 
-from outbox.backends.memory import check_claim_args, check_purge_state
 from outbox.backends.mysql.schema import (
     COUNTER_SLOTS,
     DEAD,
@@ -70,6 +69,12 @@ from outbox.backends.mysql.schema import (
     row_to_entry,
     tables,
 )
+from outbox.contract_checks import (
+    check_claim_args,
+    check_owner_prefix,
+    check_purge_state,
+    check_put_entries,
+)
 from outbox.entry import DeliveryReceipt, EntryState, OutboxEntry, OutboxLimits, OutboxStats
 from outbox.errors import (
     EntryTooLargeError,
@@ -81,7 +86,7 @@ from outbox.errors import (
 )
 from outbox.factory import redact
 from outbox.group_commit import BatchCommitter, GroupCommitter, Result
-from outbox.outbox import Outbox, check_owner_prefix, check_put_entries
+from outbox.outbox import Outbox
 
 _T = TypeVar("_T")
 
@@ -558,7 +563,14 @@ class MySQLOutbox(Outbox):
         return result.rowcount == 1
 
     def reschedule(
-        self, message_id: str, owner: str, next_send_time_ms: int, error: str, now_ms: int
+        self,
+        message_id: str,
+        owner: str,
+        next_send_time_ms: int,
+        error: str,
+        now_ms: int,
+        *,
+        maybe_stored: bool,
     ) -> bool:
         t = self._entries
         return self._update_leased(
@@ -566,6 +578,8 @@ class MySQLOutbox(Outbox):
             message_id,
             owner,
             {
+                # Only ever set: an earlier attempt may have stored it (outbox/contract_checks.py).
+                "maybe_stored": sa.or_(t.c.maybe_stored, sa.literal(maybe_stored)),
                 "attempts": t.c.attempts + 1,
                 "last_error": error[:LAST_ERROR_CHARS_MAX],
                 "next_send_time_ms": next_send_time_ms,

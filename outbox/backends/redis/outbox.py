@@ -80,8 +80,14 @@ from urllib.parse import parse_qsl, urlencode, urlsplit
 import redis
 import redis.exceptions as rex
 
-from outbox.backends.memory import check_claim_args, check_purge_state, with_seq
 from outbox.backends.redis import scripts as redis_scripts
+from outbox.contract_checks import (
+    check_claim_args,
+    check_owner_prefix,
+    check_purge_state,
+    check_put_entries,
+    with_seq,
+)
 from outbox.entry import (
     DeliveryReceipt,
     EntryState,
@@ -99,7 +105,7 @@ from outbox.errors import (
 )
 from outbox.factory import redact
 from outbox.group_commit import GroupCommitter, Result
-from outbox.outbox import Outbox, check_owner_prefix, check_put_entries
+from outbox.outbox import Outbox
 
 PREFIX_DEFAULT = "rocketbox:outbox"
 # Connections the sidecar's threads share; a caller beyond them waits up to the timeout.
@@ -246,9 +252,16 @@ class RedisOutbox(Outbox):
         return answers
 
     def reschedule(
-        self, message_id: str, owner: str, next_send_time_ms: int, error: str, now_ms: int
+        self,
+        message_id: str,
+        owner: str,
+        next_send_time_ms: int,
+        error: str,
+        now_ms: int,
+        *,
+        maybe_stored: bool,
     ) -> bool:
-        args = [message_id, owner, next_send_time_ms, error]
+        args = [message_id, owner, next_send_time_ms, error, int(maybe_stored)]
         return bool(self._run(self._unlease_script, "reschedule", args))
 
     def bury(self, message_id: str, owner: str, error: str, now_ms: int) -> bool:

@@ -224,7 +224,8 @@ redis.call('ZADD', P .. ':t:DEAD', ARGV[5], id)
 return 1
 """
 
-# ARGV: prefix, id, owner, next_send_time_ms ('' to keep it: release), error (absent: release).
+# ARGV: prefix, id, owner, next_send_time_ms ('' to keep it: release), then for a reschedule
+# error and maybe_stored (0/1: 1 sets ms = 1; 0 leaves ms as it was).
 UNLEASE = """
 local id = ARGV[2]
 local h = ekey(id)
@@ -234,6 +235,7 @@ redis.call('HSET', h, 'owner', '', 'lease', 0)
 if ARGV[4] ~= '' then
   redis.call('HSET', h, 'nst', ARGV[4], 'err', ARGV[5])
   redis.call('HINCRBY', h, 'attempts', 1)
+  if ARGV[6] == '1' then redis.call('HSET', h, 'ms', '1') end
 end
 redis.call('ZREM', LEASES, id)
 if redis.call('ZSCORE', DUE, dmember(f[3], id)) then

@@ -65,15 +65,6 @@ from urllib.parse import parse_qs, urlsplit
 
 import rocksdict
 
-from outbox.backends.memory import (
-    check_claim_args,
-    check_purge_state,
-    claimed_entry,
-    lease_ended,
-    may_retry_now,
-    requeued_entry,
-    with_seq,
-)
 from outbox.backends.rocksdb.layout import (
     CHANGED,
     CREATED,
@@ -105,6 +96,20 @@ from outbox.backends.rocksdb.layout import (
     state_value,
     u64,
 )
+from outbox.contract_checks import (
+    buried_entry,
+    check_claim_args,
+    check_owner_prefix,
+    check_purge_state,
+    check_put_entries,
+    claimed_entry,
+    lease_ended,
+    may_retry_now,
+    released_entry,
+    requeued_entry,
+    rescheduled_entry,
+    with_seq,
+)
 from outbox.disk_reserve import (
     RESERVE_BYTES_DEFAULT,
     SPACE_CHECK_INTERVAL_S,
@@ -126,7 +131,7 @@ from outbox.errors import (
 )
 from outbox.factory import redact
 from outbox.group_commit import GroupCommitter, Result
-from outbox.outbox import Outbox, check_owner_prefix, check_put_entries
+from outbox.outbox import Outbox
 
 log = logging.getLogger(__name__)
 
@@ -406,29 +411,28 @@ class RocksDBOutbox(Outbox):
         return answers
 
     def reschedule(
-        self, message_id: str, owner: str, next_send_time_ms: int, error: str, now_ms: int
+        self,
+        message_id: str,
+        owner: str,
+        next_send_time_ms: int,
+        error: str,
+        now_ms: int,
+        *,
+        maybe_stored: bool,
     ) -> bool:
         u64(next_send_time_ms)
         return self._settle_leased(
-            message_id, owner, lambda old: replace(
-                old, attempts=old.attempts + 1, last_error=error,
-                next_send_time_ms=next_send_time_ms, lease_owner=None, lease_until_ms=0,
-            ),
-        )  # fmt: skip
+            message_id,
+            owner,
+            lambda old: rescheduled_entry(old, next_send_time_ms, error, maybe_stored),
+        )
 
     def bury(self, message_id: str, owner: str, error: str, now_ms: int) -> bool:
         u64(now_ms)
-        return self._settle_leased(
-            message_id, owner, lambda old: replace(
-                old, state=EntryState.DEAD, attempts=old.attempts + 1, last_error=error,
-                lease_owner=None, lease_until_ms=0, state_changed_ms=now_ms,
-            ),
-        )  # fmt: skip
+        return self._settle_leased(message_id, owner, lambda old: buried_entry(old, error, now_ms))
 
     def release(self, message_id: str, owner: str) -> bool:
-        return self._settle_leased(
-            message_id, owner, lambda old: replace(old, lease_owner=None, lease_until_ms=0)
-        )
+        return self._settle_leased(message_id, owner, released_entry)
 
     @_retried_after_no_space
     def _settle_leased(
