@@ -53,7 +53,8 @@ from outbox import (
     OutboxUnavailableError,
     open_outbox,
 )
-from outbox.backends.mysql.outbox import MySQLOutbox, group_lock_name
+from outbox.backends.mysql.connection import group_lock_name
+from outbox.backends.mysql.outbox import MySQLOutbox
 from tests.outbox.entries import LEASE_MS, NOW_MS, TOPIC, entry, ids, message_id, receipt
 from tests.services import mysql_url, unique_name
 

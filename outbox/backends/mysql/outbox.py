@@ -41,287 +41,46 @@ refuses those too: the drain then waits for room, as it does for a server that i
 
 from __future__ import annotations
 
-import contextlib
-import hashlib
-import re
-import zlib
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from typing import Any, TypeVar
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 import sqlalchemy as sa
-from sqlalchemy import exc as sa_exc
-from sqlalchemy.engine import URL, Connection, Engine, make_url
 
+from outbox.backends.mysql.bulk_changes import MySQLBulkChanges
+from outbox.backends.mysql.connection import (
+    IN_LIST_MAX,
+    GroupLocks,
+    chunks,
+)
+from outbox.backends.mysql.puts import MySQLPuts
+from outbox.backends.mysql.rows import (
+    claimed_row_to_entry,
+    row_to_entry,
+)
 from outbox.backends.mysql.schema import (
-    COUNTER_SLOTS,
     DEAD,
     DELIVERED,
-    LAST_ERROR_CHARS_MAX,
-    NAME_CHARS_MAX,
     PENDING,
-    TABLE_NAME_CHARS_MAX,
-    Statements,
-    as_stored,
-    claimed_row_to_entry,
-    entry_to_row,
     fifo_head,
     not_fifo,
-    row_to_entry,
-    tables,
 )
+from outbox.backends.mysql.settlements import MySQLSettlements
 from outbox.contract_checks import (
     check_claim_args,
     check_owner_prefix,
-    check_purge_state,
-    check_put_entries,
 )
-from outbox.entry import DeliveryReceipt, EntryState, OutboxEntry, OutboxLimits, OutboxStats
+from outbox.entry import EntryState, OutboxEntry, OutboxLimits, OutboxStats
 from outbox.errors import (
-    EntryTooLargeError,
-    OutboxConfigError,
-    OutboxError,
-    OutboxFullError,
-    OutboxNoSpaceError,
     OutboxUnavailableError,
 )
-from outbox.factory import redact
-from outbox.group_commit import BatchCommitter, GroupCommitter, Result
-from outbox.outbox import Outbox
-
-_T = TypeVar("_T")
-
-TABLE_DEFAULT = "rocketbox_outbox"
-_TABLE_NAME = re.compile(rf"[A-Za-z_][A-Za-z0-9_]{{0,{TABLE_NAME_CHARS_MAX - 1}}}")
-# Rows per transaction in ``requeue``, ``retry_now`` and ``purge``; message ids per ``IN (...)``
-# list.
-REQUEUE_BATCH_MAX = 500
-RETRY_NOW_BATCH_MAX = 500
-PURGE_BATCH_MAX = 1_000
-IN_LIST_MAX = 1_000
-# How long ``requeue`` waits for a FIFO group's lock (a claim holds one for milliseconds).
-GROUP_LOCK_WAIT_S = 10
-# What a row needs in a statement beyond its escaped fields (escaping doubles bytes at worst).
-ROW_OVERHEAD_BYTES = 64 * 1024
-
-# Connections: the resend pool's workers, the two committers and an admin call at once.
-POOL_SIZE = 8
-POOL_OVERFLOW_MAX = 8
-POOL_TIMEOUT_S = 10
-# Below the server's wait_timeout (8 h by default): never hand out a connection it has closed.
-POOL_RECYCLE_S = 3_600
-# Every network wait has a deadline; a lock wait gives up before the read does.
-CONNECT_TIMEOUT_S = 5
-READ_TIMEOUT_S = 30
-WRITE_TIMEOUT_S = 30
-LOCK_WAIT_TIMEOUT_S = 10
-
-_NO_RECEIPT = DeliveryReceipt(queue_id=0, queue_offset=0, delivered_ms=0)
-# Server errors of a full disk: ER_DISK_FULL, ER_RECORD_FILE_FULL ("The table is full"), and
-# ER_ERROR_ON_WRITE when it quotes ENOSPC (errno 28).
-_NO_SPACE_ERRORS = frozenset({1021, 1114})
-_ER_ERROR_ON_WRITE = 1026
 
 
-class MySQLOutbox(Outbox):
+class MySQLOutbox(MySQLPuts, MySQLSettlements, MySQLBulkChanges):
     name = "mysql+pymysql"
-
-    def __init__(self, url: str, limits: OutboxLimits) -> None:
-        super().__init__(limits)
-        try:
-            parsed = make_url(url)
-        except (sa_exc.ArgumentError, ValueError) as e:  # a port that is no number …
-            raise OutboxConfigError(f"outbox URL {redact(url)!r}: {e}") from e
-        table = parsed.query.get("table", TABLE_DEFAULT)
-        if not isinstance(table, str) or not _TABLE_NAME.fullmatch(table):
-            raise OutboxConfigError(
-                f"outbox URL {redact(url)!r}: table {table!r} must be one identifier of letters, "
-                f"digits and underscores, at most {TABLE_NAME_CHARS_MAX} characters"
-            )
-        if not parsed.database:
-            raise OutboxConfigError(f"outbox URL {redact(url)!r} names no database")
-        self.table_name = table
-        self._database = parsed.database
-        # Named in every error: the URL (without its password) and the table.
-        self._where = redact(url) if "table" in parsed.query else f"{redact(url)} (table {table})"
-        self._closed = False
-        self._entries, self._counters = tables(table)
-        self._sql = Statements(self._entries, self._counters)
-        self._engine = _engine(parsed.difference_update_query(["table"]))
-        try:
-            self._entry_bytes_max = self._create_schema() - ROW_OVERHEAD_BYTES
-        except BaseException:
-            self._engine.dispose()
-            raise
-        self._puts = GroupCommitter(self._commit_puts, name=f"outbox-mysql-put-{table}")
-        self._deliveries: BatchCommitter[tuple[str, DeliveryReceipt], bool] = BatchCommitter(
-            self._commit_deliveries, name=f"outbox-mysql-delivered-{table}"
-        )
 
     @classmethod
     def from_url(cls, url: str, limits: OutboxLimits) -> MySQLOutbox:
         return cls(url, limits)
-
-    # -- errors, transactions, schema ---------------------------------------------------------
-
-    @contextlib.contextmanager
-    def _translated(self, operation: str) -> Iterator[None]:
-        """The one place where driver errors become outbox errors."""
-        if self._closed:
-            raise OutboxUnavailableError(f"MySQL outbox {self._where} is closed")
-        try:
-            yield
-        except sa_exc.DBAPIError as e:
-            reason = "connection lost" if e.connection_invalidated else type(e.orig).__name__
-            if _no_space(e.orig):
-                raise OutboxNoSpaceError(
-                    f"MySQL outbox {self._where}: {operation} failed: the server's disk is "
-                    f"full: {e.orig}"
-                ) from e
-            raise OutboxUnavailableError(
-                f"MySQL outbox {self._where}: {operation} failed ({reason}): {e.orig}"
-            ) from e
-        except sa_exc.TimeoutError as e:  # no pooled connection came free in time
-            raise OutboxUnavailableError(
-                f"MySQL outbox {self._where}: {operation} failed: {e}"
-            ) from e
-
-    @contextlib.contextmanager
-    def _transaction(self, operation: str) -> Iterator[Connection]:
-        with self._translated(operation), self._engine.begin() as conn:
-            yield conn
-
-    def _create_schema(self) -> int:
-        """Create what is missing; returns the server's max_allowed_packet."""
-        entries, counters = self._entries, self._counters
-        with self._translated("opening the outbox"):
-            try:
-                entries.metadata.create_all(self._engine)
-            except sa_exc.DBAPIError:
-                # Another sidecar created a table between our check and our CREATE.
-                entries.metadata.create_all(self._engine)
-            with self._engine.begin() as conn:
-                # Counted from the entries, should the table predate its counters.
-                counted = sa.select(
-                    sa.literal(0),
-                    sa.func.count(),
-                    sa.func.coalesce(sa.func.sum(entries.c.body_size), 0),
-                ).where(entries.c.state.in_((PENDING, DEAD)))
-                conn.execute(
-                    counters.insert()
-                    .prefix_with("IGNORE")
-                    .from_select(["slot", "entries", "body_bytes"], counted)
-                )
-                conn.execute(
-                    counters.insert().prefix_with("IGNORE"),
-                    [
-                        {"slot": slot, "entries": 0, "body_bytes": 0}
-                        for slot in range(1, COUNTER_SLOTS + 1)
-                    ],
-                )
-                return int(conn.exec_driver_sql("SELECT @@max_allowed_packet").scalar_one())
-
-    # -- put -----------------------------------------------------------------------------------
-
-    def put(self, entries: Sequence[OutboxEntry]) -> list[OutboxEntry]:
-        return self._puts.put(entries, self._check_put)
-
-    def put_groups(
-        self, requests: Sequence[Sequence[OutboxEntry]]
-    ) -> list[list[OutboxEntry] | OutboxError]:
-        # Submitted together: up to GROUP_COMMIT_BATCH_MAX requests share one transaction.
-        return self._puts.put_groups(requests, self._check_put)
-
-    def _check_put(self, entries: Sequence[OutboxEntry]) -> None:
-        check_put_entries(entries)
-        for entry in entries:
-            self._check_storable(entry)
-
-    def _check_storable(self, entry: OutboxEntry) -> None:
-        m = entry.message
-        for field, value in (
-            ("message_id", m.message_id),
-            ("topic", m.topic),
-            ("message_group", m.message_group or ""),
-        ):
-            if len(value) > NAME_CHARS_MAX:
-                raise EntryTooLargeError(
-                    f"{field} of message {m.message_id[:64]!r} is {len(value)} characters; "
-                    f"the MySQL outbox holds at most {NAME_CHARS_MAX}"
-                )
-        text_chars = len(m.tag or "") + sum(map(len, m.keys))
-        text_chars += sum(len(k) + len(v) for k, v in m.properties.items())
-        row_bytes = 2 * len(m.body) + 4 * 2 * text_chars  # utf8mb4, then escaped
-        if row_bytes > self._entry_bytes_max:
-            raise EntryTooLargeError(
-                f"message {m.message_id!r} needs up to {row_bytes} bytes in a statement; the "
-                f"server's max_allowed_packet leaves {self._entry_bytes_max} for one entry"
-            )
-
-    def _commit_puts(self, requests: Sequence[Sequence[OutboxEntry]]) -> list[Result]:
-        """One transaction for a group commit batch, each request all or nothing."""
-        with self._transaction("put") as conn:
-            entries_total, bytes_total = self._lock_put_counts(conn)
-            ids = list({e.message_id for request in requests for e in request})
-            stored = {e.message_id: e for e in self._get_many(conn, self._stored_ids(conn, ids))}
-            new: dict[str, OutboxEntry] = {}
-            verdicts: list[OutboxFullError | None] = []  # None: accepted
-            for request in requests:
-                adding: dict[str, OutboxEntry] = {}
-                for entry in request:
-                    if entry.message_id not in stored and entry.message_id not in new:
-                        adding.setdefault(entry.message_id, entry)
-                adding_bytes = sum(e.body_bytes for e in adding.values())
-                full = self.limits.refusal(entries_total + len(adding), bytes_total + adding_bytes)
-                verdicts.append(full)
-                if full is not None:
-                    continue
-                entries_total += len(adding)
-                bytes_total += adding_bytes
-                new.update(adding)
-            if new:
-                conn.execute(self._entries.insert(), [entry_to_row(e) for e in new.values()])
-                self._count(conn, 0, len(new), sum(e.body_bytes for e in new.values()))
-                # Read back rather than assumed consecutive: with auto_increment_increment > 1
-                # (multi-primary setups) they are not.
-                for batch in _chunks(list(new), IN_LIST_MAX):
-                    for seq, message_id in conn.execute(self._sql.seqs_by_ids, {"ids": batch}):
-                        stored[message_id] = as_stored(new[message_id], seq)
-        return [
-            verdict if verdict is not None else [stored[e.message_id] for e in request]
-            for request, verdict in zip(requests, verdicts, strict=True)
-        ]
-
-    def _lock_put_counts(self, conn: Connection) -> tuple[int, int]:
-        """Lock the puts' counter row; the bound's entry and byte counts.
-
-        Slot 0 comes from the locking read, hence its latest version: every earlier put. The
-        other slots come from the statement's snapshot, which may miss a decrement committed
-        meanwhile: the counts can only be too high, never too low, so the bound holds.
-        """
-        entries_put, bytes_put, entries_out, bytes_out = conn.execute(self._sql.put_counts).one()
-        return int(entries_put) + int(entries_out), int(bytes_put) + int(bytes_out)
-
-    def _count(self, conn: Connection, slot: int, entries: int, body_bytes: int) -> None:
-        conn.execute(
-            self._sql.count_change,
-            {"to_slot": slot, "add_entries": entries, "add_body_bytes": body_bytes},
-        )
-
-    def _stored_ids(self, conn: Connection, message_ids: Sequence[str]) -> list[str]:
-        """Which of ``message_ids`` are stored (read from the unique index alone)."""
-        found: list[str] = []
-        for batch in _chunks(message_ids, IN_LIST_MAX):
-            found.extend(conn.execute(self._sql.ids_stored, {"ids": batch}).scalars())
-        return found
-
-    def _get_many(self, conn: Connection, message_ids: Sequence[str]) -> list[OutboxEntry]:
-        found: list[OutboxEntry] = []
-        for batch in _chunks(message_ids, IN_LIST_MAX):
-            rows = conn.execute(self._sql.entries_by_ids, {"ids": batch}).mappings()
-            found.extend(row_to_entry(row) for row in rows)
-        return found
-
-    # -- reads -----------------------------------------------------------------------------------
 
     def get(self, message_id: str) -> OutboxEntry | None:
         with self._transaction("get") as conn:
@@ -397,8 +156,6 @@ class MySQLOutbox(Outbox):
                 f"MySQL outbox {self._where}: the server is read-only (a replica?)"
             )
 
-    # -- claims ----------------------------------------------------------------------------------
-
     def claim_due(self, now_ms: int, limit: int, lease_ms: int, owner: str) -> list[OutboxEntry]:
         check_claim_args(lease_ms, owner)
         if limit <= 0:
@@ -449,7 +206,7 @@ class MySQLOutbox(Outbox):
                 .where(t.c.state == PENDING, owned)
             ).scalars().all()  # fmt: skip
         ended = 0
-        for batch in _chunks(seqs, IN_LIST_MAX):
+        for batch in chunks(seqs, IN_LIST_MAX):
             with self._transaction("expire_leases") as conn:
                 ended += conn.execute(
                     t.update()
@@ -464,7 +221,7 @@ class MySQLOutbox(Outbox):
         return ended
 
     def _confirm_fifo_heads(
-        self, locks: _GroupLocks, fifo: Sequence[Mapping[Any, Any]], now_ms: int
+        self, locks: GroupLocks, fifo: Sequence[Mapping[Any, Any]], now_ms: int
     ) -> set[int]:
         """The seqs among ``fifo`` (locked candidates) still claimable once their groups' locks
         are held. A group whose lock is held elsewhere now is left for a later claim."""
@@ -480,378 +237,3 @@ class MySQLOutbox(Outbox):
         return set(
             locks.conn.execute(self._sql.claim_confirm, {"seqs": held, "now_ms": now_ms}).scalars()
         )
-
-    def _group_lock(self, topic: str, message_group: str) -> str:
-        return group_lock_name(self._database, self.table_name, topic, message_group)
-
-    @contextlib.contextmanager
-    def _group_locks(self) -> Iterator[_GroupLocks]:
-        """A connection whose FIFO group locks, if it takes any, are given back at the end
-        (after its transaction: whoever takes them next must see what it committed)."""
-        with self._engine.connect() as conn:
-            locks = _GroupLocks(conn)
-            try:
-                yield locks
-            finally:
-                locks.release_all()
-
-    # -- state changes -------------------------------------------------------------------------
-
-    def mark_delivered(self, message_id: str, receipt: DeliveryReceipt) -> bool:
-        # Concurrent calls (resend workers, sidecars' threads) share one transaction, as puts do.
-        return self._deliveries.submit((message_id, receipt))
-
-    def mark_delivered_many(self, deliveries: Sequence[tuple[str, DeliveryReceipt]]) -> list[bool]:
-        # Submitted together: up to GROUP_COMMIT_BATCH_MAX of them share one transaction.
-        answers = self._deliveries.submit_many(deliveries)
-        for answer in answers:
-            if isinstance(answer, BaseException):
-                raise answer  # the transaction failed: every item's answer
-        return [answer is True for answer in answers]
-
-    def _commit_deliveries(
-        self, requests: Sequence[tuple[str, DeliveryReceipt]]
-    ) -> list[bool | BaseException]:
-        """PENDING → DELIVERED tombstones for a batch of ``mark_delivered`` calls."""
-        with self._transaction("mark_delivered") as conn:
-            # Locked in message_id order (the unique index), so two sidecars' batches cannot
-            # deadlock; claims never wait for them (SKIP LOCKED).
-            ids = list({message_id for message_id, _ in requests})
-            pending = {
-                row.message_id: row for row in conn.execute(self._sql.pending_by_ids, {"ids": ids})
-            }
-            # The first request for an entry delivers it; a repeat finds it delivered.
-            receipts: dict[int, DeliveryReceipt] = {}
-            body_bytes = 0
-            answers: list[bool | BaseException] = []
-            for message_id, receipt in requests:
-                row = pending.pop(message_id, None)
-                answers.append(row is not None)
-                if row is not None:
-                    receipts[row.seq] = receipt
-                    body_bytes += row.body_size
-            if receipts:
-                statement, rows_max = self._sql.tombstones(len(receipts))
-                seqs = sorted(receipts)
-                params: dict[str, object] = {"seqs": seqs}
-                # Unused slots: seqs above every real one (they must keep increasing).
-                padding = range(seqs[-1] + 1, seqs[-1] + 1 + rows_max - len(seqs))
-                slots = [(seq, receipts[seq]) for seq in seqs]
-                slots += [(seq, _NO_RECEIPT) for seq in padding]
-                for i, (seq, receipt) in enumerate(slots):
-                    params[f"seq_{i}"] = seq
-                    params[f"queue_id_{i}"] = receipt.queue_id
-                    params[f"queue_offset_{i}"] = receipt.queue_offset
-                    params[f"delivered_ms_{i}"] = receipt.delivered_ms
-                    params[f"durable_{i}"] = receipt.durable
-                conn.execute(statement, params)
-                slot = 1 + zlib.crc32(requests[0][0].encode()) % COUNTER_SLOTS
-                self._count(conn, slot, -len(receipts), -body_bytes)
-        return answers
-
-    def _update_leased(
-        self, operation: str, message_id: str, owner: str, values: Mapping[str, Any]
-    ) -> bool:
-        """Change a PENDING entry that ``owner`` holds the lease of."""
-        t = self._entries
-        with self._transaction(operation) as conn:
-            result = conn.execute(
-                t.update()
-                .where(t.c.message_id == message_id, t.c.state == PENDING, t.c.lease_owner == owner)
-                .values(**values)
-            )
-        return result.rowcount == 1
-
-    def reschedule(
-        self,
-        message_id: str,
-        owner: str,
-        next_send_time_ms: int,
-        error: str,
-        now_ms: int,
-        *,
-        maybe_stored: bool,
-    ) -> bool:
-        t = self._entries
-        return self._update_leased(
-            "reschedule",
-            message_id,
-            owner,
-            {
-                # Only ever set: an earlier attempt may have stored it (outbox/contract_checks.py).
-                "maybe_stored": sa.or_(t.c.maybe_stored, sa.literal(maybe_stored)),
-                "attempts": t.c.attempts + 1,
-                "last_error": error[:LAST_ERROR_CHARS_MAX],
-                "next_send_time_ms": next_send_time_ms,
-                "due_ms": next_send_time_ms,
-                "lease_owner": None,
-                "lease_until_ms": 0,
-            },
-        )
-
-    def bury(self, message_id: str, owner: str, error: str, now_ms: int) -> bool:
-        return self._update_leased(
-            "bury",
-            message_id,
-            owner,
-            {
-                "state": DEAD,
-                "attempts": self._entries.c.attempts + 1,
-                "last_error": error[:LAST_ERROR_CHARS_MAX],
-                "due_ms": None,
-                "lease_owner": None,
-                "lease_until_ms": 0,
-                "state_changed_ms": now_ms,
-            },
-        )
-
-    def release(self, message_id: str, owner: str) -> bool:
-        t = self._entries
-        return self._update_leased(
-            "release",
-            message_id,
-            owner,
-            {"due_ms": t.c.next_send_time_ms, "lease_owner": None, "lease_until_ms": 0},
-        )
-
-    def requeue(self, message_ids: Sequence[str] | None, now_ms: int) -> int:
-        return self._in_batches(
-            "requeue", DEAD, message_ids, REQUEUE_BATCH_MAX,
-            lambda which, index: self._requeue_batch(which, index, now_ms),
-        )  # fmt: skip
-
-    def _in_batches(
-        self,
-        what: str,
-        state: str,
-        message_ids: Sequence[str] | None,
-        batch_max: int,
-        apply: Callable[[sa.ColumnElement[bool], str], int],
-    ) -> int:
-        """``apply(which, index)`` to the listed entries, or to every entry in ``state``, a batch
-        of at most ``batch_max`` at a time (each its own transaction, so no lock is held over the
-        whole table); returns the sum of what each batch changed."""
-        t = self._entries
-        changed = 0
-        if message_ids is not None:
-            for batch in _chunks(list(dict.fromkeys(message_ids)), batch_max):
-                changed += apply(t.c.message_id.in_(batch), "uq_message_id")
-            return changed
-        after_seq = 0
-        while True:
-            with self._transaction(what) as conn:
-                seqs = conn.execute(
-                    sa.select(t.c.seq)
-                    .where(t.c.state == state, t.c.seq > after_seq)
-                    .order_by(t.c.seq)
-                    .limit(batch_max)
-                ).scalars().all()  # fmt: skip
-            if seqs:
-                changed += apply(t.c.seq.between(seqs[0], seqs[-1]), "PRIMARY")
-                after_seq = seqs[-1]
-            if len(seqs) < batch_max:
-                return changed
-
-    def _requeue_batch(self, which: sa.ColumnElement[bool], index: str, now_ms: int) -> int:
-        """Requeue the DEAD entries ``which`` selects by ``index`` (named, as every locking read
-        is: see Statements.pending_by_ids)."""
-        t = self._entries
-        with self._translated("requeue"), self._group_locks() as locks, locks.conn.begin():
-            rows = locks.conn.execute(
-                sa.select(t.c.seq, t.c.topic, t.c.message_group)
-                .with_hint(t, f"FORCE INDEX ({index})")
-                .where(which, t.c.state == DEAD)
-                .with_for_update()
-            ).all()
-            # A requeued FIFO entry may become its group's head again: wait for the group's
-            # claims in progress to commit, and make the next ones see this requeue.
-            names = {self._group_lock(r.topic, r.message_group) for r in rows if r.message_group}
-            if len(locks.take(names, wait_s=GROUP_LOCK_WAIT_S)) < len(names):
-                raise OutboxUnavailableError(
-                    f"MySQL outbox {self._where}: requeue waited more than {GROUP_LOCK_WAIT_S} s "
-                    "for the claims of a FIFO group to finish"
-                )
-            if rows:
-                locks.conn.execute(
-                    t.update()
-                    .where(t.c.seq.in_([r.seq for r in rows]))
-                    .values(
-                        state=PENDING,
-                        attempts=0,
-                        next_send_time_ms=now_ms,
-                        due_ms=now_ms,
-                        state_changed_ms=now_ms,
-                    )
-                )
-        return len(rows)
-
-    def retry_now(self, message_ids: Sequence[str] | None, now_ms: int) -> int:
-        return self._in_batches(
-            "retry_now", PENDING, message_ids, RETRY_NOW_BATCH_MAX,
-            lambda which, index: self._retry_now_batch(which, index, now_ms),
-        )  # fmt: skip
-
-    def _retry_now_batch(self, which: sa.ColumnElement[bool], index: str, now_ms: int) -> int:
-        """Make the PENDING entries ``which`` selects by ``index`` due now, in one transaction.
-
-        No FIFO group lock, unlike requeue: a claim never takes a group's head while another
-        entry of the group is leased, whatever the head's due time (``fifo_claimable``), so an
-        earlier due time cannot put two of a group in flight. The busy-group test below is the
-        contract's answer, the same on every backend.
-        """
-        t = self._entries
-        live_lease = sa.and_(t.c.lease_owner.is_not(None), t.c.lease_until_ms > now_ms)
-        with self._transaction("retry_now") as conn:
-            rows = conn.execute(
-                sa.select(t.c.seq, t.c.topic, t.c.message_group)
-                .with_hint(t, f"FORCE INDEX ({index})")
-                .where(
-                    which,
-                    t.c.state == PENDING,
-                    t.c.next_send_time_ms > now_ms,
-                    sa.not_(live_lease),
-                )
-                .with_for_update()
-            ).all()
-            groups = {(r.topic, r.message_group) for r in rows if r.message_group}
-            busy: set[tuple[str, str]] = set()
-            for batch in _chunks(sorted(groups), IN_LIST_MAX):
-                busy.update(
-                    (topic, group)
-                    for topic, group in conn.execute(
-                        sa.select(t.c.topic, t.c.message_group)
-                        .distinct()
-                        .where(
-                            sa.tuple_(t.c.topic, t.c.message_group).in_(batch),
-                            t.c.state == PENDING,
-                            live_lease,
-                        )
-                    )
-                )
-            seqs = [
-                r.seq for r in rows if not r.message_group or (r.topic, r.message_group) not in busy
-            ]
-            if seqs:
-                conn.execute(
-                    t.update()
-                    .where(t.c.seq.in_(seqs))
-                    .values(next_send_time_ms=now_ms, due_ms=now_ms)
-                )
-        return len(seqs)
-
-    def purge(self, state: EntryState, before_ms: int) -> int:
-        check_purge_state(state)
-        t = self._entries
-        purged = 0
-        while True:
-            with self._transaction("purge") as conn:
-                # SKIP LOCKED: a row that a requeue holds now is left for the next purge.
-                rows = conn.execute(
-                    sa.select(t.c.seq, t.c.body_size)
-                    .where(t.c.state == state.value, t.c.state_changed_ms < before_ms)
-                    .limit(PURGE_BATCH_MAX)
-                    .with_for_update(skip_locked=True)
-                ).all()
-                if rows:
-                    conn.execute(t.delete().where(t.c.seq.in_([r.seq for r in rows])))
-                    if state is EntryState.DEAD:
-                        body_bytes = sum(int(r.body_size) for r in rows)
-                        slot = 1 + rows[0].seq % COUNTER_SLOTS
-                        self._count(conn, slot, -len(rows), -body_bytes)
-            purged += len(rows)
-            if len(rows) < PURGE_BATCH_MAX:
-                return purged
-
-    def close(self) -> None:
-        if self._closed:
-            return
-        self._puts.close()
-        self._deliveries.close()
-        self._closed = True
-        self._engine.dispose()
-
-
-class _GroupLocks:
-    """The FIFO group locks (MariaDB user locks) one connection holds."""
-
-    def __init__(self, conn: Connection) -> None:
-        self.conn = conn
-        self._held = False
-
-    def take(self, names: Iterable[str], wait_s: int) -> list[str]:
-        """The names whose lock was taken. In sorted order, so that two takers that wait
-        cannot deadlock."""
-        ordered = sorted(names)
-        if not ordered:
-            return []
-        self._held = True
-        if wait_s == 0:  # one round trip for them all
-            got = self.conn.execute(sa.select(*(sa.func.get_lock(n, 0) for n in ordered))).one()
-            return [name for name, ok in zip(ordered, got, strict=True) if ok == 1]
-        taken = []
-        for name in ordered:
-            if self.conn.execute(sa.select(sa.func.get_lock(name, wait_s))).scalar_one() != 1:
-                break
-            taken.append(name)
-        return taken
-
-    def release_all(self) -> None:
-        if not self._held:
-            return
-        try:
-            self.conn.exec_driver_sql("DO RELEASE_ALL_LOCKS()")
-        except sa_exc.DBAPIError:
-            # The server drops a session's user locks with the session: make sure it goes.
-            self.conn.invalidate()
-            raise
-
-
-def group_lock_name(database: str, table: str, topic: str, message_group: str) -> str:
-    """The MariaDB user lock (GET_LOCK) that claims and requeues of one FIFO group hold while
-    they change it. User lock names are server-wide and at most 64 characters."""
-    key = f"{database}\0{table}\0{topic}\0{message_group}".encode()
-    return f"rocketbox:{hashlib.sha1(key, usedforsecurity=False).hexdigest()}"
-
-
-def _engine(url: URL) -> Engine:
-    connect_args: dict[str, Any] = {
-        key: value
-        for key, value in {
-            "connect_timeout": CONNECT_TIMEOUT_S,
-            "read_timeout": READ_TIMEOUT_S,
-            "write_timeout": WRITE_TIMEOUT_S,
-        }.items()
-        if key not in url.query  # the URL's own deadlines win
-    }
-    connect_args["init_command"] = f"SET SESSION innodb_lock_wait_timeout = {LOCK_WAIT_TIMEOUT_S}"
-    if "charset" not in url.query:
-        url = url.update_query_dict({"charset": "utf8mb4"})
-    return sa.create_engine(
-        url,
-        pool_pre_ping=True,
-        pool_size=POOL_SIZE,
-        max_overflow=POOL_OVERFLOW_MAX,
-        pool_timeout=POOL_TIMEOUT_S,
-        pool_recycle=POOL_RECYCLE_S,
-        # No ROLLBACK round trip as a connection goes back to the pool: every use ends its own
-        # transaction (``engine.begin()``, or ``Connection.close()`` rolling back).
-        pool_reset_on_return=None,
-        # Each statement sees what was committed before it (the FIFO confirmation relies on
-        # it), and InnoDB takes no gap locks that would make claims and puts wait on each other.
-        isolation_level="READ COMMITTED",
-        connect_args=connect_args,
-    )
-
-
-def _no_space(error: BaseException | None) -> bool:
-    """A driver error saying the server's disk (or the table's tablespace) is full."""
-    args = getattr(error, "args", ())
-    code = args[0] if args and isinstance(args[0], int) else None
-    if code in _NO_SPACE_ERRORS:
-        return True
-    return code == _ER_ERROR_ON_WRITE and "errno: 28" in str(error)
-
-
-def _chunks(items: Sequence[_T], size: int) -> Iterator[Sequence[_T]]:
-    for start in range(0, len(items), size):
-        yield items[start : start + size]
