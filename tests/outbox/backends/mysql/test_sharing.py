@@ -58,7 +58,7 @@ from outbox.backends.mysql.outbox import MySQLOutbox
 from tests.outbox.entries import LEASE_MS, NOW_MS, TOPIC, entry, ids, message_id, receipt
 from tests.services import mysql_url, unique_name
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
+REPO_ROOT = Path(__file__).resolve().parents[4]
 DEADLINE_S = 60.0
 
 OpenMySQL = Callable[..., MySQLOutbox]

@@ -65,7 +65,7 @@ from outbox.outbox import SCAN_PAGE_MAX
 from tests.outbox.conftest import SHARED_BACKENDS, OpenOutbox
 from tests.outbox.entries import LEASE_MS, NOW_MS, TOPIC, entry, ids, message_id, receipt
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
+REPO_ROOT = Path(__file__).resolve().parents[3]
 
 
 def claim(ob: Outbox, now_ms: int = NOW_MS, limit: int = 100, owner: str = "w1") -> list[str]:
