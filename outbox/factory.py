@@ -38,9 +38,14 @@ def open_outbox(url: str, limits: OutboxLimits | None = None) -> Outbox:
             f"outbox URL {redact(url)!r}: unknown scheme {scheme!r}{hint} "
             f"(known: {', '.join(sorted(BACKENDS))})"
         )
+    return backend_class(scheme).from_url(url, limits or OutboxLimits())
+
+
+def backend_class(scheme: str) -> type[Outbox]:
+    """The backend class of a known URL scheme (imported now): its ``features``, say."""
     module_name, class_name = BACKENDS[scheme]
     backend: type[Outbox] = getattr(importlib.import_module(module_name), class_name)
-    return backend.from_url(url, limits or OutboxLimits())
+    return backend
 
 
 def redact(url: str) -> str:

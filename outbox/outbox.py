@@ -49,6 +49,8 @@ from __future__ import annotations
 
 import abc
 from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from typing import ClassVar
 
 from outbox.contract_checks import check_put_entries
 from outbox.entry import (
@@ -63,11 +65,29 @@ from outbox.errors import EntryTooLargeError, OutboxError, OutboxFullError
 SCAN_PAGE_MAX = 1_000
 
 
+@dataclass(frozen=True, slots=True)
+class OutboxFeatures:
+    """What a backend offers beyond the contract. Each backend class declares its own
+    (``Outbox.features``), and tests/outbox/conformance/test_features.py checks every declared
+    feature and, where one is not declared, its absence."""
+
+    # Several sidecars (processes) may open one outbox at once and share its entries: claims
+    # never overlap between them and the bound holds for all of them. Without it, a second
+    # opener of the same URL is refused (OutboxUnavailableError) or gets an outbox of its own.
+    shared_by_sidecars: bool
+    # What a returned ``put`` stored is there when the outbox is opened again after SIGKILL of
+    # the process that put it (and so after a close and reopen). Without it, nothing outlives
+    # the instance that put it.
+    survives_process_kill: bool
+
+
 class Outbox(abc.ABC):
     """One backend of the outbox. Thread-safe: the resend pool's workers share one instance."""
 
     # The URL scheme(s) the backend is opened by (outbox/factory.py).
     name: str = ""
+    # What it offers beyond the contract; every backend class declares it.
+    features: ClassVar[OutboxFeatures]
 
     def __init__(self, limits: OutboxLimits) -> None:
         self.limits = limits

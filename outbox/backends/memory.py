@@ -1,7 +1,7 @@
 """The reference outbox: a dict under a lock. URL ``memory://``.
 
 Durability: none. Everything is lost with the process; it exists so that the other backends have
-something obviously correct to be compared with (tests/outbox/test_conformance.py), and for tests
+something obviously correct to be compared with (tests/outbox/conformance/), and for tests
 and demos. Each ``from_url`` opens a new, empty outbox: nothing is shared between instances.
 
 Every method is a direct reading of the contract (outbox/outbox.py): claims look at every entry,
@@ -41,11 +41,12 @@ from outbox.entry import (
 )
 from outbox.errors import OutboxConfigError, OutboxUnavailableError
 from outbox.factory import redact
-from outbox.outbox import Outbox
+from outbox.outbox import Outbox, OutboxFeatures
 
 
 class MemoryOutbox(Outbox):
     name = "memory"
+    features = OutboxFeatures(shared_by_sidecars=False, survives_process_kill=False)
 
     def __init__(self, limits: OutboxLimits) -> None:
         super().__init__(limits)

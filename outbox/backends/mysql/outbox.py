@@ -73,10 +73,12 @@ from outbox.entry import EntryState, OutboxEntry, OutboxLimits, OutboxStats
 from outbox.errors import (
     OutboxUnavailableError,
 )
+from outbox.outbox import OutboxFeatures
 
 
 class MySQLOutbox(MySQLPuts, MySQLSettlements, MySQLBulkChanges):
     name = "mysql+pymysql"
+    features = OutboxFeatures(shared_by_sidecars=True, survives_process_kill=True)
 
     @classmethod
     def from_url(cls, url: str, limits: OutboxLimits) -> MySQLOutbox:

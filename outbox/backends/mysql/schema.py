@@ -180,10 +180,15 @@ class Statements:
     database took to run them."""
 
     def __init__(self, entries: sa.Table, counters: sa.Table) -> None:
-        t = entries
-        self._entries = t
+        self._entries = entries
+        self._tombstones: dict[int, sa.Update] = {}
+        self._build_lookups(entries)
+        self._build_counts(counters)
+        self._build_claims(entries)
+
+    def _build_lookups(self, t: sa.Table) -> None:
+        """By message id: which are stored, the entries, their seqs; and the FIFO groups."""
         ids: sa.BindParameter[list[str]] = sa.bindparam("ids", expanding=True)
-        seqs: sa.BindParameter[list[int]] = sa.bindparam("seqs", expanding=True)
         self.ids_stored = sa.select(t.c.message_id).where(t.c.message_id.in_(ids))
         self.entries_by_ids = sa.select(t).where(t.c.message_id.in_(ids))
         self.seqs_by_ids = sa.select(t.c.seq, t.c.message_id).where(t.c.message_id.in_(ids))
@@ -197,6 +202,17 @@ class Statements:
             .with_for_update()
         )
 
+        # Every FIFO group with a PENDING entry: a loose scan of ix_fifo_head (one seek per
+        # distinct (topic, group) of the table, whatever the number of entries).
+        self.pending_groups = (
+            sa.select(t.c.topic, t.c.message_group)
+            .with_hint(t, "FORCE INDEX (ix_fifo_head)")
+            .distinct()
+            .where(t.c.state == PENDING, t.c.message_group != "")
+        )
+
+    def _build_counts(self, counters: sa.Table) -> None:
+        """The bound's counters: a change of one slot, and the puts' locking read of them."""
         # Counters: params to_slot, add_entries, add_body_bytes (negative to count out).
         self.count_change = (
             counters.update()
@@ -217,7 +233,7 @@ class Statements:
             )
 
         # Slot 0 by a locking read (its latest version), the others from the statement's
-        # snapshot: see MySQLOutbox._lock_put_counts.
+        # snapshot: see MySQLPuts._lock_put_counts (puts.py).
         self.put_counts = (
             sa.select(
                 counters.c.entries,
@@ -229,6 +245,10 @@ class Statements:
             .with_for_update()
         )
 
+    def _build_claims(self, t: sa.Table) -> None:
+        """A claim's statements: where it starts, its locking read, the FIFO confirmation and
+        the lease it writes."""
+        seqs: sa.BindParameter[list[int]] = sa.bindparam("seqs", expanding=True)
         # Claims: params now_ms; then from_due_ms, from_seq, limit; then seqs, owner,
         # lease_until_ms.
         now_ms = sa.bindparam("now_ms", type_=sa.BigInteger)
@@ -284,16 +304,6 @@ class Statements:
                 (t.c.lease_until_ms, lease_until_ms),
                 (t.c.due_ms, lease_until_ms),
             )
-        )
-        self._tombstones: dict[int, sa.Update] = {}
-
-        # Every FIFO group with a PENDING entry: a loose scan of ix_fifo_head (one seek per
-        # distinct (topic, group) of the table, whatever the number of entries).
-        self.pending_groups = (
-            sa.select(t.c.topic, t.c.message_group)
-            .with_hint(t, "FORCE INDEX (ix_fifo_head)")
-            .distinct()
-            .where(t.c.state == PENDING, t.c.message_group != "")
         )
 
     def tombstones(self, rows_n: int) -> tuple[sa.Update, int]:

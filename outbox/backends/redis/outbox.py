@@ -107,7 +107,7 @@ from outbox.errors import (
     OutboxUnavailableError,
 )
 from outbox.group_commit import GroupCommitter, Result
-from outbox.outbox import Outbox
+from outbox.outbox import Outbox, OutboxFeatures
 
 CLAIM_BATCH_MAX = 10_000
 # Deliveries per script call of mark_delivered_many: no call holds the server for long.
@@ -121,6 +121,7 @@ EXPIRE_BATCH_MAX = 1_000
 
 class RedisOutbox(Outbox):
     name = "redis"
+    features = OutboxFeatures(shared_by_sidecars=True, survives_process_kill=True)
 
     def __init__(self, client: redis.Redis, prefix: str, limits: OutboxLimits, where: str) -> None:
         super().__init__(limits)

@@ -96,12 +96,14 @@ from outbox.disk_reserve import (
 from outbox.entry import DeliveryReceipt, EntryState, OutboxEntry, OutboxLimits, OutboxStats
 from outbox.errors import OutboxConfigError
 from outbox.factory import redact
+from outbox.outbox import OutboxFeatures
 
 CLAIM_BATCH_MAX = 10_000
 
 
 class RocksDBOutbox(RocksDBPuts, RocksDBBulkChanges):
     name = "rocksdb"
+    features = OutboxFeatures(shared_by_sidecars=False, survives_process_kill=True)
 
     @classmethod
     def from_url(cls, url: str, limits: OutboxLimits) -> RocksDBOutbox:

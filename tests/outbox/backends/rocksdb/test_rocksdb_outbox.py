@@ -28,10 +28,10 @@ import pytest
 
 from outbox import EntryState, OutboxLimits, OutboxUnavailableError, open_outbox
 from outbox.backends.rocksdb.outbox import RocksDBOutbox
+from tests.outbox.backends.rocksdb.rocksdb_writer import writer_body
 from tests.outbox.entries import LEASE_MS, NOW_MS, TOPIC, entry, ids, message_id, receipt
-from tests.outbox.rocksdb_writer import writer_body
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
+REPO_ROOT = Path(__file__).resolve().parents[4]
 PUT_DEADLINE_S = 60.0
 SKIPS = "rocksdb.number.iter.skip"
 WAL_SYNCS = "rocksdb.wal.synced"
@@ -46,12 +46,12 @@ def open_rocksdb(path: Path, *, statistics: bool = False) -> RocksDBOutbox:
 
 
 class Writer:
-    """tests/outbox/rocksdb_writer.py in a child process, and the PUT lines it printed."""
+    """rocksdb_writer.py (beside this file) in a child process, and the PUT lines it printed."""
 
     def __init__(self, path: Path, threads: int, puts_max: int) -> None:
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "tests.outbox.rocksdb_writer", str(path), str(threads),
-             str(puts_max)],
+            [sys.executable, "-m", "tests.outbox.backends.rocksdb.rocksdb_writer", str(path),
+             str(threads), str(puts_max)],
             cwd=REPO_ROOT,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
