@@ -1,5 +1,7 @@
-"""The outbox contract: every backend (memory, RocksDB, Redis, MySQL) keeps exactly these promises,
-and tests/outbox/ checks each of them against every backend.
+"""The outbox contract: every backend (memory, RocksDB, Redis, MySQL; outbox/backends/) keeps
+exactly these promises, and tests/outbox/conformance/ checks each of them against every backend.
+The rules every backend applies the same way (argument checks, entry changes) are written once,
+in outbox/contract_checks.py; what a backend offers beyond them it declares (``OutboxFeatures``).
 
 Methods are blocking; the sidecar calls them from an executor it owns. Times are passed in
 (``now_ms``) rather than read, so that every backend agrees on one clock per call and tests can
@@ -35,6 +37,9 @@ Promises:
   on any PENDING entry whatever its lease: the broker has the message, that is a fact.
   ``mark_delivered_many`` is ``mark_delivered`` for each item in order, in one write where the
   backend allows; an id given twice is delivered by its first item (the second answers False).
+- ``reschedule(..., maybe_stored=True)`` marks the entry maybe stored (the failed resend may
+  have reached the broker); the flag is stored with the entry, only ever set, and never read
+  back from ``last_error``'s wording.
 - ``pending_groups`` is every (topic, message group) for which ``has_pending_group`` is True,
   read at once and cheaply (an index, not every entry, where the backend allows): the sidecar
   loads its FIFO fence from it.
