@@ -18,7 +18,7 @@ from outbox.errors import (
     OutboxUnavailableError,
 )
 from outbox.factory import open_outbox
-from outbox.outbox import Outbox
+from outbox.outbox import Outbox, OutboxFeatures
 
 __all__ = [
     "DeliveryReceipt",
@@ -28,6 +28,7 @@ __all__ = [
     "OutboxConfigError",
     "OutboxEntry",
     "OutboxError",
+    "OutboxFeatures",
     "OutboxFullError",
     "OutboxLimits",
     "OutboxMessage",

@@ -1,11 +1,11 @@
 """Open an outbox by URL. The scheme picks the backend; each is imported only when used.
 
-| URL | backend |
+| URL | backend (under outbox/backends/) |
 |---|---|
-| ``memory://`` | outbox/memory_outbox.py: the reference; nothing survives the process |
-| ``rocksdb:///abs/path`` or ``rocksdb://./rel/path`` | outbox/rocksdb_outbox.py |
-| ``redis://[:password@]host:port/db?prefix=NAME`` (and ``rediss://``) | outbox/redis_outbox.py |
-| ``mysql+pymysql://user:password@host:port/db?table=NAME`` | outbox/mysql_outbox.py |
+| ``memory://`` | memory.py: the reference; nothing survives the process |
+| ``rocksdb:///abs/path`` or ``rocksdb://./rel/path`` | rocksdb/ |
+| ``redis://[:password@]host:port/db?prefix=NAME`` (and ``rediss://``) | redis/ |
+| ``mysql+pymysql://user:password@host:port/db?table=NAME`` | mysql/ |
 """
 
 from __future__ import annotations
@@ -20,11 +20,11 @@ from outbox.outbox import Outbox
 
 # scheme → (module, class)
 BACKENDS: dict[str, tuple[str, str]] = {
-    "memory": ("outbox.memory_outbox", "MemoryOutbox"),
-    "rocksdb": ("outbox.rocksdb_outbox", "RocksDBOutbox"),
-    "redis": ("outbox.redis_outbox", "RedisOutbox"),
-    "rediss": ("outbox.redis_outbox", "RedisOutbox"),
-    "mysql+pymysql": ("outbox.mysql_outbox", "MySQLOutbox"),
+    "memory": ("outbox.backends.memory", "MemoryOutbox"),
+    "rocksdb": ("outbox.backends.rocksdb.outbox", "RocksDBOutbox"),
+    "redis": ("outbox.backends.redis.outbox", "RedisOutbox"),
+    "rediss": ("outbox.backends.redis.outbox", "RedisOutbox"),
+    "mysql+pymysql": ("outbox.backends.mysql.outbox", "MySQLOutbox"),
 }
 
 
@@ -38,9 +38,14 @@ def open_outbox(url: str, limits: OutboxLimits | None = None) -> Outbox:
             f"outbox URL {redact(url)!r}: unknown scheme {scheme!r}{hint} "
             f"(known: {', '.join(sorted(BACKENDS))})"
         )
+    return backend_class(scheme).from_url(url, limits or OutboxLimits())
+
+
+def backend_class(scheme: str) -> type[Outbox]:
+    """The backend class of a known URL scheme (imported now): its ``features``, say."""
     module_name, class_name = BACKENDS[scheme]
     backend: type[Outbox] = getattr(importlib.import_module(module_name), class_name)
-    return backend.from_url(url, limits or OutboxLimits())
+    return backend
 
 
 def redact(url: str) -> str:

@@ -1,5 +1,7 @@
-"""The outbox contract: every backend (memory, RocksDB, Redis, MySQL) keeps exactly these promises,
-and tests/outbox/ checks each of them against every backend.
+"""The outbox contract: every backend (memory, RocksDB, Redis, MySQL; outbox/backends/) keeps
+exactly these promises, and tests/outbox/conformance/ checks each of them against every backend.
+The rules every backend applies the same way (argument checks, entry changes) are written once,
+in outbox/contract_checks.py; what a backend offers beyond them it declares (``OutboxFeatures``).
 
 Methods are blocking; the sidecar calls them from an executor it owns. Times are passed in
 (``now_ms``) rather than read, so that every backend agrees on one clock per call and tests can
@@ -35,6 +37,9 @@ Promises:
   on any PENDING entry whatever its lease: the broker has the message, that is a fact.
   ``mark_delivered_many`` is ``mark_delivered`` for each item in order, in one write where the
   backend allows; an id given twice is delivered by its first item (the second answers False).
+- ``reschedule(..., maybe_stored=True)`` marks the entry maybe stored (the failed resend may
+  have reached the broker); the flag is stored with the entry, only ever set, and never read
+  back from ``last_error``'s wording.
 - ``pending_groups`` is every (topic, message group) for which ``has_pending_group`` is True,
   read at once and cheaply (an index, not every entry, where the backend allows): the sidecar
   loads its FIFO fence from it.
@@ -49,7 +54,10 @@ from __future__ import annotations
 
 import abc
 from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from typing import ClassVar
 
+from outbox.contract_checks import check_put_entries
 from outbox.entry import (
     DeliveryReceipt,
     EntryState,
@@ -62,11 +70,29 @@ from outbox.errors import EntryTooLargeError, OutboxError, OutboxFullError
 SCAN_PAGE_MAX = 1_000
 
 
+@dataclass(frozen=True, slots=True)
+class OutboxFeatures:
+    """What a backend offers beyond the contract. Each backend class declares its own
+    (``Outbox.features``), and tests/outbox/conformance/test_features.py checks every declared
+    feature and, where one is not declared, its absence."""
+
+    # Several sidecars (processes) may open one outbox at once and share its entries: claims
+    # never overlap between them and the bound holds for all of them. Without it, a second
+    # opener of the same URL is refused (OutboxUnavailableError) or gets an outbox of its own.
+    shared_by_sidecars: bool
+    # What a returned ``put`` stored is there when the outbox is opened again after SIGKILL of
+    # the process that put it (and so after a close and reopen). Without it, nothing outlives
+    # the instance that put it.
+    survives_process_kill: bool
+
+
 class Outbox(abc.ABC):
     """One backend of the outbox. Thread-safe: the resend pool's workers share one instance."""
 
     # The URL scheme(s) the backend is opened by (outbox/factory.py).
     name: str = ""
+    # What it offers beyond the contract; every backend class declares it.
+    features: ClassVar[OutboxFeatures]
 
     def __init__(self, limits: OutboxLimits) -> None:
         self.limits = limits
@@ -144,9 +170,22 @@ class Outbox(abc.ABC):
 
     @abc.abstractmethod
     def reschedule(
-        self, message_id: str, owner: str, next_send_time_ms: int, error: str, now_ms: int
+        self,
+        message_id: str,
+        owner: str,
+        next_send_time_ms: int,
+        error: str,
+        now_ms: int,
+        *,
+        maybe_stored: bool,
     ) -> bool:
-        """A failed resend: attempts + 1, last error kept, lease released, due again later."""
+        """A failed resend: attempts + 1, last error kept, lease released, due again later.
+
+        ``maybe_stored``: the failed attempt may have reached the broker (it timed out after the
+        request went out), so the entry's next resend asks the broker's index first. It is a
+        stored flag, never read back from ``error``'s wording, and only ever set: False leaves
+        an entry an earlier attempt may have stored as it was (``contract_checks``).
+        """
 
     @abc.abstractmethod
     def bury(self, message_id: str, owner: str, error: str, now_ms: int) -> bool:
@@ -213,20 +252,3 @@ class Outbox(abc.ABC):
 
     def __exit__(self, *exc: object) -> None:
         self.close()
-
-
-def check_owner_prefix(owner_prefix: str) -> None:
-    """What ``expire_leases`` takes, on every backend: a prefix naming some owners, not all."""
-    if not owner_prefix:
-        raise ValueError("expire_leases needs a non-empty owner prefix (it would end every lease)")
-
-
-def check_put_entries(entries: Sequence[OutboxEntry]) -> None:
-    """What ``put`` takes, on every backend: new entries (ValueError otherwise)."""
-    for entry in entries:
-        if entry.state is not EntryState.PENDING:
-            raise ValueError(f"put takes PENDING entries; {entry.message_id} is {entry.state}")
-        if entry.lease_owner is not None:
-            raise ValueError(f"put takes unleased entries; {entry.message_id} is leased")
-        if min(entry.created_ms, entry.next_send_time_ms, entry.state_changed_ms) < 0:
-            raise ValueError(f"put takes times in ms since the epoch; {entry.message_id} has < 0")

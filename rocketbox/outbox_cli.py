@@ -118,7 +118,7 @@ def _check_rocksdb_exists(url: str) -> None:
     admin command, where a mistyped path would show an empty outbox instead of an error."""
     if not _is_rocksdb(url):
         return
-    from outbox.rocksdb_outbox import rocksdb_path  # noqa: PLC0415 - imports rocksdict
+    from outbox.backends.rocksdb.store import rocksdb_path  # noqa: PLC0415 - imports rocksdict
 
     path = rocksdb_path(url)
     if not (path / "CURRENT").is_file():

@@ -50,7 +50,7 @@ class FifoFence:
 
     async def load(self) -> None:
         """Fence every group the outbox has PENDING entries of."""
-        for key in await self._outbox.call(self._outbox.outbox.pending_groups):
+        for key in await self._outbox.pending_groups():
             self.add(key)
 
     async def recheck(self, key: GroupKey) -> None:
@@ -58,15 +58,14 @@ class FifoFence:
         if key not in self._fenced:
             return
         generation = self._generations.get(key, 0)
-        outbox = self._outbox.outbox
-        if await self._outbox.call(outbox.has_pending_group, *key):
+        if await self._outbox.has_pending_group(*key):
             return
         self._lift(key, generation)
 
     async def refresh(self) -> None:
         """The fence becomes what the outbox holds (plus what was added meanwhile)."""
         before = dict(self._generations)
-        pending = await self._outbox.call(self._outbox.outbox.pending_groups)
+        pending = await self._outbox.pending_groups()
         for key in pending - self._fenced:
             self.add(key)
         for key in self._fenced - pending:

@@ -14,8 +14,9 @@ its back-off, so nothing is lost, only slower. Left out:
 - entries from before a restart of the sidecar, and entries another sidecar sharing the outbox
   spooled: they are not in this registry and keep their back-off.
 AMBIGUOUS entries are pulled in: a resend of an entry that may be stored asks the broker's index
-first (``may_be_stored`` in sidecar/resend_pool.py), so pulling it in cannot store it twice; and
-an outage seen on live connections (a broker killed or hung) ends as AMBIGUOUS, not UNAVAILABLE.
+first (its ``maybe_stored`` flag, stored by its spool or reschedule), so pulling it in cannot
+store it twice; and an outage seen on live connections (a broker killed or hung) ends as
+AMBIGUOUS, not UNAVAILABLE.
 
 When. A send of the topic is stored (by intake or the resend pool), and the topic has ids
 waiting and no wave out. The evidence is per topic: a failure carries no broker (the producer's
@@ -231,7 +232,7 @@ class RecoveryPullIn:
 
     async def _pull_in(self, topic: str, wave: Wave, message_ids: list[str]) -> None:
         try:
-            made_due = await self._outbox.call(self._outbox.outbox.retry_now, message_ids, now_ms())
+            made_due = await self._outbox.retry_now(message_ids, now_ms())
         except Exception as e:  # the outbox is down: the entries keep their back-off
             LOG.warning("pulling in %d entries of %s failed: %s", len(message_ids), topic, e)
             state = self._topics.get(topic)

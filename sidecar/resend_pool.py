@@ -74,7 +74,7 @@ def resend_jobs(claimed: list[OutboxEntry]) -> list[list[OutboxEntry]]:
     open_batches: dict[str, tuple[list[OutboxEntry], int]] = {}
     for entry in claimed:
         m = entry.message
-        if not coalescable(m) or may_be_stored(entry):
+        if not coalescable(m) or entry.maybe_stored:
             jobs.append([entry])
             continue
         batch, batch_bytes = open_batches.get(m.topic, ([], 0))
@@ -90,10 +90,10 @@ def resend_jobs(claimed: list[OutboxEntry]) -> list[list[OutboxEntry]]:
     return jobs
 
 
-def may_be_stored(entry: OutboxEntry) -> bool:
-    """Its spool or a later resend timed out after the request went out (last errors start with
-    their cause): the broker's index is asked before it is sent again."""
-    return entry.maybe_stored or entry.last_error.startswith(SpoolCause.AMBIGUOUS.value)
+def failure_may_be_stored(failure: SendFailedError) -> bool:
+    """The failed resend may have reached the broker (it timed out after the request went out):
+    its reschedule says so, and the next resend asks the broker's index first."""
+    return failure.maybe_stored or failure.cause is SpoolCause.AMBIGUOUS
 
 
 class ResendPool:
@@ -182,12 +182,8 @@ class ResendPool:
 
     async def _claim(self) -> list[OutboxEntry]:
         try:
-            return await self._outbox.call(
-                self._outbox.outbox.claim_due,
-                now_ms(),
-                self.config.claim_batch_max,
-                self.config.lease_ms,
-                self.owner,
+            return await self._outbox.claim_due(
+                now_ms(), self.config.claim_batch_max, self.config.lease_ms, self.owner
             )
         except Exception as e:  # the outbox is down: readiness says so; try again next poll
             LOG.warning("claiming due outbox entries failed: %s", e)
@@ -196,7 +192,7 @@ class ResendPool:
     async def _release(self, entries: list[OutboxEntry]) -> None:
         for entry in entries:
             try:
-                await self._outbox.call(self._outbox.outbox.release, entry.message_id, self.owner)
+                await self._outbox.release(entry.message_id, self.owner)
             except Exception:  # the lease expires by itself
                 LOG.warning(
                     "releasing the lease of %s failed", entry.message_id, exc_info=True,
@@ -205,7 +201,7 @@ class ResendPool:
 
     async def _resend(self, job: list[OutboxEntry]) -> None:
         try:
-            if len(job) == 1 and may_be_stored(job[0]) and await self._settled_by_index(job[0]):
+            if len(job) == 1 and job[0].maybe_stored and await self._settled_by_index(job[0]):
                 return
             await self._send(job)
         except Exception:
@@ -254,9 +250,7 @@ class ResendPool:
 
     async def _delivered(self, delivered: list[tuple[OutboxEntry, DeliveryReceipt]]) -> None:
         """Tombstones for the entries, in one outbox write."""
-        done = await self._outbox.call(
-            self._outbox.outbox.mark_delivered_many, [(e.message_id, r) for e, r in delivered]
-        )
+        done = await self._outbox.mark_delivered_many([(e.message_id, r) for e, r in delivered])
         # Counted whatever the answer: an entry already delivered (by another sidecar, or by
         # an earlier resend whose tombstone came late) is at the broker all the same.
         self._count("DELIVERED", len(delivered))
@@ -297,10 +291,10 @@ class ResendPool:
             await self._bury(entry, f"older than {self.config.age_max_s} s; last: {error}")
             return
         next_send_time_ms = now + self._backoff.delay_ms(attempts)
-        outbox = self._outbox.outbox
-        done = await self._outbox.call(
-            outbox.reschedule, entry.message_id, self.owner, next_send_time_ms, error, now
-        )
+        done = await self._outbox.reschedule(
+            entry.message_id, self.owner, next_send_time_ms, error, now,
+            maybe_stored=failure_may_be_stored(failure),
+        )  # fmt: skip
         if done:
             self._count("RESCHEDULED")
             self.pull_in.backing_off(entry, failure.cause)
@@ -311,9 +305,7 @@ class ResendPool:
             )  # fmt: skip
 
     async def _bury(self, entry: OutboxEntry, error: str) -> None:
-        done = await self._outbox.call(
-            self._outbox.outbox.bury, entry.message_id, self.owner, error, now_ms()
-        )
+        done = await self._outbox.bury(entry.message_id, self.owner, error, now_ms())
         if done:
             self._count("BURIED")
             self._fifo_settled(entry)
@@ -325,9 +317,7 @@ class ResendPool:
     async def _purge(self) -> None:
         before_ms = now_ms() - int(self.config.delivered_retention_hours * HOUR_MS)
         try:
-            purged = await self._outbox.call(
-                self._outbox.outbox.purge, EntryState.DELIVERED, before_ms
-            )
+            purged = await self._outbox.purge(EntryState.DELIVERED, before_ms)
         except Exception:
             LOG.warning("purging delivered tombstones failed", exc_info=True)
             return

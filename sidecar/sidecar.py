@@ -235,7 +235,7 @@ class Sidecar:
         """End the leases of this sidecar's earlier incarnations (module docstring)."""
         prefix = f"{self.config.sidecar_id}/"
         try:
-            ended = await self.outbox.call(self.outbox.outbox.expire_leases, prefix, now_ms())
+            ended = await self.outbox.expire_leases(prefix, now_ms())
         except OutboxError as e:  # they end by themselves at their lease's end
             LOG.warning("the leases of %s* left by an earlier run were not ended: %s", prefix, e)
             return
@@ -248,7 +248,7 @@ class Sidecar:
 
     async def _check_ready(self) -> bool:
         try:
-            await self.outbox.call(self.outbox.outbox.check_writable)
+            await self.outbox.check_writable()
         except OutboxNoSpaceError as e:
             reason, detail = OUTBOX_NO_SPACE, str(e)
         except OutboxError as e:
@@ -282,7 +282,7 @@ class Sidecar:
         while True:
             now = now_ms()
             try:
-                stats = await self.outbox.call(self.outbox.outbox.stats, now)
+                stats = await self.outbox.stats(now)
             except OutboxError as e:
                 LOG.debug("outbox stats unavailable: %s", e)
             else:

@@ -50,7 +50,6 @@ class SpoolWriter:
         await self._batcher.wait_idle()
 
     async def _write(self, entries: Sequence[OutboxEntry]) -> list[PutAnswer]:
-        outbox = self._outbox.outbox
         self._metrics.put_entries.observe(len(entries))
         with self._metrics.put_seconds.time():
-            return await self._outbox.call(outbox.put_groups, [[e] for e in entries])
+            return await self._outbox.put_groups([[e] for e in entries])

@@ -1,6 +1,7 @@
 """Fixtures for the outbox tests: every backend, on its real service, fresh for each test.
 
-``backend`` is one of BACKENDS (a test restricts it with ``parametrize(..., indirect=True)``);
+``backend`` is one of BACKENDS (a test restricts it with ``parametrize(..., indirect=True)``),
+``features`` what it declares (``OutboxFeatures``);
 ``outbox_url`` names an outbox no other test uses — a RocksDB directory under tmp_path, a Redis
 key prefix, a MySQL table — and removes it after the test; ``open_ob(limits)`` opens it (again,
 for reopen tests) and closes everything it opened at teardown; ``outbox`` is one opened with the
@@ -17,11 +18,27 @@ import pytest
 import redis
 import sqlalchemy as sa
 
-from outbox import Outbox, OutboxLimits, open_outbox
+from outbox import Outbox, OutboxFeatures, OutboxLimits, open_outbox
+from outbox.factory import backend_class
 from tests.services import mysql_url, redis_url, unique_name
 
-BACKENDS = ["memory", "rocksdb", "redis", "mysql"]
-SHARED_BACKENDS = ["redis", "mysql"]
+# Each backend by its URL scheme (outbox/factory.py).
+BACKEND_SCHEMES = {
+    "memory": "memory",
+    "rocksdb": "rocksdb",
+    "redis": "redis",
+    "mysql": "mysql+pymysql",
+}
+BACKENDS = list(BACKEND_SCHEMES)
+
+
+def backend_features(backend: str) -> OutboxFeatures:
+    """What ``backend`` declares it offers beyond the contract."""
+    return backend_class(BACKEND_SCHEMES[backend]).features
+
+
+# The backends several sidecars may share, as they declare.
+SHARED_BACKENDS = [b for b in BACKENDS if backend_features(b).shared_by_sidecars]
 # The RocksDB outboxes' disk reserve (outbox/disk_reserve.py): the tests make many of them.
 TEST_RESERVE_BYTES = 1024 * 1024
 
@@ -55,7 +72,8 @@ def backend_url(backend: str, tmp_path: Path) -> Iterator[str]:
             engine = sa.create_engine(mysql_url())
             try:
                 with engine.begin() as conn:
-                    # The backend keeps its counters beside its table (outbox/mysql_outbox.py).
+                    # The backend keeps its counters beside its table
+                    # (outbox/backends/mysql/outbox.py).
                     conn.execute(sa.text(f"DROP TABLE IF EXISTS `{table}`, `{table}_counters`"))
             finally:
                 engine.dispose()
@@ -66,6 +84,11 @@ def backend_url(backend: str, tmp_path: Path) -> Iterator[str]:
 @pytest.fixture(params=BACKENDS)
 def backend(request: pytest.FixtureRequest) -> str:
     return str(request.param)
+
+
+@pytest.fixture
+def features(backend: str) -> OutboxFeatures:
+    return backend_features(backend)
 
 
 @pytest.fixture

@@ -17,9 +17,9 @@ from pathlib import Path
 from typing import Any
 
 from outbox import DeliveryReceipt, OutboxEntry, OutboxMessage, SpoolCause
+from outbox.backends.memory import MemoryOutbox
 from outbox.entry import OutboxLimits
 from outbox.export import export_jsonl, export_parquet
-from outbox.memory_outbox import MemoryOutbox
 from reconcile.testdata import CommitLogWriter, ledger_line, write_ledger
 
 T0 = 1_767_225_600_000  # 2026-01-01T00:00Z, a bucket boundary

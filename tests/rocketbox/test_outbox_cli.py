@@ -134,7 +134,9 @@ def fail(outbox: Any, e: OutboxEntry, at_ms: int, next_send_time_ms: int) -> Non
     """One failed resend of ``e``, the only entry due at ``at_ms``."""
     claimed = outbox.claim_due(at_ms, 1, LEASE_MS, "w1")
     assert [c.message_id for c in claimed] == [e.message_id]
-    assert outbox.reschedule(e.message_id, "w1", next_send_time_ms, "busy", at_ms)
+    assert outbox.reschedule(
+        e.message_id, "w1", next_send_time_ms, "busy", at_ms, maybe_stored=False
+    )
 
 
 def seed(url: str) -> dict[str, OutboxEntry]:

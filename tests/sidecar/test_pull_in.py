@@ -27,9 +27,9 @@ from collections.abc import Callable, Iterator
 import pytest
 import redis
 
+from outbox.backends.memory import MemoryOutbox
 from outbox.entry import EntryState, OutboxEntry, OutboxLimits, OutboxMessage, SpoolCause
 from outbox.factory import open_outbox
-from outbox.memory_outbox import MemoryOutbox
 from outbox.outbox import Outbox
 from rocketbox_api.v1 import sidecar_pb2 as api
 from sidecar.async_outbox import AsyncOutbox

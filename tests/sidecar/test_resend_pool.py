@@ -20,6 +20,7 @@ import threading
 import time
 from collections.abc import Sequence
 
+from outbox.backends.memory import MemoryOutbox
 from outbox.entry import (
     DeliveryReceipt,
     EntryState,
@@ -28,7 +29,6 @@ from outbox.entry import (
     OutboxMessage,
     SpoolCause,
 )
-from outbox.memory_outbox import MemoryOutbox
 from sidecar.async_outbox import AsyncOutbox
 from sidecar.backoff import Backoff
 from sidecar.channels import Endpoint

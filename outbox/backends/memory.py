@@ -1,7 +1,7 @@
 """The reference outbox: a dict under a lock. URL ``memory://``.
 
 Durability: none. Everything is lost with the process; it exists so that the other backends have
-something obviously correct to be compared with (tests/outbox/test_conformance.py), and for tests
+something obviously correct to be compared with (tests/outbox/conformance/), and for tests
 and demos. Each ``from_url`` opens a new, empty outbox: nothing is shared between instances.
 
 Every method is a direct reading of the contract (outbox/outbox.py): claims look at every entry,
@@ -14,25 +14,39 @@ checks them against a recount.
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Container, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import replace
 from urllib.parse import urlsplit
 
+from outbox.contract_checks import (
+    buried_entry,
+    check_claim_args,
+    check_owner_prefix,
+    check_purge_state,
+    check_put_entries,
+    claimed_entry,
+    due_score,
+    lease_ended,
+    may_retry_now,
+    released_entry,
+    requeued_entry,
+    rescheduled_entry,
+)
 from outbox.entry import (
     DeliveryReceipt,
     EntryState,
     OutboxEntry,
     OutboxLimits,
     OutboxStats,
-    evolve,
 )
 from outbox.errors import OutboxConfigError, OutboxUnavailableError
 from outbox.factory import redact
-from outbox.outbox import Outbox, check_owner_prefix, check_put_entries
+from outbox.outbox import Outbox, OutboxFeatures
 
 
 class MemoryOutbox(Outbox):
     name = "memory"
+    features = OutboxFeatures(shared_by_sidecars=False, survives_process_kill=False)
 
     def __init__(self, limits: OutboxLimits) -> None:
         super().__init__(limits)
@@ -143,27 +157,26 @@ class MemoryOutbox(Outbox):
             return True
 
     def reschedule(
-        self, message_id: str, owner: str, next_send_time_ms: int, error: str, now_ms: int
+        self,
+        message_id: str,
+        owner: str,
+        next_send_time_ms: int,
+        error: str,
+        now_ms: int,
+        *,
+        maybe_stored: bool,
     ) -> bool:
         return self._settle_leased(
-            message_id, owner, lambda entry: replace(
-                entry, attempts=entry.attempts + 1, last_error=error,
-                next_send_time_ms=next_send_time_ms, lease_owner=None, lease_until_ms=0,
-            ),
-        )  # fmt: skip
+            message_id,
+            owner,
+            lambda entry: rescheduled_entry(entry, next_send_time_ms, error, maybe_stored),
+        )
 
     def bury(self, message_id: str, owner: str, error: str, now_ms: int) -> bool:
-        return self._settle_leased(
-            message_id, owner, lambda entry: replace(
-                entry, state=EntryState.DEAD, attempts=entry.attempts + 1, last_error=error,
-                lease_owner=None, lease_until_ms=0, state_changed_ms=now_ms,
-            ),
-        )  # fmt: skip
+        return self._settle_leased(message_id, owner, lambda e: buried_entry(e, error, now_ms))
 
     def release(self, message_id: str, owner: str) -> bool:
-        return self._settle_leased(
-            message_id, owner, lambda entry: replace(entry, lease_owner=None, lease_until_ms=0)
-        )
+        return self._settle_leased(message_id, owner, released_entry)
 
     def _settle_leased(
         self, message_id: str, owner: str, settle: Callable[[OutboxEntry], OutboxEntry]
@@ -284,79 +297,3 @@ class MemoryOutbox(Outbox):
             if group is not None and entry.state is EntryState.PENDING:
                 heads[group] = min(heads.get(group, entry.seq), entry.seq)
         return heads
-
-
-# Helpers every backend shares: one reading of the contract's rules on arguments and entries.
-
-
-def check_claim_args(lease_ms: int, owner: str) -> None:
-    # A lease of 0 ms would leave a claimed entry due at once: two workers could hold it.
-    if lease_ms < 1:
-        raise ValueError(f"lease_ms must be >= 1, got {lease_ms}")
-    if not owner:
-        raise ValueError("a claim needs a non-empty owner")
-
-
-def check_purge_state(state: EntryState) -> None:
-    if state is EntryState.PENDING:
-        raise ValueError("PENDING entries are never purged: that would lose messages")
-
-
-def may_retry_now(
-    entry: OutboxEntry, now_ms: int, busy_groups: Container[tuple[str, str] | None]
-) -> bool:
-    """Whether ``retry_now`` makes this entry due now (outbox/outbox.py says why each is not):
-    PENDING, due later, not under a live lease, and not of a FIFO group in ``busy_groups``
-    (those with an entry under a live lease)."""
-    return (
-        entry.state is EntryState.PENDING
-        and entry.next_send_time_ms > now_ms
-        and not entry.leased(now_ms)
-        and (entry.fifo_group is None or entry.fifo_group not in busy_groups)
-    )
-
-
-def due_score(entry: OutboxEntry) -> int:
-    """When a claimable entry can next be claimed: its next send time, or the end of its lease.
-
-    The indexed backends key their due index by this, so that one range scan up to ``now_ms``
-    finds entries both due and not under a live lease.
-    """
-    if entry.lease_owner is None:
-        return entry.next_send_time_ms
-    return max(entry.next_send_time_ms, entry.lease_until_ms)
-
-
-def claimed_entry(entry: OutboxEntry, owner: str, lease_until_ms: int) -> OutboxEntry:
-    """``entry`` leased to ``owner``. Over an expired lease (its owner is still set: no outcome
-    was recorded) it is ``maybe_stored``: the holder may have sent it before it died."""
-    return evolve(
-        entry,
-        lease_owner=owner,
-        lease_until_ms=lease_until_ms,
-        maybe_stored=entry.maybe_stored or entry.lease_owner is not None,
-    )
-
-
-def lease_ended(entry: OutboxEntry) -> OutboxEntry:
-    """``expire_leases``' change: unleased, due at its next send time, and ``maybe_stored``."""
-    return evolve(entry, lease_owner=None, lease_until_ms=0, maybe_stored=True)
-
-
-def with_seq(entry: OutboxEntry, seq: int) -> OutboxEntry:
-    """``replace(entry, seq=seq)``, cheaply: a put does this once per entry, on the committer
-    thread every concurrent put waits for."""
-    return evolve(entry, seq=seq)
-
-
-def requeued_entry(entry: OutboxEntry, now_ms: int) -> OutboxEntry:
-    """DEAD → PENDING: due now, attempts reset; the last error stays for the record."""
-    return replace(
-        entry,
-        state=EntryState.PENDING,
-        attempts=0,
-        next_send_time_ms=now_ms,
-        lease_owner=None,
-        lease_until_ms=0,
-        state_changed_ms=now_ms,
-    )

@@ -1,4 +1,4 @@
-"""What the Redis outbox promises beyond the contract (outbox/redis_outbox.py):
+"""What the Redis outbox promises beyond the contract (outbox/backends/redis/outbox.py):
 
 - the key prefix isolates outboxes in one database, and two instances on one prefix (two
   sidecars) are one outbox: idempotency, claims and the bound hold across them;
@@ -29,7 +29,8 @@ from outbox import (
     OutboxUnavailableError,
     open_outbox,
 )
-from outbox.redis_outbox import PREFIX_DEFAULT, RedisOutbox
+from outbox.backends.redis.connection import PREFIX_DEFAULT
+from outbox.backends.redis.outbox import RedisOutbox
 from tests.outbox.conftest import OpenOutbox
 from tests.outbox.entries import LEASE_MS, NOW_MS, TOPIC, entry, ids, message_id, receipt
 from tests.services import free_port, redis_url, start_private_redis
@@ -191,7 +192,9 @@ def test_server_at_maxmemory_refuses_puts_but_not_the_drain(tmp_path: Path) -> N
             # claim over them, the tombstones.
             claimed = outbox.claim_due(NOW_MS, 1_000, LEASE_MS, "host/1")
             assert len(claimed) == refused_at
-            assert outbox.reschedule(claimed[0].message_id, "host/1", NOW_MS, "busy", NOW_MS)
+            assert outbox.reschedule(
+                claimed[0].message_id, "host/1", NOW_MS, "busy", NOW_MS, maybe_stored=False
+            )
             assert outbox.expire_leases("host/", NOW_MS) == refused_at - 1
             again = outbox.claim_due(NOW_MS, 1_000, LEASE_MS, "host/2")
             assert sorted(ids(again)) == sorted(ids(claimed))

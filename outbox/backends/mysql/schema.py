@@ -1,4 +1,4 @@
-"""The MySQL outbox's tables, its row codec and the statements of its hot paths.
+"""The MySQL outbox's tables and the statements of its hot paths (rows.py: the row codec).
 
 ``<table>``, one row per entry:
 
@@ -31,14 +31,12 @@ other slots, so that concurrent resend workers and sidecars do not queue on one 
 
 from __future__ import annotations
 
-import json
-from dataclasses import replace
 from typing import Any
 
 import sqlalchemy as sa
 from sqlalchemy.dialects import mysql
 
-from outbox.entry import DeliveryReceipt, EntryState, OutboxEntry, OutboxMessage, SpoolCause
+from outbox.entry import EntryState
 
 # topic, message_id, message_group and lease_owner columns (characters); the sidecar's own
 # limits are far below (topic 127, message group 64 bytes).
@@ -163,6 +161,16 @@ def fifo_claimable(t: sa.Table, now_ms: sa.BindParameter[int]) -> sa.ColumnEleme
     return sa.or_(not_fifo(t), sa.and_(fifo_head(t), latest_lease_until_ms <= now_ms))
 
 
+# What a claim reads of a row: all a PENDING entry can differ in. Its state, lease and (absent)
+# receipt are known: 9 columns fewer for the driver to parse, which pymysql does in Python, a
+# third of a claim's CPU.
+CLAIM_COLUMNS = (
+    "seq", "message_id", "topic", "message_group", "tag", "keys_json", "properties_json",
+    "delivery_timestamp_ms", "born_timestamp_ms", "body", "cause", "maybe_stored", "attempts",
+    "last_error", "created_ms", "next_send_time_ms", "state_changed_ms", "lease_owner",
+)  # fmt: skip
+
+
 # -- statements ------------------------------------------------------------------------------------
 
 
@@ -172,10 +180,15 @@ class Statements:
     database took to run them."""
 
     def __init__(self, entries: sa.Table, counters: sa.Table) -> None:
-        t = entries
-        self._entries = t
+        self._entries = entries
+        self._tombstones: dict[int, sa.Update] = {}
+        self._build_lookups(entries)
+        self._build_counts(counters)
+        self._build_claims(entries)
+
+    def _build_lookups(self, t: sa.Table) -> None:
+        """By message id: which are stored, the entries, their seqs; and the FIFO groups."""
         ids: sa.BindParameter[list[str]] = sa.bindparam("ids", expanding=True)
-        seqs: sa.BindParameter[list[int]] = sa.bindparam("seqs", expanding=True)
         self.ids_stored = sa.select(t.c.message_id).where(t.c.message_id.in_(ids))
         self.entries_by_ids = sa.select(t).where(t.c.message_id.in_(ids))
         self.seqs_by_ids = sa.select(t.c.seq, t.c.message_id).where(t.c.message_id.in_(ids))
@@ -189,6 +202,17 @@ class Statements:
             .with_for_update()
         )
 
+        # Every FIFO group with a PENDING entry: a loose scan of ix_fifo_head (one seek per
+        # distinct (topic, group) of the table, whatever the number of entries).
+        self.pending_groups = (
+            sa.select(t.c.topic, t.c.message_group)
+            .with_hint(t, "FORCE INDEX (ix_fifo_head)")
+            .distinct()
+            .where(t.c.state == PENDING, t.c.message_group != "")
+        )
+
+    def _build_counts(self, counters: sa.Table) -> None:
+        """The bound's counters: a change of one slot, and the puts' locking read of them."""
         # Counters: params to_slot, add_entries, add_body_bytes (negative to count out).
         self.count_change = (
             counters.update()
@@ -209,7 +233,7 @@ class Statements:
             )
 
         # Slot 0 by a locking read (its latest version), the others from the statement's
-        # snapshot: see MySQLOutbox._lock_put_counts.
+        # snapshot: see MySQLPuts._lock_put_counts (puts.py).
         self.put_counts = (
             sa.select(
                 counters.c.entries,
@@ -221,6 +245,10 @@ class Statements:
             .with_for_update()
         )
 
+    def _build_claims(self, t: sa.Table) -> None:
+        """A claim's statements: where it starts, its locking read, the FIFO confirmation and
+        the lease it writes."""
+        seqs: sa.BindParameter[list[int]] = sa.bindparam("seqs", expanding=True)
         # Claims: params now_ms; then from_due_ms, from_seq, limit; then seqs, owner,
         # lease_until_ms.
         now_ms = sa.bindparam("now_ms", type_=sa.BigInteger)
@@ -277,16 +305,6 @@ class Statements:
                 (t.c.due_ms, lease_until_ms),
             )
         )
-        self._tombstones: dict[int, sa.Update] = {}
-
-        # Every FIFO group with a PENDING entry: a loose scan of ix_fifo_head (one seek per
-        # distinct (topic, group) of the table, whatever the number of entries).
-        self.pending_groups = (
-            sa.select(t.c.topic, t.c.message_group)
-            .with_hint(t, "FORCE INDEX (ix_fifo_head)")
-            .distinct()
-            .where(t.c.state == PENDING, t.c.message_group != "")
-        )
 
     def tombstones(self, rows_n: int) -> tuple[sa.Update, int]:
         """PENDING → DELIVERED for up to ``rows_max`` entries, each with its own receipt.
@@ -330,116 +348,3 @@ class Statements:
             )
             self._tombstones[rows_max] = statement
         return statement, rows_max
-
-
-# -- rows ------------------------------------------------------------------------------------------
-
-
-def as_stored(entry: OutboxEntry, seq: int) -> OutboxEntry:
-    """A new entry as ``entry_to_row`` stored it, with the seq it got."""
-    return replace(
-        entry, seq=seq, lease_until_ms=0, last_error=entry.last_error[:LAST_ERROR_CHARS_MAX]
-    )
-
-
-def entry_to_row(entry: OutboxEntry) -> dict[str, Any]:
-    """The row of a new (PENDING, unleased) entry: not leased, its last error cut to fit."""
-    m = entry.message
-    receipt = entry.receipt
-    return {
-        "message_id": m.message_id,
-        "topic": m.topic,
-        "message_group": m.message_group,
-        "tag": m.tag,
-        "keys_json": json.dumps(list(m.keys)) if m.keys else "[]",
-        "properties_json": json.dumps(dict(m.properties)) if m.properties else "{}",
-        "delivery_timestamp_ms": m.delivery_timestamp_ms,
-        "born_timestamp_ms": m.born_timestamp_ms,
-        "body": m.body,
-        "body_size": len(m.body),
-        "state": entry.state.value,
-        "cause": entry.cause.value,
-        "maybe_stored": entry.maybe_stored,
-        "attempts": entry.attempts,
-        "last_error": entry.last_error[:LAST_ERROR_CHARS_MAX],
-        "created_ms": entry.created_ms,
-        "next_send_time_ms": entry.next_send_time_ms,
-        "due_ms": entry.next_send_time_ms,
-        "lease_owner": None,
-        "lease_until_ms": 0,
-        "state_changed_ms": entry.state_changed_ms,
-        "queue_id": receipt.queue_id if receipt else None,
-        "queue_offset": receipt.queue_offset if receipt else None,
-        "delivered_ms": receipt.delivered_ms if receipt else None,
-        "receipt_durable": receipt.durable if receipt else None,
-    }
-
-
-# What a claim reads of a row: all a PENDING entry can differ in. Its state, lease and (absent)
-# receipt are known: 9 columns fewer for the driver to parse, which pymysql does in Python, a
-# third of a claim's CPU.
-CLAIM_COLUMNS = (
-    "seq", "message_id", "topic", "message_group", "tag", "keys_json", "properties_json",
-    "delivery_timestamp_ms", "born_timestamp_ms", "body", "cause", "maybe_stored", "attempts",
-    "last_error", "created_ms", "next_send_time_ms", "state_changed_ms", "lease_owner",
-)  # fmt: skip
-
-
-def row_to_entry(row: Any) -> OutboxEntry:
-    """The entry a row (a mapping by column name, every column) holds."""
-    receipt = None
-    if row["queue_offset"] is not None:
-        receipt = DeliveryReceipt(
-            queue_id=int(row["queue_id"]),
-            queue_offset=int(row["queue_offset"]),
-            delivered_ms=int(row["delivered_ms"]),
-            durable=bool(row["receipt_durable"]),
-        )
-    lease_until_ms = int(row["lease_until_ms"])
-    return _entry(row, EntryState(row["state"]), row["lease_owner"], lease_until_ms, receipt)
-
-
-def claimed_row_to_entry(row: Any, lease_owner: str, lease_until_ms: int) -> OutboxEntry:
-    """The entry a claim read (CLAIM_COLUMNS), under the lease the claim wrote: maybe stored
-    when it was taken over an expired lease, as ``claim_lease`` wrote it."""
-    entry = _entry(row, EntryState.PENDING, lease_owner, lease_until_ms, None)
-    if row["lease_owner"] is not None and not entry.maybe_stored:
-        return replace(entry, maybe_stored=True)
-    return entry
-
-
-def _entry(
-    row: Any,
-    state: EntryState,
-    lease_owner: str | None,
-    lease_until_ms: int,
-    receipt: DeliveryReceipt | None,
-) -> OutboxEntry:
-    keys_json, properties_json = row["keys_json"], row["properties_json"]
-    message = OutboxMessage(
-        topic=row["topic"],
-        body=bytes(row["body"]),
-        message_id=row["message_id"],
-        tag=row["tag"],
-        # Most messages have neither: what entry_to_row writes then is not worth a parse.
-        keys=tuple(json.loads(keys_json)) if keys_json != "[]" else (),
-        message_group=row["message_group"],
-        delivery_timestamp_ms=row["delivery_timestamp_ms"],
-        properties=json.loads(properties_json) if properties_json != "{}" else {},
-        born_timestamp_ms=int(row["born_timestamp_ms"]),
-    )
-    return OutboxEntry(
-        message=message,
-        cause=SpoolCause(row["cause"]),
-        created_ms=int(row["created_ms"]),
-        next_send_time_ms=int(row["next_send_time_ms"]),
-        state=state,
-        maybe_stored=bool(row["maybe_stored"]),
-        attempts=int(row["attempts"]),
-        last_error=row["last_error"],
-        seq=int(row["seq"]),
-        lease_owner=lease_owner,
-        lease_until_ms=lease_until_ms,
-        state_changed_ms=int(row["state_changed_ms"]),
-        receipt=receipt,
-    )

@@ -1,4 +1,4 @@
-"""What the RocksDB outbox promises beyond the contract (outbox/rocksdb_outbox.py):
+"""What the RocksDB outbox promises beyond the contract (outbox/backends/rocksdb/outbox.py):
 
 - a writer killed by a real SIGKILL mid-stream loses no entry whose put had returned, and the
   reopened outbox is consistent: counts, seqs, FIFO heads, every entry claimable exactly once;
@@ -27,11 +27,11 @@ from pathlib import Path
 import pytest
 
 from outbox import EntryState, OutboxLimits, OutboxUnavailableError, open_outbox
-from outbox.rocksdb_outbox import RocksDBOutbox
+from outbox.backends.rocksdb.outbox import RocksDBOutbox
+from tests.outbox.backends.rocksdb.rocksdb_writer import writer_body
 from tests.outbox.entries import LEASE_MS, NOW_MS, TOPIC, entry, ids, message_id, receipt
-from tests.outbox.rocksdb_writer import writer_body
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
+REPO_ROOT = Path(__file__).resolve().parents[4]
 PUT_DEADLINE_S = 60.0
 SKIPS = "rocksdb.number.iter.skip"
 WAL_SYNCS = "rocksdb.wal.synced"
@@ -46,12 +46,12 @@ def open_rocksdb(path: Path, *, statistics: bool = False) -> RocksDBOutbox:
 
 
 class Writer:
-    """tests/outbox/rocksdb_writer.py in a child process, and the PUT lines it printed."""
+    """rocksdb_writer.py (beside this file) in a child process, and the PUT lines it printed."""
 
     def __init__(self, path: Path, threads: int, puts_max: int) -> None:
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "tests.outbox.rocksdb_writer", str(path), str(threads),
-             str(puts_max)],
+            [sys.executable, "-m", "tests.outbox.backends.rocksdb.rocksdb_writer", str(path),
+             str(threads), str(puts_max)],
             cwd=REPO_ROOT,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
@@ -165,7 +165,7 @@ def test_reopen_restores_counts_heads_and_seq_and_ends_the_dead_process_s_leases
         ]
     )
     assert ids(outbox.claim_due(NOW_MS, 3, LEASE_MS, "w1")) == [message_id(n) for n in (1, 4, 5)]
-    assert outbox.reschedule(message_id(5), "w1", NOW_MS + 100, "busy", NOW_MS)
+    assert outbox.reschedule(message_id(5), "w1", NOW_MS + 100, "busy", NOW_MS, maybe_stored=False)
     assert outbox.bury(message_id(4), "w1", "dead", NOW_MS)
     assert outbox.mark_delivered(message_id(7), receipt(7))
     before_stats = outbox.stats(NOW_MS)

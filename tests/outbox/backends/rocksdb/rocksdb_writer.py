@@ -1,6 +1,6 @@
 """A RocksDB outbox writer for the crash test: run it, read its PUT lines, SIGKILL it.
 
-    python -m tests.outbox.rocksdb_writer PATH THREADS PUTS_MAX
+    python -m tests.outbox.backends.rocksdb.rocksdb_writer PATH THREADS PUTS_MAX
 
 Each of THREADS threads puts entries one at a time (so the committer groups concurrent puts) and,
 only after ``put`` returned, prints ``PUT <message_id>``. A line on stdout therefore proves the
@@ -14,7 +14,7 @@ import sys
 import threading
 
 from outbox import OutboxLimits
-from outbox.rocksdb_outbox import RocksDBOutbox
+from outbox.backends.rocksdb.outbox import RocksDBOutbox
 from tests.outbox.entries import entry
 
 

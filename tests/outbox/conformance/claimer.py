@@ -1,6 +1,6 @@
 """A claiming child process for the shared-outbox tests: run it, wait for READY, send GO.
 
-    python -m tests.outbox.claimer URL OWNER NOW_MS LIMIT
+    python -m tests.outbox.conformance.claimer URL OWNER NOW_MS LIMIT
 
 It opens the outbox at URL, prints ``READY`` and waits for a line on stdin, so that two claimers
 start claiming together. Then it claims (at NOW_MS, with a lease far longer than the test, LIMIT

@@ -49,7 +49,7 @@ Keys (``P`` is the prefix)::
 Group commit: concurrent ``put`` callers, and the requests of a ``put_groups``, share one script
 call (outbox/group_commit.py), which checks and writes every request of the batch, each
 all-or-nothing on its own. ``mark_delivered_many`` is one script call (per
-``DELIVER_BATCH_MAX`` items). The scripts are in outbox/redis_scripts.py.
+``DELIVER_BATCH_MAX`` items). The scripts are in outbox/backends/redis/scripts.py.
 
 A requeued FIFO entry older than its group's leased head is due when that lease ends rather than
 at once, so that the group never has two entries in flight.
@@ -61,11 +61,11 @@ and its entry is claimed maybe stored all the same.
 
 A full Redis (``maxmemory`` with the ``noeviction`` policy, the only one that keeps an outbox
 whole): ``put`` is refused with OutboxNoSpaceError, while claims, their settlements, tombstones
-and purges go on (Redis 7: their scripts are flagged ``allow-oom``, outbox/redis_scripts.py) and
-free the bodies they deliver. On Redis 6 the flag does not exist: claims are refused at
-``maxmemory`` too, and the drain waits for room. A Redis that refuses writes for a failed
-snapshot (``MISCONF``, a full disk under its RDB) refuses every script: the outbox is
-unavailable until it can write again.
+and purges go on (Redis 7: their scripts are flagged ``allow-oom``,
+outbox/backends/redis/scripts.py) and free the bodies they deliver. On Redis 6 the flag does
+not exist: claims are refused at ``maxmemory`` too, and the drain waits for room. A Redis that
+refuses writes for a failed snapshot (``MISCONF``, a full disk under its RDB) refuses every
+script: the outbox is unavailable until it can write again.
 """
 
 from __future__ import annotations
@@ -73,40 +73,42 @@ from __future__ import annotations
 import contextlib
 import json
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
 from typing import Any, cast
-from urllib.parse import parse_qsl, urlencode, urlsplit
 
 import redis
 import redis.exceptions as rex
 
-from outbox import redis_scripts
+from outbox.backends.redis import bulk_and_read_scripts as bulk_scripts
+from outbox.backends.redis import scripts as redis_scripts
+from outbox.backends.redis.connection import Lua, load_script, redis_client, translated_error
+from outbox.backends.redis.fields import (
+    entry_from_hash,
+    group_name,
+    group_of_name,
+    pairs,
+    put_fields,
+)
+from outbox.contract_checks import (
+    check_claim_args,
+    check_owner_prefix,
+    check_purge_state,
+    check_put_entries,
+    with_seq,
+)
 from outbox.entry import (
     DeliveryReceipt,
     EntryState,
     OutboxEntry,
     OutboxLimits,
-    OutboxMessage,
     OutboxStats,
-    SpoolCause,
 )
 from outbox.errors import (
-    OutboxConfigError,
     OutboxError,
-    OutboxNoSpaceError,
     OutboxUnavailableError,
 )
-from outbox.factory import redact
 from outbox.group_commit import GroupCommitter, Result
-from outbox.memory_outbox import check_claim_args, check_purge_state, with_seq
-from outbox.outbox import Outbox, check_owner_prefix, check_put_entries
+from outbox.outbox import Outbox, OutboxFeatures
 
-PREFIX_DEFAULT = "rocketbox:outbox"
-# Connections the sidecar's threads share; a caller beyond them waits up to the timeout.
-REDIS_CONNECTIONS_MAX = 64
-REDIS_POOL_WAIT_S = 10.0
-# Every call has a deadline (a half-open connection must not hang a resend worker forever).
-REDIS_SOCKET_TIMEOUT_S = 10.0
 CLAIM_BATCH_MAX = 10_000
 # Deliveries per script call of mark_delivered_many: no call holds the server for long.
 DELIVER_BATCH_MAX = 1_000
@@ -117,27 +119,9 @@ RETRY_NOW_BATCH_MAX = 1_000
 EXPIRE_BATCH_MAX = 1_000
 
 
-def _translated_error(e: rex.RedisError, what: str) -> OutboxError:
-    if isinstance(e, rex.OutOfMemoryError):
-        return OutboxNoSpaceError(f"redis outbox {what}: the server is at its maxmemory: {e}")
-    transient = (
-        rex.ConnectionError,
-        rex.TimeoutError,
-        rex.OutOfMemoryError,
-        rex.ReadOnlyError,
-        rex.MasterDownError,
-        rex.TryAgainError,
-        rex.ClusterDownError,
-    )
-    text = str(e)
-    if isinstance(e, transient) or text.startswith(("MISCONF", "NOREPLICAS", "BUSY")):
-        return OutboxUnavailableError(f"redis outbox {what}: {type(e).__name__}: {text}")
-    # Anything else is a reply the outbox did not expect: trying again will not help.
-    return OutboxError(f"redis outbox {what}: unexpected {type(e).__name__}: {text}")
-
-
 class RedisOutbox(Outbox):
     name = "redis"
+    features = OutboxFeatures(shared_by_sidecars=True, survives_process_kill=True)
 
     def __init__(self, client: redis.Redis, prefix: str, limits: OutboxLimits, where: str) -> None:
         super().__init__(limits)
@@ -147,43 +131,24 @@ class RedisOutbox(Outbox):
         self._closed = False
         # Until a server says it cannot compile ALLOW_OOM (Redis 6).
         self._allow_oom = True
-        self._put_script = _script(client, redis_scripts.PUT)
-        self._claim_script = _script(client, redis_scripts.CLAIM, allow_oom=True)
-        self._delivered_script = _script(client, redis_scripts.DELIVERED, allow_oom=True)
-        self._bury_script = _script(client, redis_scripts.BURY, allow_oom=True)
-        self._unlease_script = _script(client, redis_scripts.UNLEASE, allow_oom=True)
-        self._expire_script = _script(client, redis_scripts.EXPIRE_LEASES, allow_oom=True)
-        self._requeue_script = _script(client, redis_scripts.REQUEUE)
-        self._retry_now_script = _script(client, redis_scripts.RETRY_NOW, allow_oom=True)
-        self._purge_script = _script(client, redis_scripts.PURGE, allow_oom=True)
-        self._scan_script = _script(client, redis_scripts.SCAN)
-        self._pending_groups_script = _script(client, redis_scripts.PENDING_GROUPS)
-        self._stats_script = _script(client, redis_scripts.STATS)
+        self._put_script = load_script(client, redis_scripts.PUT)
+        self._claim_script = load_script(client, redis_scripts.CLAIM, allow_oom=True)
+        self._delivered_script = load_script(client, redis_scripts.DELIVERED, allow_oom=True)
+        self._bury_script = load_script(client, redis_scripts.BURY, allow_oom=True)
+        self._unlease_script = load_script(client, redis_scripts.UNLEASE, allow_oom=True)
+        self._expire_script = load_script(client, redis_scripts.EXPIRE_LEASES, allow_oom=True)
+        self._requeue_script = load_script(client, bulk_scripts.REQUEUE)
+        self._retry_now_script = load_script(client, bulk_scripts.RETRY_NOW, allow_oom=True)
+        self._purge_script = load_script(client, bulk_scripts.PURGE, allow_oom=True)
+        self._scan_script = load_script(client, bulk_scripts.SCAN)
+        self._pending_groups_script = load_script(client, bulk_scripts.PENDING_GROUPS)
+        self._stats_script = load_script(client, bulk_scripts.STATS)
         self._committer = GroupCommitter(self._commit, name=f"redis-outbox-put:{prefix}")
 
     @classmethod
     def from_url(cls, url: str, limits: OutboxLimits) -> RedisOutbox:
-        parts = urlsplit(url)
-        query = parse_qsl(parts.query, keep_blank_values=True)
-        prefixes = [value for key, value in query if key == "prefix"]
-        prefix = prefixes[-1] if prefixes else PREFIX_DEFAULT
-        if not prefix:
-            raise OutboxConfigError(f"outbox URL {redact(url)!r}: prefix must not be empty")
-        if parts.path.strip("/") and not parts.path.strip("/").isdigit():
-            raise OutboxConfigError(f"outbox URL {redact(url)!r}: the path is a database number")
-        rest = urlencode([(key, value) for key, value in query if key != "prefix"])
-        try:
-            pool = redis.BlockingConnectionPool.from_url(
-                parts._replace(query=rest).geturl(),
-                max_connections=REDIS_CONNECTIONS_MAX,
-                timeout=REDIS_POOL_WAIT_S,
-                socket_timeout=REDIS_SOCKET_TIMEOUT_S,
-                socket_connect_timeout=REDIS_SOCKET_TIMEOUT_S,
-            )
-        except (ValueError, TypeError) as e:
-            raise OutboxConfigError(f"outbox URL {redact(url)!r}: {e}") from e
-        where = f"{redact(url)} (prefix {prefix!r})"
-        return cls(redis.Redis(connection_pool=pool), prefix, limits, where)
+        client, prefix, where = redis_client(url)
+        return cls(client, prefix, limits, where)
 
     # -- the contract -------------------------------------------------------------------------
 
@@ -199,18 +164,18 @@ class RedisOutbox(Outbox):
     def get(self, message_id: str) -> OutboxEntry | None:
         with self._errors("get"):
             fields = cast(dict[bytes, bytes], self._client.hgetall(self._entry_key(message_id)))
-        return _entry_from_hash(fields) if fields else None
+        return entry_from_hash(fields) if fields else None
 
     def has_pending_group(self, topic: str, message_group: str) -> bool:
         if not message_group:
             return False  # an empty group is no group (OutboxEntry.fifo_group)
         with self._errors("has_pending_group"):
-            key = f"{self.prefix}:g:{_group_name(topic, message_group)}"
+            key = f"{self.prefix}:g:{group_name(topic, message_group)}"
             return bool(self._client.exists(key))
 
     def pending_groups(self) -> set[tuple[str, str]]:
         names = self._run(self._pending_groups_script, "pending_groups", [])
-        return {_group_of_name(name.decode()) for name in names}
+        return {group_of_name(name.decode()) for name in names}
 
     def claim_due(self, now_ms: int, limit: int, lease_ms: int, owner: str) -> list[OutboxEntry]:
         check_claim_args(lease_ms, owner)
@@ -218,7 +183,7 @@ class RedisOutbox(Outbox):
             return []
         args = [now_ms, min(limit, CLAIM_BATCH_MAX), now_ms + lease_ms, owner]
         claimed = self._run(self._claim_script, "claim_due", args)
-        return [_entry_from_hash(_pairs(flat)) for flat in claimed]
+        return [entry_from_hash(pairs(flat)) for flat in claimed]
 
     def expire_leases(self, owner_prefix: str, now_ms: int) -> int:
         check_owner_prefix(owner_prefix)
@@ -246,9 +211,16 @@ class RedisOutbox(Outbox):
         return answers
 
     def reschedule(
-        self, message_id: str, owner: str, next_send_time_ms: int, error: str, now_ms: int
+        self,
+        message_id: str,
+        owner: str,
+        next_send_time_ms: int,
+        error: str,
+        now_ms: int,
+        *,
+        maybe_stored: bool,
     ) -> bool:
-        args = [message_id, owner, next_send_time_ms, error]
+        args = [message_id, owner, next_send_time_ms, error, int(maybe_stored)]
         return bool(self._run(self._unlease_script, "reschedule", args))
 
     def bury(self, message_id: str, owner: str, error: str, now_ms: int) -> bool:
@@ -327,7 +299,7 @@ class RedisOutbox(Outbox):
             return []
         args = [state.value if state is not None else "", after_seq, limit]
         page = self._run(self._scan_script, "scan", args)
-        return [_entry_from_hash(_pairs(flat)) for flat in page]
+        return [entry_from_hash(pairs(flat)) for flat in page]
 
     def check_writable(self) -> None:
         """A real write: a replica (READONLY), a full server (OOM) or a dead link all fail it."""
@@ -348,7 +320,7 @@ class RedisOutbox(Outbox):
     def _commit(self, requests: Sequence[Sequence[OutboxEntry]]) -> list[Result]:
         # One JSON argument for every request's fields, and one per body: redis-py's cost is
         # per argument, and this runs on the thread every concurrent put waits for.
-        fields = [[_put_fields(e) for e in entries] for entries in requests]
+        fields = [[put_fields(e) for e in entries] for entries in requests]
         args: list[Any] = [
             self.limits.outbox_entries_max,
             self.limits.outbox_bytes_max,
@@ -365,7 +337,7 @@ class RedisOutbox(Outbox):
             assert answer[:1] == b"S", answer
             results.append(
                 [
-                    _entry_from_hash(_pairs(stored[int(item[1:]) - 1]))
+                    entry_from_hash(pairs(stored[int(item[1:]) - 1]))
                     if item[:1] == b"="
                     else with_seq(entry, int(item))
                     for entry, item in zip(entries, answer.split(b",")[1:], strict=True)
@@ -374,7 +346,7 @@ class RedisOutbox(Outbox):
         return results
 
     def _run_by_ids(
-        self, script: _Lua, what: str, now_ms: int, message_ids: Sequence[str], batch_max: int
+        self, script: Lua, what: str, now_ms: int, message_ids: Sequence[str], batch_max: int
     ) -> int:
         """A script taking (now_ms, ids...), run on ``batch_max`` ids at a time: each batch is
         atomic, and no call holds the server for long. Returns the sum of the answers."""
@@ -384,7 +356,7 @@ class RedisOutbox(Outbox):
             for i in range(0, len(ids), batch_max)
         )
 
-    def _run(self, script: _Lua, what: str, args: Sequence[Any]) -> Any:
+    def _run(self, script: Lua, what: str, args: Sequence[Any]) -> Any:
         self._check_open()
         with self._errors(what):
             if script.allow_oom is not None and self._allow_oom:
@@ -409,103 +381,4 @@ class RedisOutbox(Outbox):
         try:
             yield
         except rex.RedisError as e:
-            raise _translated_error(e, f"{self._where} {what}") from e
-
-
-@dataclass(frozen=True, slots=True)
-class _Lua:
-    """One operation's script, and the same flagged to run at maxmemory (None: never so)."""
-
-    plain: Any
-    allow_oom: Any | None
-
-
-def _script(client: redis.Redis, body: str, *, allow_oom: bool = False) -> _Lua:
-    source = redis_scripts.PRELUDE + body
-    flagged = client.register_script(redis_scripts.ALLOW_OOM + source) if allow_oom else None
-    return _Lua(client.register_script(source), flagged)
-
-
-def _group_name(topic: str, message_group: str) -> str:
-    # The topic's length first, so that no (topic, group) pair reads as another.
-    return f"{len(topic)}:{topic}:{message_group}"
-
-
-def _group_of_name(name: str) -> tuple[str, str]:
-    """The (topic, message group) that ``_group_name`` named."""
-    length, _, rest = name.partition(":")
-    topic_chars = int(length)
-    assert rest[topic_chars : topic_chars + 1] == ":", name
-    return rest[:topic_chars], rest[topic_chars + 1 :]
-
-
-def _put_fields(entry: OutboxEntry) -> list[Any]:
-    """The put script's fields of one entry; numbers as strings, for Lua's sake."""
-    m = entry.message
-    group = m.message_group
-    meta = [
-        m.topic,
-        m.tag,
-        list(m.keys),
-        group,
-        m.delivery_timestamp_ms,
-        dict(m.properties),
-        m.born_timestamp_ms,
-        entry.cause.value,
-        entry.maybe_stored,
-    ]
-    return [
-        m.message_id,
-        str(entry.next_send_time_ms),
-        str(entry.created_ms),
-        str(entry.attempts),
-        str(entry.state_changed_ms),
-        # An empty group is no group (OutboxEntry.fifo_group).
-        _group_name(m.topic, group) if group else "",
-        entry.last_error,
-        json.dumps(meta, separators=(",", ":")),
-    ]
-
-
-def _pairs(flat: Sequence[bytes]) -> dict[bytes, bytes]:
-    return dict(zip(flat[::2], flat[1::2], strict=True))
-
-
-def _entry_from_hash(fields: dict[bytes, bytes]) -> OutboxEntry:
-    topic, tag, keys, group, delivery_ts, properties, born_ms, cause, put_maybe_stored = json.loads(
-        fields[b"meta"]
-    )
-    owner = fields[b"owner"].decode()
-    receipt = None
-    if b"q_off" in fields:
-        receipt = DeliveryReceipt(
-            queue_id=int(fields[b"q_id"]),
-            queue_offset=int(fields[b"q_off"]),
-            delivered_ms=int(fields[b"d_ms"]),
-            durable=fields[b"durable"] == b"1",
-        )
-    return OutboxEntry(
-        message=OutboxMessage(
-            topic=topic,
-            body=fields.get(b"body", b""),
-            message_id=fields[b"id"].decode(),
-            tag=tag,
-            keys=tuple(keys),
-            message_group=group,
-            delivery_timestamp_ms=delivery_ts,
-            properties=properties,
-            born_timestamp_ms=born_ms,
-        ),
-        cause=SpoolCause(cause),
-        created_ms=int(fields[b"created"]),
-        next_send_time_ms=int(fields[b"nst"]),
-        state=EntryState(fields[b"state"].decode()),
-        maybe_stored=put_maybe_stored or fields.get(b"ms") == b"1",
-        attempts=int(fields[b"attempts"]),
-        last_error=fields[b"err"].decode(),
-        seq=int(fields[b"seq"]),
-        lease_owner=owner or None,
-        lease_until_ms=int(fields[b"lease"]) if owner else 0,
-        state_changed_ms=int(fields[b"changed"]),
-        receipt=receipt,
-    )
+            raise translated_error(e, f"{self._where} {what}") from e
