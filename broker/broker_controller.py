@@ -20,13 +20,13 @@ from prometheus_client import start_http_server
 from rocketmq.grpc_protocol import definition_pb2 as pb
 from rocketmq.grpc_protocol import service_pb2_grpc
 
-from broker.admin_service import ADMIN_SERVICE_NAME, BrokerAdminService
 from broker.arrival import MessageArrivalNotifier
 from broker.config import BrokerConfig
 from broker.consumer_offset import ConsumerOffsetManager
 from broker.consumer_progress import QueueProgress, topic_progress
 from broker.flow_control import ForcedFlowControl, SendQueue
 from broker.group_config import GroupConfigManager
+from broker.grpc_service.admin_service import ADMIN_SERVICE_NAME, BrokerAdminService
 from broker.grpc_service.client_registry import ClientRegistry
 from broker.grpc_service.consumer_activity import ConsumerActivity
 from broker.grpc_service.messaging_service import MessagingService
