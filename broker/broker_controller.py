@@ -27,11 +27,13 @@ from broker.consumer_progress import QueueProgress, topic_progress
 from broker.flow_control import ForcedFlowControl, SendQueue
 from broker.group_config import GroupConfigManager
 from broker.grpc_service.admin_service import ADMIN_SERVICE_NAME, BrokerAdminService
+from broker.grpc_service.client_activity import ClientActivity
 from broker.grpc_service.client_registry import ClientRegistry
 from broker.grpc_service.consumer_activity import ConsumerActivity
 from broker.grpc_service.messaging_service import MessagingService
 from broker.grpc_service.protocol import fault_reply
 from broker.grpc_service.pull_activity import PullActivity
+from broker.grpc_service.send_activity import SendActivity
 from broker.metrics import BrokerMetrics
 from broker.pop_message import PopMessageService
 from broker.send_message import SendMessageService
@@ -75,6 +77,7 @@ class BrokerController:
         self._timer: TimerMessageService | None = None
         self._transactions: TransactionalMessageService | None = None
         self._messaging: MessagingService | None = None
+        self._clients_activity: ClientActivity | None = None
         self.metrics_port = 0
         self._metrics_server: WSGIServer | None = None
 
@@ -135,16 +138,17 @@ class BrokerController:
             cfg.invisible_duration_ms_min,
             cfg.long_polling_timeout_ms,
         )
+        self._clients_activity = ClientActivity(
+            self.clients, self.groups, cfg.store.max_message_size_bytes, cfg.long_polling_timeout_ms
+        )
         self._messaging = MessagingService(
             sends,
-            self._transactions,
-            self.clients,
             broker,
-            cfg.store.max_message_size_bytes,
-            cfg.delay_max_ms,
+            self._clients_activity,
+            SendActivity(
+                sends, self._transactions, cfg.store.max_message_size_bytes, cfg.delay_max_ms
+            ),
             consumers,
-            self.groups,
-            cfg.long_polling_timeout_ms,
             PullActivity(
                 self.store, sends, self.arrivals, self.pull_offsets, cfg.long_polling_timeout_ms
             ),
@@ -230,8 +234,8 @@ class BrokerController:
 
     def _request_transaction_check(self, topic: str, half: MessageExt, transaction_id: str) -> bool:
         # Checks start after the server is up, so the messaging service exists by then.
-        assert self._messaging is not None
-        return self._messaging.request_transaction_check(topic, half, transaction_id)
+        assert self._clients_activity is not None
+        return self._clients_activity.request_transaction_check(topic, half, transaction_id)
 
     async def shutdown(self) -> None:
         if self._metrics_server is not None:
