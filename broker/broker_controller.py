@@ -196,7 +196,7 @@ class BrokerController:
         if self._pop is None:
             return
         for gc in self.groups.list():
-            for topic in self._pop.topics_of(gc.group_name):
+            for topic in self._pop.progress.topics_of(gc.group_name):
                 progress = topic_progress(self.store, self.topics, self._pop, gc.group_name, topic)
                 yield gc.group_name, topic, progress
 

@@ -224,7 +224,7 @@ class BrokerAdminService(broker_admin_pb2_grpc.BrokerAdminServicer):  # type: ig
     ) -> apb.DescribeGroupResponse:
         gc = await self._configured_group(request.group, context)
         group = gc.group_name
-        topics = [self._progress(group, topic) for topic in self._pop.topics_of(group)]
+        topics = [self._progress(group, topic) for topic in self._pop.progress.topics_of(group)]
         dlq = dlq_topic(group)
         dlq_count = sum(
             self._store.get_max_offset_in_queue(dlq, queue_id)

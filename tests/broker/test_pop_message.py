@@ -110,13 +110,13 @@ def test_a_receive_hands_out_at_most_the_window_and_acks_open_it(
         pop = service(store, tmp_path)
         first = await drain(pop)
         assert [offset_of(d) for d in first] == list(range(INFLIGHT_WINDOW_ENTRIES))
-        assert pop.inflight_count(GROUP.group_name, TOPIC, 0) == INFLIGHT_WINDOW_ENTRIES
+        assert pop.progress.inflight_count(GROUP.group_name, TOPIC, 0) == INFLIGHT_WINDOW_ENTRIES
         for d in first[5:10]:  # out of order: the window does not move
             pop.ack(GROUP.group_name, TOPIC, d.receipt_handle)
         assert await receive(pop) == []
         for d in first[:5]:  # the first five: the window moves by ten
             pop.ack(GROUP.group_name, TOPIC, d.receipt_handle)
-        assert pop.consume_offset(GROUP.group_name, TOPIC, 0) == 10
+        assert pop.progress.consume_offset(GROUP.group_name, TOPIC, 0) == 10
         more = await drain(pop)
         assert [offset_of(d) for d in more] == list(
             range(INFLIGHT_WINDOW_ENTRIES, INFLIGHT_WINDOW_ENTRIES + 10)
@@ -184,7 +184,7 @@ def test_many_invisibility_changes_keep_the_heap_bounded(
             handles[k] = pop.change_invisible_duration(
                 GROUP.group_name, TOPIC, handles[k], INVISIBLE_MS
             ).receipt_handle
-        state = pop._queues[(GROUP.group_name, TOPIC, 0)]
+        state = pop.progress.state(GROUP.group_name, TOPIC, 0)
         assert len(state.expiries) <= EXPIRY_HEAP_SLACK * len(handles) + EXPIRY_HEAP_FLOOR + 1
         clock.now_ms += INVISIBLE_MS
         assert sorted(offset_of(d) for d in await receive(pop)) == [0, 1, 2, 3]
@@ -248,7 +248,7 @@ def test_a_gap_of_blank_entries_does_not_hold_the_ack_offset(
         assert [offset_of(d) for d in got] == [0, 1, 2, 2]  # offset 10 points at message 2
         for d in got:
             pop.ack(group.group_name, TOPIC, d.receipt_handle)
-        assert pop.consume_offset(group.group_name, TOPIC, 0) == 11
+        assert pop.progress.consume_offset(group.group_name, TOPIC, 0) == 11
 
     asyncio.run(run())
 
