@@ -36,6 +36,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from broker.arrival import MessageArrivalNotifier
+from broker.background import BackgroundTasks
 from broker.group_config import GroupConfig, dlq_topic
 from broker.pop_progress import PopProgress
 from broker.pop_state import (
@@ -104,8 +105,8 @@ class PopMessageService:
         self._next_queue: dict[tuple[str, str], int] = {}
 
     # -- life cycle ----------------------------------------------------------------------
-    async def start(self) -> None:
-        self.progress.start()
+    async def start(self, tasks: BackgroundTasks) -> None:
+        self.progress.start(tasks)
 
     async def stop(self) -> None:
         self._arrivals.wake_all()

@@ -12,6 +12,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from broker.background import BackgroundTasks
 from broker.pop_state import QueueState
 from broker.state_file import StateWriter, read_json
 from broker.store.message_store import DefaultMessageStore
@@ -31,10 +32,10 @@ class PopProgress:
         self._saved: Saved = {}
         self._writer = StateWriter(self._path, self._snapshot, PROGRESS_FLUSH_INTERVAL_S)
 
-    def start(self) -> None:
+    def start(self, tasks: BackgroundTasks) -> None:
         raw = read_json(self._path)
         self._saved = raw if isinstance(raw, dict) else {}
-        self._writer.start()
+        self._writer.start(tasks)
 
     async def stop(self) -> None:
         await self._writer.stop()

@@ -19,6 +19,7 @@ from hypothesis import strategies as st
 
 from broker import pop_message
 from broker.arrival import MessageArrivalNotifier
+from broker.background import BackgroundTasks
 from broker.group_config import GroupConfig
 from broker.pop_message import INFLIGHT_WINDOW_ENTRIES, Delivery, PopMessageService
 from broker.pop_state import EXPIRY_HEAP_FLOOR, EXPIRY_HEAP_SLACK, InvalidReceiptHandleError
@@ -200,20 +201,22 @@ def test_out_of_order_acks_survive_a_restart_and_filtered_tags_count_as_done(
         put(store, 2, tag="skip")
         put(store, 3, tag="keep")
         pop = service(store, tmp_path)
-        await pop.start()
-        got = await pop.receive(GROUP, TOPIC, (0,), frozenset({"keep"}), 32, INVISIBLE_MS, 0)
-        assert [offset_of(d) for d in got] == [0, 1, 2, 5, 6, 7]
-        for d in got:
-            if offset_of(d) % 2:
-                pop.ack(GROUP.group_name, TOPIC, d.receipt_handle)
-        await pop.stop()
+        async with asyncio.TaskGroup() as group:
+            await pop.start(BackgroundTasks(group))
+            got = await pop.receive(GROUP, TOPIC, (0,), frozenset({"keep"}), 32, INVISIBLE_MS, 0)
+            assert [offset_of(d) for d in got] == [0, 1, 2, 5, 6, 7]
+            for d in got:
+                if offset_of(d) % 2:
+                    pop.ack(GROUP.group_name, TOPIC, d.receipt_handle)
+            await pop.stop()
 
     async def second_run(store: DefaultMessageStore) -> None:
         pop = service(store, tmp_path)
-        await pop.start()
-        got = await drain(pop)  # in flight is forgotten; acked and filtered stay done
-        assert [offset_of(d) for d in got] == [0, 2, 6]
-        await pop.stop()
+        async with asyncio.TaskGroup() as group:
+            await pop.start(BackgroundTasks(group))
+            got = await drain(pop)  # in flight is forgotten; acked and filtered stay done
+            assert [offset_of(d) for d in got] == [0, 2, 6]
+            await pop.stop()
 
     store = open_store(tmp_path)
     try:
