@@ -5,11 +5,15 @@ serve gRPC (apache.rocketmq.v2 messaging, admin, health). It returns once the se
 shutdown(): stop intake (the server refuses new calls and finishes the running ones within the
 grace period), drain the send queue, stop timer and transaction services (saving progress), then
 shut the store down (flush, checkpoint, clean-exit marker).
+
+Every background task (timer, transaction checks, send workers, state writers) runs in one root
+asyncio.TaskGroup (background.py): one that dies stops the broker, and shutdown() raises it.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 from collections.abc import Iterator, Sequence
 from wsgiref.simple_server import WSGIServer
@@ -20,18 +24,22 @@ from prometheus_client import start_http_server
 from rocketmq.grpc_protocol import definition_pb2 as pb
 from rocketmq.grpc_protocol import service_pb2_grpc
 
-from broker.admin_service import ADMIN_SERVICE_NAME, BrokerAdminService
 from broker.arrival import MessageArrivalNotifier
+from broker.background import BackgroundTasks
 from broker.config import BrokerConfig
 from broker.consumer_offset import ConsumerOffsetManager
 from broker.consumer_progress import QueueProgress, topic_progress
+from broker.errors import BackgroundTaskError
 from broker.flow_control import ForcedFlowControl, SendQueue
 from broker.group_config import GroupConfigManager
+from broker.grpc_service.admin_service import ADMIN_SERVICE_NAME, BrokerAdminService
+from broker.grpc_service.client_activity import ClientActivity
 from broker.grpc_service.client_registry import ClientRegistry
 from broker.grpc_service.consumer_activity import ConsumerActivity
 from broker.grpc_service.messaging_service import MessagingService
 from broker.grpc_service.protocol import fault_reply
 from broker.grpc_service.pull_activity import PullActivity
+from broker.grpc_service.send_activity import SendActivity
 from broker.metrics import BrokerMetrics
 from broker.pop_message import PopMessageService
 from broker.send_message import SendMessageService
@@ -74,15 +82,27 @@ class BrokerController:
         self._send_queue: SendQueue | None = None
         self._timer: TimerMessageService | None = None
         self._transactions: TransactionalMessageService | None = None
-        self._messaging: MessagingService | None = None
+        self._clients_activity: ClientActivity | None = None
         self.metrics_port = 0
         self._metrics_server: WSGIServer | None = None
+        self._root: contextlib.AsyncExitStack | None = None
+        self._tasks: BackgroundTasks
 
     async def start(self) -> int:
-        """Recover and serve; returns the bound port. On failure, what started is stopped."""
-        # Bind first: the port (a free one when listen_port is 0) is the store host every
-        # record carries, and what routes advertise.
-        server = self._server = self._bind()
+        """Recover and serve; returns the bound port. On failure, what started is stopped.
+
+        The root TaskGroup is entered here and left by shutdown(), both called by the task that
+        runs the broker: it is the group's parent, which a dying background task cancels, so
+        its wait ends and its shutdown() raises BackgroundTaskError (background.py)."""
+        root = self._root = contextlib.AsyncExitStack()
+        self._tasks = BackgroundTasks(await root.enter_async_context(asyncio.TaskGroup()))
+        try:
+            # Bind first: the port (a free one when listen_port is 0) is the store host every
+            # record carries, and what routes advertise.
+            server = self._server = self._bind()
+        except BaseException:
+            await self._leave_root()
+            raise
         try:
             return await self._start_bound(server)
         except BaseException:
@@ -96,6 +116,31 @@ class BrokerController:
         self.topics.load()
         self.groups.load()
         self.arrivals.attach(self.store)
+        messaging = self._build_services()
+        await self._start_services()
+        self._add_servicers(server, messaging)
+        await server.start()
+        for service in ("", MESSAGING_SERVICE_NAME, ADMIN_SERVICE_NAME):
+            await self._health.set(service, health_pb2.HealthCheckResponse.SERVING)
+        self.metrics.watch(self)
+        if cfg.metrics_host is not None:
+            self._metrics_server, _ = start_http_server(
+                cfg.metrics_port, cfg.metrics_host, registry=self.metrics.registry
+            )
+            self.metrics_port = self._metrics_server.server_port
+            LOG.info("broker metrics on http://%s:%s/metrics", cfg.metrics_host, self.metrics_port)
+        LOG.info(
+            "broker %s serving on %s:%s (store %s)",
+            cfg.broker_name,
+            cfg.listen_host,
+            self.port,
+            STORE_BUILD,
+        )
+        return self.port
+
+    def _build_services(self) -> MessagingService:
+        """The domain services and the gRPC activities over them."""
+        cfg = self.config
         self._pop = PopMessageService(self.store, self.topics, cfg.config_dir, self.arrivals)
         self._timer = TimerMessageService(self.store, cfg.config_dir, cfg.timer_pending_max)
         self._transactions = TransactionalMessageService(
@@ -135,27 +180,38 @@ class BrokerController:
             cfg.invisible_duration_ms_min,
             cfg.long_polling_timeout_ms,
         )
-        self._messaging = MessagingService(
+        self._clients_activity = ClientActivity(
+            self.clients, self.groups, cfg.store.max_message_size_bytes, cfg.long_polling_timeout_ms
+        )
+        messaging = MessagingService(
             sends,
-            self._transactions,
-            self.clients,
             broker,
-            cfg.store.max_message_size_bytes,
-            cfg.delay_max_ms,
+            self._clients_activity,
+            SendActivity(
+                sends, self._transactions, cfg.store.max_message_size_bytes, cfg.delay_max_ms
+            ),
             consumers,
-            self.groups,
-            cfg.long_polling_timeout_ms,
             PullActivity(
                 self.store, sends, self.arrivals, self.pull_offsets, cfg.long_polling_timeout_ms
             ),
         )
         broker.endpoints.addresses[0].port = self.port
-        await self._timer.start()
-        await self._transactions.start()
-        await self._pop.start()
-        await self.pull_offsets.start()
-        self._send_queue.start()
-        service_pb2_grpc.add_MessagingServiceServicer_to_server(self._messaging, server)
+        return messaging
+
+    async def _start_services(self) -> None:
+        assert self._timer is not None
+        assert self._transactions is not None
+        assert self._pop is not None
+        assert self._send_queue is not None
+        await self._timer.start(self._tasks)
+        await self._transactions.start(self._tasks)
+        await self._pop.start(self._tasks)
+        await self.pull_offsets.start(self._tasks)
+        self._send_queue.start(self._tasks)
+
+    def _add_servicers(self, server: grpc.aio.Server, messaging: MessagingService) -> None:
+        assert self._pop is not None
+        service_pb2_grpc.add_MessagingServiceServicer_to_server(messaging, server)
         broker_admin_pb2_grpc.add_BrokerAdminServicer_to_server(
             BrokerAdminService(
                 self.store,
@@ -168,31 +224,13 @@ class BrokerController:
             server,
         )
         health_pb2_grpc.add_HealthServicer_to_server(self._health, server)
-        await server.start()
-        for service in ("", MESSAGING_SERVICE_NAME, ADMIN_SERVICE_NAME):
-            await self._health.set(service, health_pb2.HealthCheckResponse.SERVING)
-        self.metrics.watch(self)
-        if cfg.metrics_host is not None:
-            self._metrics_server, _ = start_http_server(
-                cfg.metrics_port, cfg.metrics_host, registry=self.metrics.registry
-            )
-            self.metrics_port = self._metrics_server.server_port
-            LOG.info("broker metrics on http://%s:%s/metrics", cfg.metrics_host, self.metrics_port)
-        LOG.info(
-            "broker %s serving on %s:%s (store %s)",
-            cfg.broker_name,
-            cfg.listen_host,
-            self.port,
-            STORE_BUILD,
-        )
-        return self.port
 
     # -- what the scrape-time metrics read (broker/metrics.py BrokerState) ----------------------
     def consumer_progress(self) -> Iterator[tuple[str, str, Sequence[QueueProgress]]]:
         if self._pop is None:
             return
         for gc in self.groups.list():
-            for topic in self._pop.topics_of(gc.group_name):
+            for topic in self._pop.progress.topics_of(gc.group_name):
                 progress = topic_progress(self.store, self.topics, self._pop, gc.group_name, topic)
                 yield gc.group_name, topic, progress
 
@@ -230,8 +268,8 @@ class BrokerController:
 
     def _request_transaction_check(self, topic: str, half: MessageExt, transaction_id: str) -> bool:
         # Checks start after the server is up, so the messaging service exists by then.
-        assert self._messaging is not None
-        return self._messaging.request_transaction_check(topic, half, transaction_id)
+        assert self._clients_activity is not None
+        return self._clients_activity.request_transaction_check(topic, half, transaction_id)
 
     async def shutdown(self) -> None:
         if self._metrics_server is not None:
@@ -254,6 +292,22 @@ class BrokerController:
         await self.pull_offsets.stop()
         await asyncio.to_thread(self.store.shutdown)
         LOG.info("broker %s stopped", self.config.broker_name)
+        await self._leave_root()
+
+    async def _leave_root(self) -> None:
+        """Leave the root TaskGroup, every task stopped by now; one that died is raised here."""
+        root, self._root = self._root, None
+        if root is None:
+            return
+        try:
+            await root.aclose()
+        except BaseExceptionGroup as group:
+            died = group.subgroup(BackgroundTaskError)
+            if died is None:
+                raise
+            first = died.exceptions[0]
+            assert isinstance(first, BackgroundTaskError)
+            raise first from first.__cause__  # the group adds nothing: the cause is the fault
 
     @property
     def timer(self) -> TimerMessageService:

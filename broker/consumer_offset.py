@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from broker.background import BackgroundTasks
 from broker.state_file import StateWriter, read_json
 
 OFFSETS_FILE_NAME = "pull_offsets.json"
@@ -26,11 +27,11 @@ class ConsumerOffsetManager:
             self._path, lambda: {k: dict(v) for k, v in self._offsets.items()}, FLUSH_INTERVAL_S
         )
 
-    async def start(self) -> None:
+    async def start(self, tasks: BackgroundTasks) -> None:
         raw = read_json(self._path)
         if isinstance(raw, dict):
             self._offsets = {k: {q: int(o) for q, o in v.items()} for k, v in raw.items()}
-        self._writer.start()
+        self._writer.start(tasks)
 
     async def stop(self) -> None:
         await self._writer.stop()

@@ -33,7 +33,7 @@ def topic_progress(
     for queue_id in queue_ids:
         low = store.get_min_offset_in_queue(topic, queue_id)
         high = store.get_max_offset_in_queue(topic, queue_id)
-        consume_offset = pop.consume_offset(group, topic, queue_id)
+        consume_offset = pop.progress.consume_offset(group, topic, queue_id)
         out.append(
             QueueProgress(
                 queue_id=queue_id,
@@ -42,7 +42,7 @@ def topic_progress(
                 consume_offset=consume_offset,
                 # What retention removed below min_queue_offset can never be consumed.
                 lag=max(0, high - max(consume_offset, low)),
-                inflight_count=pop.inflight_count(group, topic, queue_id),
+                inflight_count=pop.progress.inflight_count(group, topic, queue_id),
             )
         )
     return out

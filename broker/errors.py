@@ -3,7 +3,8 @@
     BrokerError                     (retriable: bool)
     ├── TopicNotFoundError          the topic does not exist and auto-create is off  (not retriable)
     ├── TopicExistsError            create of a topic that exists                    (not retriable)
-    └── BrokerConfigError           a broker setting out of range                    (not retriable)
+    ├── BrokerConfigError           a broker setting out of range                    (not retriable)
+    └── BackgroundTaskError         a background task raised: the broker stops       (not retriable)
 
 Protocol-level refusals are not exceptions but ``Status`` codes in the response (grpc_service/),
 as the RocketMQ proxy answers them.
@@ -28,3 +29,7 @@ class TopicExistsError(BrokerError):
 
 class BrokerConfigError(BrokerError):
     pass
+
+
+class BackgroundTaskError(BrokerError):
+    """Raised from the dead task's exception (``__cause__``); background.py."""

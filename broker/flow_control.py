@@ -23,6 +23,8 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
+from broker.background import BackgroundTasks
+
 LOG = logging.getLogger(__name__)
 T = TypeVar("T")
 
@@ -92,10 +94,9 @@ class SendQueue:
         self._idle = asyncio.Event()
         self._idle.set()
 
-    def start(self) -> None:
+    def start(self, tasks: BackgroundTasks) -> None:
         self._workers = [
-            asyncio.create_task(self._work(), name=f"send-worker-{n}")
-            for n in range(self._workers_n)
+            tasks.start(self._work(), f"send-worker-{n}") for n in range(self._workers_n)
         ]
 
     async def stop(self) -> None:

@@ -10,18 +10,16 @@ Persisted like topics, as one JSON file replaced atomically.
 from __future__ import annotations
 
 import logging
-import re
 import threading
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from broker.state_file import read_json, write_json_atomic
 from broker.store.errors import MessageIllegalError
+from rocketbox_api.names import GROUP_LENGTH_MAX, NAME_CHARACTERS, is_group_name
 
 LOG = logging.getLogger(__name__)
 
-GROUP_NAME_PATTERN = re.compile(r"[%a-zA-Z0-9_-]+")
-GROUP_LENGTH_MAX = 120
 RETRY_MAX_TIMES_DEFAULT = 16
 RETRY_MAX_TIMES_MAX = 64
 GROUPS_FILE_NAME = "groups.json"
@@ -45,9 +43,11 @@ class GroupConfig:
 
 
 def validate_group_name(group: str) -> None:
-    if not group or len(group) > GROUP_LENGTH_MAX or not GROUP_NAME_PATTERN.fullmatch(group):
+    if not is_group_name(group):
         raise MessageIllegalError(
-            "group", f"1..{GROUP_LENGTH_MAX} characters of %a-zA-Z0-9_-", f"{group!r} is not one"
+            "group",
+            f"1..{GROUP_LENGTH_MAX} characters of {NAME_CHARACTERS}",
+            f"{group!r} is not one",
         )
 
 

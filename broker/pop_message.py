@@ -4,7 +4,7 @@ Per consumer group, topic and queue the service keeps (pop_state.QueueState):
 - ``ack_offset``: every queue offset below it is done (acked, filtered out, or dead-lettered).
   This is the group's consume progress.
 - ``done``: offsets at or above ``ack_offset`` that are done out of order (at most the scan
-  window). Both are persisted (``config/consumer_offsets.json``), so nothing acked comes back.
+  window). Both are persisted (pop_progress.py), so nothing acked comes back.
 - ``inflight``: offsets delivered and not done, with their receipt, attempt and invisibility.
 An offset at or above ``ack_offset`` that is neither is available. At most
 INFLIGHT_WINDOW_ENTRIES offsets from ``ack_offset`` on are handed out (a slow message holds the
@@ -34,10 +34,11 @@ import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from broker.arrival import MessageArrivalNotifier
+from broker.background import BackgroundTasks
 from broker.group_config import GroupConfig, dlq_topic
+from broker.pop_progress import PopProgress
 from broker.pop_state import (
     InFlight,
     InvalidReceiptHandleError,
@@ -45,7 +46,6 @@ from broker.pop_state import (
     make_handle,
     parse_handle,
 )
-from broker.state_file import StateWriter, read_json
 from broker.store.consume_queue import ConsumeQueue, CqEntry
 from broker.store.message import (
     PROPERTY_ORIGIN_MESSAGE_ID,
@@ -60,14 +60,12 @@ from broker.topic_config import TopicConfigManager
 
 LOG = logging.getLogger(__name__)
 
-OFFSETS_FILE_NAME = "consumer_offsets.json"
 # Offsets from ack_offset on that may be handed out: bounds the messages in flight per queue and
 # group (and so the memory a consumer that never acks can hold), and a FIFO receive's scan.
 INFLIGHT_WINDOW_ENTRIES = 2_048
 # The window is read this many entries at a time: a receive that fills its batch early stops
 # early (reading the whole window as one list cost a fifth of the broker's CPU under load).
 SCAN_CHUNK_ENTRIES = 64
-PROGRESS_FLUSH_INTERVAL_S = 1.0
 
 
 @dataclass(slots=True)
@@ -103,69 +101,16 @@ class PopMessageService:
         self._arrivals = arrivals
         self._store = store
         self._topics = topics
-        self._path = config_dir / OFFSETS_FILE_NAME
-        self._queues: dict[tuple[str, str, int], QueueState] = {}
-        # group -> topic -> queue id -> {"ack": offset, "done": [offsets]}
-        self._saved: dict[str, dict[str, dict[str, dict[str, Any]]]] = {}
-        self._progress = StateWriter(self._path, self._snapshot, PROGRESS_FLUSH_INTERVAL_S)
+        self.progress = PopProgress(store, config_dir)
         self._next_queue: dict[tuple[str, str], int] = {}
 
     # -- life cycle ----------------------------------------------------------------------
-    async def start(self) -> None:
-        raw = read_json(self._path)
-        self._saved = raw if isinstance(raw, dict) else {}
-        self._progress.start()
+    async def start(self, tasks: BackgroundTasks) -> None:
+        self.progress.start(tasks)
 
     async def stop(self) -> None:
         self._arrivals.wake_all()
-        await self._progress.stop()
-
-    def _snapshot(self) -> dict[str, dict[str, dict[str, dict[str, Any]]]]:
-        data: dict[str, dict[str, dict[str, dict[str, Any]]]] = {}
-        for (group, topic, queue_id), qs in list(self._queues.items()):
-            data.setdefault(group, {}).setdefault(topic, {})[str(queue_id)] = {
-                "ack": qs.ack_offset,
-                "done": sorted(qs.done),
-            }
-        for saved_group, topics in self._saved.items():  # queues not touched since the start
-            for saved_topic, queues in topics.items():
-                for saved_queue, offset in queues.items():
-                    by_queue = data.setdefault(saved_group, {}).setdefault(saved_topic, {})
-                    by_queue.setdefault(saved_queue, offset)
-        return data
-
-    # -- state -----------------------------------------------------------------------------
-    def _state(self, group: str, topic: str, queue_id: int) -> QueueState:
-        key = (group, topic, queue_id)
-        qs = self._queues.get(key)
-        if qs is None:
-            saved = self._saved.get(group, {}).get(topic, {}).get(str(queue_id))
-            # A new group consumes from the first message still stored (nothing is skipped).
-            start = self._store.get_min_offset_in_queue(topic, queue_id)
-            if saved is None:
-                qs = QueueState(start)
-            else:
-                ack = max(start, int(saved["ack"]))
-                qs = QueueState(ack, {int(o) for o in saved["done"] if int(o) >= ack})
-            self._queues[key] = qs
-        return qs
-
-    def consume_offset(self, group: str, topic: str, queue_id: int) -> int:
-        return self._state(group, topic, queue_id).ack_offset
-
-    def inflight_count(self, group: str, topic: str, queue_id: int) -> int:
-        qs = self._queues.get((group, topic, queue_id))
-        return len(qs.inflight) if qs is not None else 0
-
-    def groups_of(self, topic: str) -> list[str]:
-        """Groups that consumed the topic, in this run or before (persisted progress)."""
-        live = {g for (g, t, _) in self._queues if t == topic}
-        saved = {g for g, topics in self._saved.items() if topic in topics}
-        return sorted(live | saved)
-
-    def topics_of(self, group: str) -> list[str]:
-        live = {t for (g, t, _) in self._queues if g == group}
-        return sorted(live | set(self._saved.get(group, {})))
+        await self.progress.stop()
 
     def reset_offset(self, group: str, topic: str, queue_id: int, queue_offset: int) -> None:
         """Start the group over at ``queue_offset`` in this queue (``rocketbox group
@@ -173,12 +118,12 @@ class PopMessageService:
         queue's offsets still stored."""
         low = self._store.get_min_offset_in_queue(topic, queue_id)
         high = self._store.get_max_offset_in_queue(topic, queue_id)
-        qs = self._state(group, topic, queue_id)
+        qs = self.progress.state(group, topic, queue_id)
         qs.ack_offset = min(max(queue_offset, low), high)
         qs.done.clear()
         qs.inflight.clear()
         qs.restart_scan()
-        self._progress.dirty = True
+        self.progress.changed()
         self._arrivals.notify(topic)
         LOG.info("group %s: %s queue %s reset to offset %s", group, topic, queue_id, qs.ack_offset)
 
@@ -252,7 +197,7 @@ class PopMessageService:
         now: int,
         deliveries: list[Delivery],
     ) -> int | None:
-        qs = self._state(group.group_name, topic, queue_id)
+        qs = self.progress.state(group.group_name, topic, queue_id)
         cq = self._store.consume_queue_store.find(topic, queue_id)
         if cq is None:
             return None
@@ -277,7 +222,7 @@ class PopMessageService:
             msg = self._store.look_message_by_offset(flight.phy_offset, flight.size)
             if msg is None:  # gone (retention)
                 qs.mark_done(offset)
-                self._progress.dirty = True
+                self.progress.changed()
                 continue
             await self._hand_out(qs, take, offset, flight.phy_offset, flight.size, msg, flight)
         window_end = qs.ack_offset + INFLIGHT_WINDOW_ENTRIES
@@ -287,7 +232,7 @@ class PopMessageService:
                     break
                 offset = entry.queue_offset
                 if qs.skip_blanks(offset, qs.scan_offset):
-                    self._progress.dirty = True
+                    self.progress.changed()
                 qs.scan_offset = offset + 1
                 if offset in qs.done or offset in qs.inflight:
                     continue  # acked out of order before a restart; taken by a FIFO receive
@@ -297,7 +242,7 @@ class PopMessageService:
                 if msg is None or (take.tags is not None and msg.tags not in take.tags):
                     # Gone, or not for this group's filter: done, as the proxy does.
                     qs.mark_done(offset)
-                    self._progress.dirty = True
+                    self.progress.changed()
                     continue
                 await self._hand_out(qs, take, offset, entry.phy_offset, entry.size, msg, None)
         return qs.next_expiry_ms()
@@ -314,7 +259,7 @@ class PopMessageService:
                 break
             offset = entry.queue_offset
             if qs.skip_blanks(offset, expected):
-                self._progress.dirty = True
+                self.progress.changed()
             expected = offset + 1
             if offset in qs.done:
                 continue
@@ -331,7 +276,7 @@ class PopMessageService:
                 flight is None and take.tags is not None and msg.tags not in take.tags
             ):
                 qs.mark_done(offset)
-                self._progress.dirty = True
+                self.progress.changed()
                 continue
             message_group = msg.properties.get(PROPERTY_SHARDING_KEY)
             if message_group is not None:
@@ -356,7 +301,7 @@ class PopMessageService:
         if attempt > take.group.max_delivery_attempts:
             await self._dead_letter(take.group.group_name, msg, attempt - 1)
             qs.mark_done(offset)
-            self._progress.dirty = True
+            self.progress.changed()
             return
         handle = make_handle(take.queue_id, offset)
         until = take.now + take.invisible_ms
@@ -367,7 +312,7 @@ class PopMessageService:
     # -- ack, change invisible, dead letter --------------------------------------------------
     def _flight(self, group: str, topic: str, handle: str) -> tuple[QueueState, int, InFlight]:
         queue_id, offset = parse_handle(handle)
-        qs = self._queues.get((group, topic, queue_id))
+        qs = self.progress.find(group, topic, queue_id)
         flight = qs.inflight.get(offset) if qs is not None else None
         # A handle stays current until the message is handed out again (then it is replaced):
         # an ack just after the invisibility expired, before a redelivery, is still accepted.
@@ -380,7 +325,7 @@ class PopMessageService:
     def ack(self, group: str, topic: str, handle: str) -> None:
         qs, offset, _ = self._flight(group, topic, handle)
         qs.mark_done(offset)
-        self._progress.dirty = True
+        self.progress.changed()
 
     def change_invisible_duration(
         self, group: str, topic: str, handle: str, invisible_ms: int
@@ -404,7 +349,7 @@ class PopMessageService:
         if msg is not None:
             await self._dead_letter(group, msg, flight.attempt)
         qs.mark_done(offset)
-        self._progress.dirty = True
+        self.progress.changed()
 
     async def _dead_letter(self, group: str, msg: MessageExt, attempts: int) -> None:
         props = msg.properties_for_copy()

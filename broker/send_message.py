@@ -69,7 +69,9 @@ class SendMessageService:
         self._auto_create_topic = auto_create_topic
         self._round_robin: dict[str, itertools.count[int]] = {}
 
-    def topic_config(self, topic: str) -> TopicConfig:
+    def resolve_topic(self, topic: str) -> TopicConfig:
+        """The one place a request's topic is looked up, and auto-created when the broker is
+        configured so: callers resolve once per request and pass the TopicConfig on."""
         tc = self._topics.find(topic)
         if tc is not None:
             return tc
@@ -87,17 +89,17 @@ class SendMessageService:
         counter = self._round_robin.setdefault(tc.topic_name, itertools.count())
         return next(counter) % tc.queue_nums
 
-    async def send(self, topic: str, messages: list[InboundMessage]) -> list[SendResult]:
-        """Store every message of one request (all of ``topic``); raises FlowControlled or
-        TopicNotFoundError without storing anything."""
+    async def send(self, tc: TopicConfig, messages: list[InboundMessage]) -> list[SendResult]:
+        """Store every message of one request (all of the topic ``tc``, as resolve_topic gave
+        it); raises FlowControlled without storing anything."""
         try:
-            return await self._send(topic, messages)
+            return await self._send(tc, messages)
         except FlowControlled as e:
             self._metrics.observe_flow_control(e.reason)
             raise
 
-    async def _send(self, topic: str, messages: list[InboundMessage]) -> list[SendResult]:
-        tc = self.topic_config(topic)
+    async def _send(self, tc: TopicConfig, messages: list[InboundMessage]) -> list[SendResult]:
+        topic = tc.topic_name
         self._forced.check(topic)
         now_ms = time.time_ns() // 1_000_000
         queue_ids = []

@@ -15,6 +15,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from broker.background import BackgroundTasks
+
 
 def write_json_atomic(path: Path, data: Any) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -57,9 +59,9 @@ class StateWriter:
         self._task: asyncio.Task[None] | None = None
         self.dirty = False
 
-    def start(self) -> None:
+    def start(self, tasks: BackgroundTasks) -> None:
         self._stopping = asyncio.Event()
-        self._task = asyncio.create_task(self._run(), name=f"state-writer {self._path.name}")
+        self._task = tasks.start(self._run(), f"state-writer {self._path.name}")
 
     async def _run(self) -> None:
         assert self._stopping is not None
@@ -81,6 +83,7 @@ class StateWriter:
     async def stop(self) -> None:
         if self._stopping is not None and self._task is not None:
             self._stopping.set()
-            await self._task
+            # A writer that died was reported by the broker's TaskGroup: not raised again here.
+            await asyncio.gather(self._task, return_exceptions=True)
             self._task = None
         await self.flush()

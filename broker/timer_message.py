@@ -24,6 +24,7 @@ import threading
 import time
 from pathlib import Path
 
+from broker.background import BackgroundTasks
 from broker.state_file import StateWriter, read_json
 from broker.store.codec import DispatchRequest
 from broker.store.message import (
@@ -76,14 +77,14 @@ class TimerMessageService:
         return len(self._pending)
 
     # -- life cycle ----------------------------------------------------------------------
-    async def start(self) -> None:
+    async def start(self, tasks: BackgroundTasks) -> None:
         self._loop = asyncio.get_running_loop()
         self._load_progress()
         # Listen before scanning: an entry dispatched meanwhile is deduplicated by offset.
         self._store.add_message_arriving_listener(self._on_dispatch)
         self._scan_schedule_queue()
-        self._task = asyncio.create_task(self._run(), name="timer-message-service")
-        self._progress.start()
+        self._task = tasks.start(self._run(), "timer-message-service")
+        self._progress.start(tasks)
         LOG.info("timer: %s delayed messages pending", len(self._pending))
 
     async def stop(self) -> None:

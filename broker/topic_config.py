@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import enum
 import logging
-import re
 import threading
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -16,11 +15,10 @@ from pathlib import Path
 from broker.errors import TopicExistsError, TopicNotFoundError
 from broker.state_file import read_json, write_json_atomic
 from broker.store.errors import MessageIllegalError
+from rocketbox_api.names import NAME_CHARACTERS, TOPIC_LENGTH_MAX, is_topic_name
 
 LOG = logging.getLogger(__name__)
 
-TOPIC_NAME_PATTERN = re.compile(r"[%a-zA-Z0-9_-]+")
-TOPIC_LENGTH_MAX = 127
 QUEUE_NUMS_MAX = 1024
 # Prefixes of topics the broker keeps for itself (retry, dead letter, timers, transactions).
 SYSTEM_TOPIC_PREFIXES = ("%RETRY%", "%DLQ%", "rmq_sys_", "RMQ_SYS_", "SCHEDULE_TOPIC")
@@ -53,20 +51,21 @@ class TopicConfig:
 
 
 def validate_topic_name(topic: str, allow_system: bool = False) -> None:
-    if not topic:
-        raise MessageIllegalError("topic", f"1..{TOPIC_LENGTH_MAX} characters", "is empty")
-    if len(topic) > TOPIC_LENGTH_MAX:
-        raise MessageIllegalError(
-            "topic", f"{TOPIC_LENGTH_MAX} characters", f"is {len(topic)} characters long"
-        )
-    if not TOPIC_NAME_PATTERN.fullmatch(topic):
-        raise MessageIllegalError(
-            "topic", "characters %a-zA-Z0-9_-", f"{topic!r} has a character outside the set"
-        )
+    if not is_topic_name(topic):
+        raise MessageIllegalError("topic", *_topic_name_fault(topic))
     if not allow_system and topic.startswith(SYSTEM_TOPIC_PREFIXES):
         raise MessageIllegalError(
             "topic", f"no system prefix {SYSTEM_TOPIC_PREFIXES}", f"{topic!r} is a system topic"
         )
+
+
+def _topic_name_fault(topic: str) -> tuple[str, str]:
+    """The limit a topic name that is_topic_name refused breaks, and how."""
+    if not topic:
+        return f"1..{TOPIC_LENGTH_MAX} characters", "is empty"
+    if len(topic) > TOPIC_LENGTH_MAX:
+        return f"{TOPIC_LENGTH_MAX} characters", f"is {len(topic)} characters long"
+    return f"characters {NAME_CHARACTERS}", f"{topic!r} has a character outside the set"
 
 
 class TopicConfigManager:

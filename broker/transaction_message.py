@@ -28,6 +28,7 @@ import zlib
 from collections.abc import Callable
 from pathlib import Path
 
+from broker.background import BackgroundTasks
 from broker.state_file import StateWriter, read_json
 from broker.store.message import (
     PROPERTY_TAGS,
@@ -113,14 +114,14 @@ class TransactionalMessageService:
         inner.properties[PROPERTY_TRANSACTION_PREPARED] = "true"
 
     # -- life cycle ----------------------------------------------------------------------
-    async def start(self) -> None:
+    async def start(self, tasks: BackgroundTasks) -> None:
         raw = read_json(self._progress_path)
         if raw is not None:
             self._watermark = int(raw["watermark"])
             self._checks = {int(k): int(v) for k, v in raw["checks"].items()}
         self._load_resolutions()
-        self._task = asyncio.create_task(self._check_loop(), name="transaction-check")
-        self._progress.start()
+        self._task = tasks.start(self._check_loop(), "transaction-check")
+        self._progress.start(tasks)
 
     async def stop(self) -> None:
         if self._task is not None:

@@ -15,13 +15,12 @@ import re
 from collections.abc import Mapping
 
 from outbox.entry import OutboxMessage
+from rocketbox_api.names import NAME_PATTERN, TOPIC_LENGTH_MAX, is_topic_name
 from rocketbox_api.protobuf_ranges import NANOS_MAX, TIMESTAMP_SECONDS_MAX, TIMESTAMP_SECONDS_MIN
 from sidecar import clock
 from sidecar.errors import SendRejectedError
 from sidecar.message_id import APP_MESSAGE_ID_LENGTH_MAX
 
-TOPIC_PATTERN = re.compile(r"^[%a-zA-Z0-9_-]+$")
-TOPIC_LENGTH_MAX = 127
 BODY_BYTES_MAX = 4 * 1024 * 1024
 USER_PROPERTIES_MAX = 128
 # Tag, keys and user properties together (RocketMQ's MESSAGE_PROPERTIES_TOO_LARGE).
@@ -77,8 +76,8 @@ def validate_message(m: OutboxMessage, now_ms: int | None = None) -> None:
         raise SendRejectedError(
             "topic", f"is {len(m.topic)} characters; the limit is {TOPIC_LENGTH_MAX}"
         )
-    if not TOPIC_PATTERN.match(m.topic):
-        raise SendRejectedError("topic", f"{m.topic!r} does not match {TOPIC_PATTERN.pattern}")
+    if not is_topic_name(m.topic):
+        raise SendRejectedError("topic", f"{m.topic!r} does not match {NAME_PATTERN.pattern}")
     if m.topic.startswith(RESERVED_TOPIC_PREFIXES):
         raise SendRejectedError("topic", f"{m.topic!r} is a system topic")
     if not m.body:

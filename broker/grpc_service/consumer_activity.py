@@ -73,7 +73,7 @@ class ConsumerActivity:
     def _topic(self, name: str) -> TopicConfig:
         validate_topic(name, allow_dead_letter=True)
         try:
-            return self._sends.topic_config(name)
+            return self._sends.resolve_topic(name)
         except TopicNotFoundError as e:
             raise ProtocolError(Code.TOPIC_NOT_FOUND, str(e)) from None
 

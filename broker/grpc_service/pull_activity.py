@@ -60,7 +60,7 @@ class PullActivity:
         topic = mq.topic.name
         validate_topic(topic, allow_dead_letter=True)
         try:
-            tc = self._sends.topic_config(topic)
+            tc = self._sends.resolve_topic(topic)
         except TopicNotFoundError as e:
             raise ProtocolError(Code.TOPIC_NOT_FOUND, str(e)) from None
         if not 0 <= mq.id < tc.queue_nums:

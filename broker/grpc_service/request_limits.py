@@ -17,7 +17,7 @@ from google.protobuf.timestamp_pb2 import Timestamp
 from rocketmq.grpc_protocol import definition_pb2 as pb
 
 from broker.grpc_service.protocol import Code, ProtocolError, shown
-from broker.topic_config import TOPIC_LENGTH_MAX
+from rocketbox_api.names import TOPIC_LENGTH_MAX
 from rocketbox_api.protobuf_ranges import (
     DURATION_SECONDS_MAX,
     NANOS_MAX,

@@ -20,16 +20,16 @@ from broker.group_config import DLQ_TOPIC_PREFIX
 from broker.grpc_service.protocol import Code, ProtocolError, shown
 from broker.grpc_service.request_limits import timestamp_ms_of, validate_message_id
 from broker.store.message import SYSTEM_PROPERTY_NAMES
-from broker.topic_config import (
-    SYSTEM_TOPIC_PREFIXES,
+from broker.topic_config import SYSTEM_TOPIC_PREFIXES, TopicMessageType
+from rocketbox_api.names import (
+    GROUP_LENGTH_MAX,
+    NAME_CHARACTERS,
     TOPIC_LENGTH_MAX,
-    TOPIC_NAME_PATTERN,
-    TopicMessageType,
+    is_group_name,
+    is_topic_name,
 )
 
 CONTROL_CHARACTERS = re.compile(r"[\x00-\x1f\x7f-\x9f]")
-GROUP_PATTERN = re.compile(r"[%a-zA-Z0-9_-]+")
-GROUP_LENGTH_MAX = 120
 MESSAGE_GROUP_BYTES_MAX = 64
 USER_PROPERTIES_COUNT_MAX = 128
 # A delay message whose time has passed is delivered at once. One spooled by a sidecar through a
@@ -72,16 +72,8 @@ _TYPE_OF = {
 
 def validate_topic(name: str, allow_dead_letter: bool = False) -> None:
     """Sends go to application topics only; consumers may also read ``%DLQ%<group>``."""
-    if not name:
-        raise ProtocolError(Code.ILLEGAL_TOPIC, "topic is empty (1..127 characters)")
-    if len(name) > TOPIC_LENGTH_MAX:
-        raise ProtocolError(
-            Code.ILLEGAL_TOPIC, f"topic is {len(name)} characters (limit {TOPIC_LENGTH_MAX})"
-        )
-    if not TOPIC_NAME_PATTERN.fullmatch(name):
-        raise ProtocolError(
-            Code.ILLEGAL_TOPIC, f"topic {shown(name)}: only characters %a-zA-Z0-9_-"
-        )
+    if not is_topic_name(name):
+        raise ProtocolError(Code.ILLEGAL_TOPIC, _topic_name_fault(name))
     if name.startswith(SYSTEM_TOPIC_PREFIXES) and not (
         allow_dead_letter and name.startswith(DLQ_TOPIC_PREFIX)
     ):
@@ -89,11 +81,20 @@ def validate_topic(name: str, allow_dead_letter: bool = False) -> None:
 
 
 def validate_group(name: str) -> None:
-    if not name or len(name) > GROUP_LENGTH_MAX or not GROUP_PATTERN.fullmatch(name):
+    if not is_group_name(name):
         raise ProtocolError(
             Code.ILLEGAL_CONSUMER_GROUP,
-            f"group {shown(name)}: 1..{GROUP_LENGTH_MAX} characters of %a-zA-Z0-9_-",
+            f"group {shown(name)}: 1..{GROUP_LENGTH_MAX} characters of {NAME_CHARACTERS}",
         )
+
+
+def _topic_name_fault(name: str) -> str:
+    """How a name that is_topic_name refused breaks the rule."""
+    if not name:
+        return f"topic is empty (1..{TOPIC_LENGTH_MAX} characters)"
+    if len(name) > TOPIC_LENGTH_MAX:
+        return f"topic is {len(name)} characters (limit {TOPIC_LENGTH_MAX})"
+    return f"topic {shown(name)}: only characters {NAME_CHARACTERS}"
 
 
 def message_type_of(msg: pb.Message) -> TopicMessageType:

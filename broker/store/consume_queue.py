@@ -42,6 +42,7 @@ from typing import NamedTuple
 from broker.store.config import TOPIC_LENGTH_MAX
 from broker.store.errors import MessageIllegalError
 from broker.store.mapped_file import MappedFile, MappedFileQueue
+from rocketbox_api.names import STORED_TOPIC_PATTERN
 
 __all__ = ["BLANK_SIZE", "CQ_STORE_UNIT_SIZE_BYTES", "ConsumeQueue", "CqEntry"]
 
@@ -56,7 +57,7 @@ _BLANK_ENTRY = _ENTRY.pack(0, BLANK_SIZE, 0)
 _ZERO_ENTRY = bytes(CQ_STORE_UNIT_SIZE_BYTES)
 _UNIT = CQ_STORE_UNIT_SIZE_BYTES
 QUEUE_ID_MAX = 2**31 - 1
-_TOPIC_RE = re.compile(r"[%a-zA-Z0-9_|-]+")
+_TOPIC_RE = STORED_TOPIC_PATTERN  # one rule, rocketbox_api/names.py
 _QUEUE_ID_RE = re.compile(r"0|[1-9][0-9]{0,9}")  # canonical: "07" would alias queue 7
 
 

@@ -23,9 +23,10 @@ from broker.store.message import (
     PROPERTY_TAGS,
     MessageExtBrokerInner,
 )
+from rocketbox_api.names import STORED_TOPIC_PATTERN
 
 # RocketMQ's topic charset; '%' marks system topics (%RETRY%, %DLQ%), '|' namespaced ones.
-TOPIC_PATTERN = re.compile(r"[%|a-zA-Z0-9_-]+")
+TOPIC_PATTERN = STORED_TOPIC_PATTERN  # one rule, rocketbox_api/names.py says why '|' is in it
 # C0 and C1 control characters: they break log lines, terminals and the properties framing.
 CONTROL_CHARACTERS = re.compile(r"[\x00-\x1f\x7f-\x9f]")
 QUEUE_ID_MAX = 2**31 - 1

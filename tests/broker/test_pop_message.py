@@ -19,6 +19,7 @@ from hypothesis import strategies as st
 
 from broker import pop_message
 from broker.arrival import MessageArrivalNotifier
+from broker.background import BackgroundTasks
 from broker.group_config import GroupConfig
 from broker.pop_message import INFLIGHT_WINDOW_ENTRIES, Delivery, PopMessageService
 from broker.pop_state import EXPIRY_HEAP_FLOOR, EXPIRY_HEAP_SLACK, InvalidReceiptHandleError
@@ -110,13 +111,13 @@ def test_a_receive_hands_out_at_most_the_window_and_acks_open_it(
         pop = service(store, tmp_path)
         first = await drain(pop)
         assert [offset_of(d) for d in first] == list(range(INFLIGHT_WINDOW_ENTRIES))
-        assert pop.inflight_count(GROUP.group_name, TOPIC, 0) == INFLIGHT_WINDOW_ENTRIES
+        assert pop.progress.inflight_count(GROUP.group_name, TOPIC, 0) == INFLIGHT_WINDOW_ENTRIES
         for d in first[5:10]:  # out of order: the window does not move
             pop.ack(GROUP.group_name, TOPIC, d.receipt_handle)
         assert await receive(pop) == []
         for d in first[:5]:  # the first five: the window moves by ten
             pop.ack(GROUP.group_name, TOPIC, d.receipt_handle)
-        assert pop.consume_offset(GROUP.group_name, TOPIC, 0) == 10
+        assert pop.progress.consume_offset(GROUP.group_name, TOPIC, 0) == 10
         more = await drain(pop)
         assert [offset_of(d) for d in more] == list(
             range(INFLIGHT_WINDOW_ENTRIES, INFLIGHT_WINDOW_ENTRIES + 10)
@@ -184,7 +185,7 @@ def test_many_invisibility_changes_keep_the_heap_bounded(
             handles[k] = pop.change_invisible_duration(
                 GROUP.group_name, TOPIC, handles[k], INVISIBLE_MS
             ).receipt_handle
-        state = pop._queues[(GROUP.group_name, TOPIC, 0)]
+        state = pop.progress.state(GROUP.group_name, TOPIC, 0)
         assert len(state.expiries) <= EXPIRY_HEAP_SLACK * len(handles) + EXPIRY_HEAP_FLOOR + 1
         clock.now_ms += INVISIBLE_MS
         assert sorted(offset_of(d) for d in await receive(pop)) == [0, 1, 2, 3]
@@ -200,20 +201,22 @@ def test_out_of_order_acks_survive_a_restart_and_filtered_tags_count_as_done(
         put(store, 2, tag="skip")
         put(store, 3, tag="keep")
         pop = service(store, tmp_path)
-        await pop.start()
-        got = await pop.receive(GROUP, TOPIC, (0,), frozenset({"keep"}), 32, INVISIBLE_MS, 0)
-        assert [offset_of(d) for d in got] == [0, 1, 2, 5, 6, 7]
-        for d in got:
-            if offset_of(d) % 2:
-                pop.ack(GROUP.group_name, TOPIC, d.receipt_handle)
-        await pop.stop()
+        async with asyncio.TaskGroup() as group:
+            await pop.start(BackgroundTasks(group))
+            got = await pop.receive(GROUP, TOPIC, (0,), frozenset({"keep"}), 32, INVISIBLE_MS, 0)
+            assert [offset_of(d) for d in got] == [0, 1, 2, 5, 6, 7]
+            for d in got:
+                if offset_of(d) % 2:
+                    pop.ack(GROUP.group_name, TOPIC, d.receipt_handle)
+            await pop.stop()
 
     async def second_run(store: DefaultMessageStore) -> None:
         pop = service(store, tmp_path)
-        await pop.start()
-        got = await drain(pop)  # in flight is forgotten; acked and filtered stay done
-        assert [offset_of(d) for d in got] == [0, 2, 6]
-        await pop.stop()
+        async with asyncio.TaskGroup() as group:
+            await pop.start(BackgroundTasks(group))
+            got = await drain(pop)  # in flight is forgotten; acked and filtered stay done
+            assert [offset_of(d) for d in got] == [0, 2, 6]
+            await pop.stop()
 
     store = open_store(tmp_path)
     try:
@@ -248,7 +251,7 @@ def test_a_gap_of_blank_entries_does_not_hold_the_ack_offset(
         assert [offset_of(d) for d in got] == [0, 1, 2, 2]  # offset 10 points at message 2
         for d in got:
             pop.ack(group.group_name, TOPIC, d.receipt_handle)
-        assert pop.consume_offset(group.group_name, TOPIC, 0) == 11
+        assert pop.progress.consume_offset(group.group_name, TOPIC, 0) == 11
 
     asyncio.run(run())
 

@@ -30,7 +30,7 @@ from rocketmq.grpc_protocol import Code, service_pb2_grpc
 from rocketmq.grpc_protocol import definition_pb2 as pb
 from rocketmq.grpc_protocol import service_pb2 as spb
 
-from broker.grpc_service.messaging_service import SETTINGS_BYTES_MAX
+from broker.grpc_service.client_activity import SETTINGS_BYTES_MAX
 from broker.grpc_service.request_limits import (
     ACK_ENTRIES_MAX,
     FILTER_EXPRESSION_LENGTH_MAX,

@@ -26,7 +26,7 @@ import pytest
 from rocketmq import ClientConfiguration, Credentials, FilterExpression, Message, SimpleConsumer
 
 from tests.broker.broker_process import BrokerProcess, wait_until
-from tests.broker.test_admin import cli, cli_json, copies, message, producer, refused
+from tests.broker.grpc_service.test_admin import cli, cli_json, copies, message, producer, refused
 
 DEADLINE_S = 30.0
 # Long enough that nothing received in a test comes back by itself while the test looks at it.

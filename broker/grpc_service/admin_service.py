@@ -24,7 +24,17 @@ from typing import Any, Final, TypeVar
 
 import grpc
 
-from broker.admin_converter import (
+from broker.consumer_progress import topic_progress
+from broker.errors import BrokerError, TopicExistsError, TopicNotFoundError
+from broker.flow_control import ForcedFlowControl
+from broker.group_config import (
+    RETRY_MAX_TIMES_DEFAULT,
+    GroupConfig,
+    GroupConfigManager,
+    dlq_topic,
+    validate_group_name,
+)
+from broker.grpc_service.admin_converter import (
     FROM_PB_TYPE,
     QUERY_KEY_BYTES_MAX,
     QUERY_MAX_NUM_DEFAULT,
@@ -35,16 +45,6 @@ from broker.admin_converter import (
     validate_message_id,
     validate_reset,
     within_budget,
-)
-from broker.consumer_progress import topic_progress
-from broker.errors import BrokerError, TopicExistsError, TopicNotFoundError
-from broker.flow_control import ForcedFlowControl
-from broker.group_config import (
-    RETRY_MAX_TIMES_DEFAULT,
-    GroupConfig,
-    GroupConfigManager,
-    dlq_topic,
-    validate_group_name,
 )
 from broker.grpc_service.client_registry import ClientRegistry
 from broker.pop_message import PopMessageService
@@ -224,7 +224,7 @@ class BrokerAdminService(broker_admin_pb2_grpc.BrokerAdminServicer):  # type: ig
     ) -> apb.DescribeGroupResponse:
         gc = await self._configured_group(request.group, context)
         group = gc.group_name
-        topics = [self._progress(group, topic) for topic in self._pop.topics_of(group)]
+        topics = [self._progress(group, topic) for topic in self._pop.progress.topics_of(group)]
         dlq = dlq_topic(group)
         dlq_count = sum(
             self._store.get_max_offset_in_queue(dlq, queue_id)
