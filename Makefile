@@ -94,7 +94,7 @@ bench-sidecar: $(STAMP)
 # and 1M records.
 .PHONY: bench-reconcile
 bench-reconcile: $(STAMP)
-	$(BIN)/python bench/reconcile_bench.py $(ARGS)
+	$(BIN)/python -m bench.reconcile_bench $(ARGS)
 
 # The chaos suite (chaos/, `python -m chaos`): every scenario, 20,000 messages each through Send,
 # SendBatch and SendStream, against real broker and sidecar processes, private redis-server and

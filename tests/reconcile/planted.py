@@ -4,7 +4,7 @@ Every planted message is a ``Plant``: its id, topic, 10-minute bucket, the outco
 reconciliation must give it, and how many copies the commitlog holds. ``expected_counts`` turns
 the list into the per-(topic, bucket) counts by plain Python: the specification the Spark job is
 held to. The files are written as rocketbox writes them: the commitlog with the broker's codec
-(reconcile/testdata.py's CommitLogWriter: small segments, so several scan tasks, blank padding,
+(testdata.py's CommitLogWriter: small segments, so several scan tasks, blank padding,
 and a torn last record), the ledger as the sidecar writes it (plus a torn last line), the outbox
 through a real MemoryOutbox and outbox/export.py.
 """
@@ -20,7 +20,7 @@ from outbox import DeliveryReceipt, OutboxEntry, OutboxMessage, SpoolCause
 from outbox.entry import OutboxLimits
 from outbox.export import export_jsonl, export_parquet
 from outbox.memory_outbox import MemoryOutbox
-from reconcile.testdata import CommitLogWriter, ledger_line, write_ledger
+from tests.reconcile.testdata import CommitLogWriter, ledger_line, write_ledger
 
 T0 = 1_767_225_600_000  # 2026-01-01T00:00Z, a bucket boundary
 BUCKET_MS = 600_000
