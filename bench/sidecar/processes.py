@@ -1,4 +1,4 @@
-"""What bench/sidecar_bench.py starts and must remove: ``rocketbox broker`` and ``rocketbox
+"""What the sidecar bench starts and must remove: ``rocketbox broker`` and ``rocketbox
 sidecar`` processes (with their memory sampled), temporary directories, Redis keys and MySQL
 tables; the services it needs and the sidecar's options it uses, checked before it starts.
 
@@ -25,13 +25,13 @@ from typing import IO, Any
 import grpc
 import redis
 import sqlalchemy as sa
-from bench_process import process_cpu_seconds, stop_process, wait_idle
 
+from bench.process_control import process_cpu_seconds, stop_process, wait_idle
 from outbox.factory import open_outbox
 from outbox.outbox import Outbox
 from rocketbox_api.admin.v1 import broker_admin_pb2, broker_admin_pb2_grpc
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
+REPO_ROOT = Path(__file__).resolve().parents[2]
 HOST = "127.0.0.1"
 TOPIC = "SidecarBenchTopic"
 # (c)'s references send here, so that the drained topic holds exactly the drained messages.
@@ -376,7 +376,7 @@ def features() -> dict[str, Feature]:
 
 
 def wait_quiet(child: Child) -> None:
-    """Until ``child`` is idle after a load (bench_process.wait_idle)."""
+    """Until ``child`` is idle after a load (process_control.wait_idle)."""
     if not wait_idle(child.cpu_seconds, READY_DEADLINE_S):
         raise BenchError(f"{child.name} still busy {READY_DEADLINE_S:.0f} s after the warm-up")
 
