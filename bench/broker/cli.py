@@ -133,7 +133,9 @@ def run_sends(
 
 
 def parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(
+        prog="python -m bench.broker", description=__doc__.splitlines()[0]
+    )
     parser.add_argument("--client-messages", type=int, default=20_000, help="(a) and the echo")
     parser.add_argument("--batch-messages", type=int, default=100_000, help="(b) and NATS")
     parser.add_argument("--window", type=int, default=256, help="(a) and echo: in flight")

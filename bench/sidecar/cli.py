@@ -98,6 +98,8 @@ from bench.sidecar.targets import (
 )
 from rocketbox.event_loop import EVENT_LOOP_DEFAULT, EVENT_LOOPS, loop_factory
 
+PROG = "python -m bench.sidecar"
+
 
 class Bench(SendParts, SpoolParts, DrainParts):
     """Every part of the bench."""
@@ -124,7 +126,7 @@ def numbers(text: str) -> tuple[float, ...]:
 
 
 def parse_args() -> tuple[argparse.Namespace, Settings]:
-    parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
+    parser = argparse.ArgumentParser(prog=PROG, description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="small counts: a smoke check")
     parser.add_argument("--only", choices=("a", "b", "c", "d"), default=None)
     parser.add_argument("--json", type=Path, default=None, help="also write the results here")

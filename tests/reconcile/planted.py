@@ -12,6 +12,7 @@ through a real MemoryOutbox and outbox/export.py.
 from __future__ import annotations
 
 import collections
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -155,6 +156,17 @@ def planted(root: Path) -> Planted:
     def new_id(prefix: str) -> str:
         return f"01{prefix}{next(n):028X}"
 
+    _plant_bucket_0(p, new_id)
+    _plant_bucket_1(p, new_id)
+    _plant_bucket_2(p, new_id)
+    for plant in p.plants:
+        if plant.outcome in ("lost", "pending", "dead"):
+            plant.copies = 0
+    p.write()
+    return p
+
+
+def _plant_bucket_0(p: Planted, new_id: Callable[[str], str]) -> None:
     # Bucket 0. Orders: 40 ok; 2 lost (acknowledged STORED, never stored); 3 stored twice and 1
     # three times (ok, duplicated). Payments: 20 ok; 2 stored and never acknowledged in a topic
     # the ledger names (unexpected). Audit (no ledger names it): 5 stored (unchecked).
@@ -181,6 +193,8 @@ def planted(root: Path) -> Planted:
         m = p.plant(Plant(new_id("F"), "Audit", 0, "unchecked"))
         p.store_copy(at(0, 140 + i), "Audit", m.message_id)
 
+
+def _plant_bucket_1(p: Planted, new_id: Callable[[str], str]) -> None:
     # Bucket 1. Orders: 30 ok; 4 spooled (UNAVAILABLE), PENDING, not stored; 2 spooled
     # (THROTTLED), DEAD, not stored; 3 ambiguous, stored before they were spooled, DELIVERED
     # (recovered); 1 ambiguous, stored, still PENDING (recovered, a resend would duplicate it);
@@ -228,6 +242,8 @@ def planted(root: Path) -> Planted:
     p.ack(m.message_id, "Payments", "SPOOLED", at(1, 121), "UNAVAILABLE")
     p.spool(m.message_id, "Payments", at(1, 121), "DELIVERED", delivered_ms=at(1, 125))
 
+
+def _plant_bucket_2(p: Planted, new_id: Callable[[str], str]) -> None:
     # Bucket 2. Orders: 2 delayed messages not yet due, parked under SCHEDULE_TOPIC_XXXX (ok,
     # parked only); 1 delayed message that came due (parked copy + its real copy: ok, one copy);
     # 2 ok messages a consumer group retried (copies under %RETRY%: not duplicates); the torn
@@ -258,11 +274,6 @@ def planted(root: Path) -> Planted:
     p.spool(m.message_id, "Payments", at(2, 61), "DEAD")
     p.store_copy(at(2, 70), "Orders", None)
     p.store_copy(at(2, 71), "RMQ_SYS_TRANS_OP_HALF_TOPIC", new_id("T"))
-    for plant in p.plants:
-        if plant.outcome in ("lost", "pending", "dead"):
-            plant.copies = 0
-    p.write()
-    return p
 
 
 COUNT_NAMES = (
