@@ -74,12 +74,13 @@ from bench.broker import processes
 from bench.broker.consume import run_consume
 from bench.broker.e2e import bench_e2e
 from bench.broker.e2e_consumers import EndToEnd
-from bench.broker.figures import FLUSH_MODES, NATS_URL, BenchError, Figure, NatsUnreachable, Versus
+from bench.broker.figures import FLUSH_MODES, NATS_URL, Figure, NatsUnreachable, Versus
 from bench.broker.grpc_peers import bench_echo, serve_echo, serve_null
 from bench.broker.nats_peer import bench_nats, bench_nats_e2e, nats_reachable
 from bench.broker.processes import build_compiled_site, start_broker, start_helper
 from bench.broker.sends import bench_official_client, bench_stub_batches
 from bench.process_control import (
+    BenchError,
     interrupted,
     load,
     run_async,
@@ -94,10 +95,10 @@ def run_sends(
     report: Callable[[Figure, Versus | None], None],
 ) -> None:
     """The send figures: the echo, the null service, (a), NATS's publish, (b)."""
-    echo = bench_echo(args.client_messages, args.window, warmup)
+    echo = bench_echo(args.client_messages, args.window, warmup, base)
     report(echo, None)
     null = bench_official_client(
-        start_helper("--serve-null", "null service"),
+        start_helper("--serve-null", "null service", base),
         f"official client -> null service, {args.window} in flight",
         args.client_messages,
         args.window,

@@ -26,19 +26,14 @@ from bench.broker.figures import (
     RPC_TIMEOUT_S,
     STALL_DEADLINE_S,
     TOPIC,
-    BenchError,
     Figure,
     Metadata,
     Versus,
 )
-from bench.broker.processes import (
-    ChildProcess,
-    start_broker,
-    start_helper,
-    stop_checked,
-    wait_quiet,
-)
+from bench.broker.processes import start_broker, start_helper, wait_quiet
 from bench.process_control import (
+    BenchError,
+    Child,
     run_async,
 )
 
@@ -117,7 +112,7 @@ async def raw_ack(
 
 
 async def measured(
-    server: ChildProcess, name: str, count: int, work: Coroutine[Any, Any, T]
+    server: Child, name: str, count: int, work: Coroutine[Any, Any, T]
 ) -> tuple[Figure, T]:
     """``work`` timed, with the server's and this process's CPU, after the server went quiet."""
     await asyncio.to_thread(wait_quiet, server)
@@ -130,7 +125,7 @@ async def measured(
 
 
 async def _raw_consume(
-    broker: ChildProcess, count: int, streams: int, batch: int, window: int
+    broker: Child, count: int, streams: int, batch: int, window: int
 ) -> list[Figure]:
     metadata: Metadata = ((CLIENT_ID_HEADER, f"broker-bench-{uuid.uuid4().hex}"),)
     figures = []
@@ -210,7 +205,7 @@ def client_consume(endpoint: str, clients: int, count: int) -> float:
             c.shutdown()
 
 
-def bench_client_consume(server: ChildProcess, name: str, count: int, clients: int) -> Figure:
+def bench_client_consume(server: Child, name: str, count: int, clients: int) -> Figure:
     """The official SimpleConsumers against ``server`` (a broker holding at least ``count``
     messages, or the null service), which is stopped afterwards."""
     try:
@@ -221,11 +216,11 @@ def bench_client_consume(server: ChildProcess, name: str, count: int, clients: i
     except BaseException:
         server.stop()
         raise
-    stop_checked(server)
+    server.stop_checked()
     return Figure(name, count, elapsed, server_cpu_s=server_cpu, client_cpu_s=client_cpu)
 
 
-async def _preload(broker: ChildProcess, count: int, batch: int, window: int) -> None:
+async def _preload(broker: Child, count: int, batch: int, window: int) -> None:
     metadata: Metadata = ((CLIENT_ID_HEADER, f"broker-bench-{uuid.uuid4().hex}"),)
     async with grpc.aio.insecure_channel(broker.endpoint) as channel:
         stub = service_pb2_grpc.MessagingServiceStub(channel)
@@ -247,7 +242,7 @@ def run_consume(
     except BaseException:
         broker.stop()
         raise
-    stop_checked(broker)
+    broker.stop_checked()
     shutil.rmtree(data_dir, ignore_errors=True)
     for fig in (receive, ack, single):
         report(fig, None)
@@ -260,7 +255,7 @@ def run_consume(
     )
     clients = args.e2e_clients
     null = bench_client_consume(
-        start_helper("--serve-null", "null service"),
+        start_helper("--serve-null", "null service", base),
         f"official SimpleConsumer -> null service, {clients} clients",
         count,
         clients,

@@ -31,12 +31,13 @@ from bench.broker.figures import (
     SLOWEST_RATE,
     STALL_DEADLINE_S,
     TOPIC,
-    BenchError,
     Metadata,
 )
-from bench.broker.processes import ChildProcess, start_broker, stop_checked, wait_quiet
+from bench.broker.processes import start_broker, wait_quiet
 from bench.broker.sends import send_request
 from bench.process_control import (
+    BenchError,
+    Child,
     run_async,
 )
 
@@ -137,12 +138,12 @@ def bench_e2e(
     except BaseException:
         broker.stop()
         raise
-    stop_checked(broker)
+    broker.stop_checked()
     return figure
 
 
 async def _e2e(
-    broker: ChildProcess,
+    broker: Child,
     count: int,
     batch: int,
     window: int,

@@ -16,8 +16,9 @@ from google.protobuf.duration_pb2 import Duration
 from rocketmq.grpc_protocol import definition_pb2 as pb
 from rocketmq.grpc_protocol import service_pb2 as spb
 
-from bench.broker.figures import BODY, RPC_TIMEOUT_S, STALL_DEADLINE_S, TOPIC, BenchError, Metadata
+from bench.broker.figures import BODY, RPC_TIMEOUT_S, STALL_DEADLINE_S, TOPIC, Metadata
 from bench.process_control import (
+    BenchError,
     process_cpu_seconds,
 )
 

@@ -1,4 +1,5 @@
-"""The broker bench's settings, its errors, and a measured figure with the line it prints."""
+"""The broker bench's settings, the condition of a peer not reachable, and a measured figure
+with the line it prints."""
 
 from __future__ import annotations
 
@@ -15,18 +16,12 @@ CLIENT_ID_HEADER = "x-mq-client-id"
 NATS_URL = "nats://127.0.0.1:4222"
 ECHO_SERVICE = "rocketbox.bench.Echo"
 ECHO_METHOD = f"/{ECHO_SERVICE}/Echo"
-READY_DEADLINE_S = 60.0
-STOP_DEADLINE_S = 60.0
 # No acknowledgement at all for this long: the broker (or peer) is stuck; the bench gives up.
 STALL_DEADLINE_S = 60.0
 RPC_TIMEOUT_S = 30.0
 SLOWEST_RATE = 500  # msgs/s: slower than this, a run is stuck rather than slow
 FLUSH_MODES = ("ASYNC_FLUSH", "SYNC_FLUSH")
 Metadata = tuple[tuple[str, str], ...]
-
-
-class BenchError(Exception):
-    """A measurement could not be made (a process failed, a send was lost or refused)."""
 
 
 class NatsUnreachable(Exception):  # noqa: N818 - a condition, reported as such

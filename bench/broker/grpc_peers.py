@@ -11,6 +11,7 @@ import time
 import uuid
 import zlib
 from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
 from typing import Any
 
 import grpc
@@ -21,8 +22,9 @@ from rocketmq.grpc_protocol import service_pb2_grpc
 
 from bench.broker.e2e_consumers import E2E_BATCH
 from bench.broker.figures import BODY, ECHO_METHOD, ECHO_SERVICE, QUEUES, RPC_TIMEOUT_S, Figure
-from bench.broker.processes import ChildProcess, start_helper, stop_checked, wait_quiet
+from bench.broker.processes import start_helper, wait_quiet
 from bench.process_control import (
+    Child,
     run_async,
 )
 
@@ -156,16 +158,16 @@ async def serve_until_sigterm(server: grpc.aio.Server, ready_line: str) -> None:
     await server.stop(1.0)
 
 
-def bench_echo(requests: int, window: int, warmup: int) -> Figure:
-    server = start_helper("--serve-echo", "echo")
+def bench_echo(requests: int, window: int, warmup: int, log_dir: Path) -> Figure:
+    server = start_helper("--serve-echo", "echo", log_dir)
     try:
         figure = run_async(_echo_requests(server, requests, window, warmup))
     finally:
-        stop_checked(server)
+        server.stop_checked()
     return figure
 
 
-async def _echo_requests(server: ChildProcess, requests: int, window: int, warmup: int) -> Figure:
+async def _echo_requests(server: Child, requests: int, window: int, warmup: int) -> Figure:
     async with grpc.aio.insecure_channel(server.endpoint) as channel:
         call: grpc.aio.UnaryUnaryMultiCallable[bytes, bytes] = channel.unary_unary(ECHO_METHOD)
         failures: list[str] = []

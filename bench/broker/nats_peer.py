@@ -32,11 +32,11 @@ from bench.broker.figures import (
     NATS_URL,
     SLOWEST_RATE,
     STALL_DEADLINE_S,
-    BenchError,
     Figure,
     NatsUnreachable,
 )
 from bench.process_control import (
+    BenchError,
     find_process,
     process_cpu_seconds,
 )

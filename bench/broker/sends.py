@@ -25,19 +25,18 @@ from bench.broker.figures import (
     RPC_TIMEOUT_S,
     STALL_DEADLINE_S,
     TOPIC,
-    BenchError,
     Figure,
 )
-from bench.broker.processes import ChildProcess, start_broker, stop_checked, wait_quiet
+from bench.broker.processes import start_broker, wait_quiet
 from bench.process_control import (
+    BenchError,
+    Child,
     run_async,
 )
 
 
 # -- (a) the official client, one message per request ---------------------------------------------
-def bench_official_client(
-    server: ChildProcess, name: str, count: int, window: int, warmup: int
-) -> Figure:
+def bench_official_client(server: Child, name: str, count: int, window: int, warmup: int) -> Figure:
     """The official Producer against ``server`` (a broker, or the null service), which is
     stopped afterwards."""
     from rocketmq import ClientConfiguration, Credentials, Producer  # noqa: PLC0415 - logs to ~
@@ -59,7 +58,7 @@ def bench_official_client(
     except BaseException:
         server.stop()
         raise
-    stop_checked(server)
+    server.stop_checked()
     return Figure(
         name,
         count,
@@ -112,7 +111,7 @@ def bench_stub_batches(
     except BaseException:
         broker.stop()
         raise
-    stop_checked(broker)
+    broker.stop_checked()
     return figure
 
 
@@ -137,7 +136,7 @@ def send_request(resource: Any, bodies: Sequence[bytes]) -> Any:
 
 
 async def _stub_sends(
-    broker: ChildProcess, flush: str, count: int, batch: int, window: int, warmup: int
+    broker: Child, flush: str, count: int, batch: int, window: int, warmup: int
 ) -> Figure:
     resource = pb.Resource(name=TOPIC)
     metadata = ((CLIENT_ID_HEADER, f"broker-bench-{uuid.uuid4().hex}"),)

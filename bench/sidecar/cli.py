@@ -74,16 +74,10 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from bench.process_control import cancelled_by_signals, interrupted, load
+from bench.process_control import BenchError, cancelled_by_signals, interrupted, load
 from bench.sidecar.core import Settings
 from bench.sidecar.drain import DrainParts
-from bench.sidecar.processes import (
-    BenchError,
-    Feature,
-    Resources,
-    check_services,
-    features,
-)
+from bench.sidecar.processes import Feature, Resources, check_services, features
 from bench.sidecar.sends import SendParts
 from bench.sidecar.spool import SpoolParts
 from bench.sidecar.table import table

@@ -9,16 +9,11 @@ from typing import Any
 
 import grpc
 
+from bench.process_control import BenchError
 from bench.sidecar.clients import BatchClient, DirectClient, make_entries
 from bench.sidecar.core import BenchCore
 from bench.sidecar.loops import CpuMeter, Run, closed_loop, deadline_s
-from bench.sidecar.processes import (
-    REF_TOPIC,
-    RPC_TIMEOUT_S,
-    TOPIC,
-    BenchError,
-    Child,
-)
+from bench.sidecar.processes import REF_TOPIC, RPC_TIMEOUT_S, TOPIC, Child
 from bench.sidecar.table import rate_at_least, rate_row, versus
 from bench.sidecar.targets import BATCH, BATCH_WINDOW, DRAIN_MIN, DRAIN_POLL_MS
 from outbox.outbox import Outbox

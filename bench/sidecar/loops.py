@@ -12,7 +12,8 @@ from collections import Counter
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
-from bench.sidecar.processes import RPC_TIMEOUT_S, BenchError, Child
+from bench.process_control import BenchError
+from bench.sidecar.processes import RPC_TIMEOUT_S, Child
 
 SLOWEST_RATE = 200  # msgs/s: slower than this, a run is stuck rather than slow
 OUTCOME_CHARS_MAX = 300  # an unexpected outcome is kept this long (its text varies)
