@@ -76,7 +76,7 @@ bench-compiled: $(STAMP)
 # otherwise). ARGS="--store compiled": the brokers run the store compiled as the image ships it;
 # ARGS="--only consume" one part.
 bench-broker: $(STAMP)
-	$(BIN)/python bench/broker_bench.py $(ARGS)
+	$(BIN)/python -m bench.broker $(ARGS)
 
 # The sidecar beside a direct client of the broker (Send, SendStream, SendBatch, the client library's
 # batching sender, coalescing on and off, latency at 300 and 1,000 msgs/s, overload), its outbox
@@ -86,7 +86,7 @@ bench-broker: $(STAMP)
 # ARGS="--only a --json out.json" one part; docs/benchmarks.md says what each row means.
 .PHONY: bench-sidecar
 bench-sidecar: $(STAMP)
-	$(BIN)/python bench/sidecar_bench.py $(ARGS)
+	$(BIN)/python -m bench.sidecar $(ARGS)
 
 # The reconciliation job (rocketbox reconcile) on generated commitlogs of 1M and 10M 1 KiB records,
 # on local[2], beside the sequential read of the same files (about 19 GB free in the system's
@@ -94,7 +94,7 @@ bench-sidecar: $(STAMP)
 # and 1M records.
 .PHONY: bench-reconcile
 bench-reconcile: $(STAMP)
-	$(BIN)/python bench/reconcile_bench.py $(ARGS)
+	$(BIN)/python -m bench.reconcile_bench $(ARGS)
 
 # The chaos suite (chaos/, `python -m chaos`): every scenario, 20,000 messages each through Send,
 # SendBatch and SendStream, against real broker and sidecar processes, private redis-server and

@@ -1,12 +1,12 @@
 """The reconciliation job on generated commitlogs, beside the sequential read of the same files.
 
-    .venv/bin/python bench/reconcile_bench.py [--quick] [--sizes N,N,...] [--dir DIR]
+    .venv/bin/python -m bench.reconcile_bench [--quick] [--sizes N,N,...] [--dir DIR]
         [--segment-mib MIB] [--master local[2]] [--json PATH]
 
 For each size (default 1M and 10M records; ``--quick``: 100k and 1M), under ``--dir``:
 
 - a commitlog of N records with 1 KiB bodies, written as the broker writes them
-  (reconcile/testdata.py: the codec's record, patched per record; the broker's default 1 GiB
+  (tests/reconcile/testdata.py: the codec's record, patched per record; the broker's default 1 GiB
   segments, blank padding, the last segment preallocated), 8 queues of one topic, message ids in
   the sidecar's format; a ledger acknowledging every record STORED (as the sidecar writes it),
   and an empty outbox export;
@@ -56,7 +56,7 @@ from reconcile.commitlog_source import (
 )
 from reconcile.job import JobConfig, run
 from reconcile.session import SparkSettings, quiet_pyspark, spark_session
-from reconcile.testdata import (
+from tests.reconcile.testdata import (
     BulkShape,
     bulk_record_bytes,
     segment_records_max,

@@ -121,18 +121,7 @@ def reconcile(spark: SparkSession, config: JobConfig) -> dict[str, Any]:
     scan_stats = stats_accumulator(spark)
     records = scan_commitlog(spark, segments, scan_stats, config.scan_batch_records_max)
 
-    acks: DataFrame | None = None
-    ledger = figures.no_ledger()
-    if config.ledgers:
-        with phase("ledger_parse"):
-            acks = normalise_ledgers(spark, config.ledgers, out / "inputs" / "acks")
-        with phase("ledger_stats"):
-            # A row per (topic, state, …): more than the scope's limit means too many topics.
-            rows = ledger_stats(acks).limit(4 * (SCOPE_TOPICS_MAX + 1)).collect()
-            ledger = summarise_ledger([r.asDict() for r in rows])
-    scope: list[str] = ledger.pop("topics") or []
-    if len(scope) > SCOPE_TOPICS_MAX:
-        raise InputError(f"the ledgers name {len(scope)} topics, more than {SCOPE_TOPICS_MAX}")
+    acks, ledger, scope = _read_ledgers(spark, config, phase)
     outbox = read_outbox(spark, config.outbox)
     with phase("outbox_stats"):
         outbox_summary = figures.one_row(outbox_stats(outbox))
@@ -164,13 +153,7 @@ def reconcile(spark: SparkSession, config: JobConfig) -> dict[str, Any]:
     segment_rows = [SegmentStats(**v) for _, v in sorted(scan_stats.value.items())]
     summary: dict[str, Any] = {
         "verdict": "",
-        "inputs": {
-            "commitlog": str(commitlog_dir(config.commitlog)),
-            "outbox": str(config.outbox),
-            "ledgers": [str(p) for p in config.ledgers],
-            "master": spark.sparkContext.master,
-            **config.extra,
-        },
+        "inputs": _inputs(spark, config),
         "bucket_ms": config.bucket_ms,
         "totals": figures.counts_only(total[0]) if total else figures.counts_only({}),
         "commitlog": figures.commitlog_summary(segments, segment_rows, limit),
@@ -192,6 +175,35 @@ def reconcile(spark: SparkSession, config: JobConfig) -> dict[str, Any]:
     summary["verdict"] = "LOST" if summary["totals"]["lost"] else "NOTHING_LOST"
     summary["elapsed_s"] = round(time.monotonic() - started, 3)
     return summary
+
+
+def _read_ledgers(
+    spark: SparkSession, config: JobConfig, phase: _Phases
+) -> tuple[DataFrame | None, dict[str, Any], list[str]]:
+    """The ledgers parsed once (None without ledgers), their statistics, and the scope."""
+    acks: DataFrame | None = None
+    ledger = figures.no_ledger()
+    if config.ledgers:
+        with phase("ledger_parse"):
+            acks = normalise_ledgers(spark, config.ledgers, config.out_dir / "inputs" / "acks")
+        with phase("ledger_stats"):
+            # A row per (topic, state, …): more than the scope's limit means too many topics.
+            rows = ledger_stats(acks).limit(4 * (SCOPE_TOPICS_MAX + 1)).collect()
+            ledger = summarise_ledger([r.asDict() for r in rows])
+    scope: list[str] = ledger.pop("topics") or []
+    if len(scope) > SCOPE_TOPICS_MAX:
+        raise InputError(f"the ledgers name {len(scope)} topics, more than {SCOPE_TOPICS_MAX}")
+    return acks, ledger, scope
+
+
+def _inputs(spark: SparkSession, config: JobConfig) -> dict[str, Any]:
+    return {
+        "commitlog": str(commitlog_dir(config.commitlog)),
+        "outbox": str(config.outbox),
+        "ledgers": [str(p) for p in config.ledgers],
+        "master": spark.sparkContext.master,
+        **config.extra,
+    }
 
 
 @contextmanager

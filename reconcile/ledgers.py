@@ -2,7 +2,7 @@
 
 A ledger is JSON lines, one acknowledgement a line, as the sidecar writes it (sidecar/ledger.py:
 the STORED and SPOOLED answers it sent, which is what the ledger can and cannot prove) and as
-test and bench load generators write it (reconcile/testdata.py)::
+test and bench load generators write it (tests/reconcile/testdata.py)::
 
     {"message_id", "topic", "state": "STORED"|"SPOOLED", "time_ms",
      "queue_id", "queue_offset", "durable"}            (STORED)

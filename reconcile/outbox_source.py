@@ -17,6 +17,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as sf
 from pyspark.sql import types as st
 
+from outbox.export import EXPORT_SCHEMA
 from reconcile.errors import InputError
 
 ENTRY_STATES = ("PENDING", "DELIVERED", "DEAD")
@@ -24,22 +25,36 @@ CORRUPT_RECORD = "_corrupt_record"
 JSON_SUFFIXES = (".jsonl", ".json")
 PARQUET_SUFFIX = ".parquet"
 
-# The export's columns that the classification reads, typed as outbox/export.py's EXPORT_SCHEMA
-# types them (every integer int64).
-OUTBOX_COLUMNS = st.StructType(
-    [
-        st.StructField("message_id", st.StringType()),
-        st.StructField("topic", st.StringType()),
-        st.StructField("state", st.StringType()),
-        st.StructField("cause", st.StringType()),
-        st.StructField("maybe_stored", st.BooleanType()),
-        st.StructField("attempts", st.LongType()),
-        st.StructField("last_error", st.StringType()),
-        st.StructField("created_ms", st.LongType()),
-        st.StructField("state_changed_ms", st.LongType()),
-        st.StructField("delivered_ms", st.LongType()),
-    ]
+# The export's columns that the classification reads. Their types come from outbox/export.py's
+# EXPORT_SCHEMA, the export's one definition, so a type changed there is read as changed here.
+OUTBOX_COLUMN_NAMES = (
+    "message_id",
+    "topic",
+    "state",
+    "cause",
+    "maybe_stored",
+    "attempts",
+    "last_error",
+    "created_ms",
+    "state_changed_ms",
+    "delivered_ms",
 )
+# The Arrow types the export uses, as Spark reads them (every integer there is int64).
+_SPARK_TYPES: dict[str, st.DataType] = {
+    "string": st.StringType(),
+    "int64": st.LongType(),
+    "bool": st.BooleanType(),
+}
+
+
+def _spark_field(name: str) -> st.StructField:
+    arrow_type = str(EXPORT_SCHEMA.field(name).type)
+    if arrow_type not in _SPARK_TYPES:
+        raise TypeError(f"outbox export column {name}: no Spark type for Arrow {arrow_type}")
+    return st.StructField(name, _SPARK_TYPES[arrow_type])
+
+
+OUTBOX_COLUMNS = st.StructType([_spark_field(name) for name in OUTBOX_COLUMN_NAMES])
 _JSON_SCHEMA = st.StructType(
     [*OUTBOX_COLUMNS.fields, st.StructField(CORRUPT_RECORD, st.StringType())]
 )

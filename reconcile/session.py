@@ -160,7 +160,10 @@ def shutdown_jvm() -> None:
 
 
 def _ship_code(spark: SparkSession, tmp: Path) -> None:
-    """Executors of a cluster may not have rocketbox installed: ship what the scan imports."""
+    """Executors of a cluster may not have rocketbox installed: ship what the scan imports.
+
+    Not ``outbox/``: its export schema (outbox_source.py) is read on the driver only.
+    """
     root = Path(__file__).resolve().parents[1]
     archive = tmp / "rocketbox-reconcile.zip"
     with zipfile.ZipFile(archive, "w") as z:

@@ -6,6 +6,7 @@ import asyncio
 import logging
 import signal
 from pathlib import Path
+from typing import Any
 
 import click
 
@@ -180,93 +181,69 @@ def optional_listen(
     help="When a sent answer reaches the ack ledger's file: 0 at once (one write per call); N "
     "every N ms (less work per call; a crash loses up to the last N ms of answers).",
 )
-def sidecar_command(
-    brokers: tuple[Endpoint, ...],
-    outbox_url: str,
-    listen: Endpoint,
-    metrics_listen: Endpoint | None,
-    outbox_stats_interval_ms: int,
-    namespace: str,
-    retry_times_when_send_failed: int,
-    send_msg_timeout_ms: int,
-    send_latency_fault_enable: bool,
-    route_refresh_interval_ms: int,
-    outbox_threads: int,
-    outbox_entries_max: int,
-    outbox_bytes_max: int,
-    resend_concurrency_max: int,
-    claim_batch_max: int,
-    lease_ms: int,
-    sidecar_id: str,
-    poll_interval_ms: int,
-    attempts_max: int,
-    age_max_s: int,
-    backoff_initial_ms: int,
-    backoff_max_ms: int,
-    pull_in_ids_max: int,
-    delivered_retention_hours: float,
-    shutdown_grace_ms: int,
-    intake_in_flight_max: int,
-    pending_calls_max: int,
-    coalesce: bool,
-    coalesce_messages_max: int,
-    coalesce_bytes_max: int,
-    coalesce_requests_in_flight_max: int,
-    fifo_fence_refresh_interval_ms: int,
-    ack_ledger_path: Path | None,
-    ack_ledger_flush_interval_ms: int,
-) -> None:
+def sidecar_command(**options: Any) -> None:
     """Serve rocketbox.v1.SidecarService: send to the broker with RocketMQ's retries, spool
     what it does not take to the outbox, resend from there; until SIGINT/SIGTERM."""
     try:
-        config = SidecarConfig(
-            producer=ProducerConfig(
-                access_points=brokers,
-                namespace=namespace,
-                retry_times_when_send_failed=retry_times_when_send_failed,
-                send_msg_timeout_ms=send_msg_timeout_ms,
-                send_latency_fault_enable=send_latency_fault_enable,
-                route_refresh_interval_ms=route_refresh_interval_ms,
-            ),
-            outbox_url=outbox_url,
-            outbox_threads=outbox_threads,
-            outbox_limits=OutboxLimits(
-                outbox_entries_max=outbox_entries_max, outbox_bytes_max=outbox_bytes_max
-            ),
-            resend=ResendConfig(
-                resend_concurrency_max=resend_concurrency_max,
-                claim_batch_max=claim_batch_max,
-                lease_ms=lease_ms,
-                poll_interval_ms=poll_interval_ms,
-                attempts_max=attempts_max,
-                age_max_s=age_max_s,
-                backoff_initial_ms=backoff_initial_ms,
-                backoff_max_ms=backoff_max_ms,
-                pull_in_ids_max=pull_in_ids_max,
-                delivered_retention_hours=delivered_retention_hours,
-            ),
-            listen_host=listen.host,
-            listen_port=listen.port,
-            metrics_host=metrics_listen.host if metrics_listen else None,
-            metrics_port=metrics_listen.port if metrics_listen else 0,
-            outbox_stats_interval_ms=outbox_stats_interval_ms,
-            shutdown_grace_ms=shutdown_grace_ms,
-            intake_in_flight_max=intake_in_flight_max,
-            pending_calls_max=pending_calls_max,
-            coalesce=CoalesceConfig(
-                enabled=coalesce,
-                coalesce_messages_max=coalesce_messages_max,
-                coalesce_bytes_max=coalesce_bytes_max,
-                coalesce_requests_in_flight_max=coalesce_requests_in_flight_max,
-            ),
-            fifo_fence_refresh_interval_ms=fifo_fence_refresh_interval_ms,
-            ack_ledger_path=ack_ledger_path,
-            ack_ledger_flush_interval_ms=ack_ledger_flush_interval_ms,
-            sidecar_id=sidecar_id,
-        )
+        config = sidecar_config(options)
     except ValueError as e:
         raise click.BadParameter(str(e)) from e
     run_async(run_sidecar(config))
+
+
+def sidecar_config(o: dict[str, Any]) -> SidecarConfig:
+    """The sidecar's configuration from ``rocketbox sidecar``'s options, by parameter name."""
+    listen: Endpoint = o["listen"]
+    metrics_listen: Endpoint | None = o["metrics_listen"]
+    return SidecarConfig(
+        producer=ProducerConfig(
+            access_points=o["brokers"],
+            namespace=o["namespace"],
+            retry_times_when_send_failed=o["retry_times_when_send_failed"],
+            send_msg_timeout_ms=o["send_msg_timeout_ms"],
+            send_latency_fault_enable=o["send_latency_fault_enable"],
+            route_refresh_interval_ms=o["route_refresh_interval_ms"],
+        ),
+        outbox_url=o["outbox_url"],
+        outbox_threads=o["outbox_threads"],
+        outbox_limits=OutboxLimits(
+            outbox_entries_max=o["outbox_entries_max"], outbox_bytes_max=o["outbox_bytes_max"]
+        ),
+        resend=_resend_config(o),
+        listen_host=listen.host,
+        listen_port=listen.port,
+        metrics_host=metrics_listen.host if metrics_listen else None,
+        metrics_port=metrics_listen.port if metrics_listen else 0,
+        outbox_stats_interval_ms=o["outbox_stats_interval_ms"],
+        shutdown_grace_ms=o["shutdown_grace_ms"],
+        intake_in_flight_max=o["intake_in_flight_max"],
+        pending_calls_max=o["pending_calls_max"],
+        coalesce=CoalesceConfig(
+            enabled=o["coalesce"],
+            coalesce_messages_max=o["coalesce_messages_max"],
+            coalesce_bytes_max=o["coalesce_bytes_max"],
+            coalesce_requests_in_flight_max=o["coalesce_requests_in_flight_max"],
+        ),
+        fifo_fence_refresh_interval_ms=o["fifo_fence_refresh_interval_ms"],
+        ack_ledger_path=o["ack_ledger_path"],
+        ack_ledger_flush_interval_ms=o["ack_ledger_flush_interval_ms"],
+        sidecar_id=o["sidecar_id"],
+    )
+
+
+def _resend_config(o: dict[str, Any]) -> ResendConfig:
+    return ResendConfig(
+        resend_concurrency_max=o["resend_concurrency_max"],
+        claim_batch_max=o["claim_batch_max"],
+        lease_ms=o["lease_ms"],
+        poll_interval_ms=o["poll_interval_ms"],
+        attempts_max=o["attempts_max"],
+        age_max_s=o["age_max_s"],
+        backoff_initial_ms=o["backoff_initial_ms"],
+        backoff_max_ms=o["backoff_max_ms"],
+        pull_in_ids_max=o["pull_in_ids_max"],
+        delivered_retention_hours=o["delivered_retention_hours"],
+    )
 
 
 async def start_sidecar(config: SidecarConfig) -> Sidecar:

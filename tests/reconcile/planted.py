@@ -4,7 +4,7 @@ Every planted message is a ``Plant``: its id, topic, 10-minute bucket, the outco
 reconciliation must give it, and how many copies the commitlog holds. ``expected_counts`` turns
 the list into the per-(topic, bucket) counts by plain Python: the specification the Spark job is
 held to. The files are written as rocketbox writes them: the commitlog with the broker's codec
-(reconcile/testdata.py's CommitLogWriter: small segments, so several scan tasks, blank padding,
+(testdata.py's CommitLogWriter: small segments, so several scan tasks, blank padding,
 and a torn last record), the ledger as the sidecar writes it (plus a torn last line), the outbox
 through a real MemoryOutbox and outbox/export.py.
 """
@@ -12,6 +12,7 @@ through a real MemoryOutbox and outbox/export.py.
 from __future__ import annotations
 
 import collections
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -20,7 +21,7 @@ from outbox import DeliveryReceipt, OutboxEntry, OutboxMessage, SpoolCause
 from outbox.backends.memory import MemoryOutbox
 from outbox.entry import OutboxLimits
 from outbox.export import export_jsonl, export_parquet
-from reconcile.testdata import CommitLogWriter, ledger_line, write_ledger
+from tests.reconcile.testdata import CommitLogWriter, ledger_line, write_ledger
 
 T0 = 1_767_225_600_000  # 2026-01-01T00:00Z, a bucket boundary
 BUCKET_MS = 600_000
@@ -155,6 +156,17 @@ def planted(root: Path) -> Planted:
     def new_id(prefix: str) -> str:
         return f"01{prefix}{next(n):028X}"
 
+    _plant_bucket_0(p, new_id)
+    _plant_bucket_1(p, new_id)
+    _plant_bucket_2(p, new_id)
+    for plant in p.plants:
+        if plant.outcome in ("lost", "pending", "dead"):
+            plant.copies = 0
+    p.write()
+    return p
+
+
+def _plant_bucket_0(p: Planted, new_id: Callable[[str], str]) -> None:
     # Bucket 0. Orders: 40 ok; 2 lost (acknowledged STORED, never stored); 3 stored twice and 1
     # three times (ok, duplicated). Payments: 20 ok; 2 stored and never acknowledged in a topic
     # the ledger names (unexpected). Audit (no ledger names it): 5 stored (unchecked).
@@ -181,6 +193,8 @@ def planted(root: Path) -> Planted:
         m = p.plant(Plant(new_id("F"), "Audit", 0, "unchecked"))
         p.store_copy(at(0, 140 + i), "Audit", m.message_id)
 
+
+def _plant_bucket_1(p: Planted, new_id: Callable[[str], str]) -> None:
     # Bucket 1. Orders: 30 ok; 4 spooled (UNAVAILABLE), PENDING, not stored; 2 spooled
     # (THROTTLED), DEAD, not stored; 3 ambiguous, stored before they were spooled, DELIVERED
     # (recovered); 1 ambiguous, stored, still PENDING (recovered, a resend would duplicate it);
@@ -228,6 +242,8 @@ def planted(root: Path) -> Planted:
     p.ack(m.message_id, "Payments", "SPOOLED", at(1, 121), "UNAVAILABLE")
     p.spool(m.message_id, "Payments", at(1, 121), "DELIVERED", delivered_ms=at(1, 125))
 
+
+def _plant_bucket_2(p: Planted, new_id: Callable[[str], str]) -> None:
     # Bucket 2. Orders: 2 delayed messages not yet due, parked under SCHEDULE_TOPIC_XXXX (ok,
     # parked only); 1 delayed message that came due (parked copy + its real copy: ok, one copy);
     # 2 ok messages a consumer group retried (copies under %RETRY%: not duplicates); the torn
@@ -258,11 +274,6 @@ def planted(root: Path) -> Planted:
     p.spool(m.message_id, "Payments", at(2, 61), "DEAD")
     p.store_copy(at(2, 70), "Orders", None)
     p.store_copy(at(2, 71), "RMQ_SYS_TRANS_OP_HALF_TOPIC", new_id("T"))
-    for plant in p.plants:
-        if plant.outcome in ("lost", "pending", "dead"):
-            plant.copies = 0
-    p.write()
-    return p
 
 
 COUNT_NAMES = (

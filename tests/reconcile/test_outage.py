@@ -16,6 +16,7 @@ entries and have a time from first failure to delivery; the commitlog scan ends 
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from tests.broker.broker_process import BrokerProcess, wait_until
@@ -35,26 +36,38 @@ DELIVERY_DEADLINE_S = 60.0
 BEFORE, DURING, AFTER = 40, 30, 40
 
 
+@dataclass
+class Sent:
+    """What the sidecar answered, by phase, and each message's id and topic in sending order."""
+
+    ids: list[str] = field(default_factory=list)
+    topics: list[str] = field(default_factory=list)
+    answers: dict[str, list[str]] = field(default_factory=dict)
+
+
+def send_phase(sidecar: SidecarProcess, sent: Sent, phase: str, count: int) -> None:
+    with sidecar.client() as stub:
+        for i in range(count):
+            # Every fourth message is FIFO, in three groups: fenced behind spooled ones.
+            fifo = {"message_group": f"g{i % 3}"} if i % 4 == 0 else {}
+            topic = "Fifo" if fifo else "Orders"
+            r = send(stub, message(topic, f"{phase} {i}".encode() * 20, **fifo))
+            sent.answers.setdefault(phase, []).append(outcome(r))
+            sent.ids.append(r.message_id)
+            sent.topics.append(topic)
+
+
 def test_an_outage_through_the_sidecar_loses_nothing(tmp_path: Path) -> None:
     broker = BrokerProcess(tmp_path / "broker", *BROKER_ARGS)
     outbox_url = f"rocksdb://{tmp_path / 'outbox'}"
     ledger = tmp_path / "acks.jsonl"
     sidecar = SidecarProcess(broker.endpoint, outbox_url, f"--ack-ledger={ledger}")
     back: BrokerProcess | None = None
-    ids: list[str] = []
-    topics: list[str] = []
-    answers: dict[str, list[str]] = {}
+    sent = Sent()
+    ids, topics, answers = sent.ids, sent.topics, sent.answers
 
     def send_some(phase: str, count: int) -> None:
-        with sidecar.client() as stub:
-            for i in range(count):
-                # Every fourth message is FIFO, in three groups: fenced behind spooled ones.
-                fifo = {"message_group": f"g{i % 3}"} if i % 4 == 0 else {}
-                topic = "Fifo" if fifo else "Orders"
-                r = send(stub, message(topic, f"{phase} {i}".encode() * 20, **fifo))
-                answers.setdefault(phase, []).append(outcome(r))
-                ids.append(r.message_id)
-                topics.append(topic)
+        send_phase(sidecar, sent, phase, count)
 
     try:
         send_some("before", BEFORE)

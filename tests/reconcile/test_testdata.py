@@ -1,5 +1,5 @@
-"""reconcile/testdata.py writes commitlogs as the broker does, and the reconciliation's copies of
-the broker's topic names stay equal to the broker's.
+"""tests/reconcile/testdata.py writes commitlogs as the broker does, and the reconciliation's
+copies of the broker's topic names stay equal to the broker's.
 
 Proves: ``write_bulk_commitlog`` (a template patched in numpy) writes byte for byte the files
 ``CommitLogWriter`` (the codec, record by record) writes for the same messages, across segment
@@ -20,7 +20,7 @@ from broker.store.message_store import DefaultMessageStore
 from outbox.export import EXPORT_SCHEMA
 from reconcile import commitlog_source
 from reconcile.outbox_source import OUTBOX_COLUMNS
-from reconcile.testdata import (
+from tests.reconcile.testdata import (
     BulkShape,
     CommitLogWriter,
     bulk_message_id,

@@ -1,4 +1,4 @@
-"""What bench/sidecar_bench.py starts and must remove: ``rocketbox broker`` and ``rocketbox
+"""What the sidecar bench starts and must remove: ``rocketbox broker`` and ``rocketbox
 sidecar`` processes (with their memory sampled), temporary directories, Redis keys and MySQL
 tables; the services it needs and the sidecar's options it uses, checked before it starts.
 
@@ -15,23 +15,23 @@ import socket
 import subprocess
 import sys
 import threading
-import time
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, Any
+from typing import Any
 
 import grpc
 import redis
 import sqlalchemy as sa
-from bench_process import process_cpu_seconds, stop_process, wait_idle
 
+from bench import process_control
+from bench.process_control import READY_DEADLINE_S, BenchError, wait_idle
 from outbox.factory import open_outbox
 from outbox.outbox import Outbox
 from rocketbox_api.admin.v1 import broker_admin_pb2, broker_admin_pb2_grpc
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
+REPO_ROOT = Path(__file__).resolve().parents[2]
 HOST = "127.0.0.1"
 TOPIC = "SidecarBenchTopic"
 # (c)'s references send here, so that the drained topic holds exactly the drained messages.
@@ -41,8 +41,6 @@ REDIS_PORT = 6379
 MYSQL_PORT = 3306
 REDIS_URL = f"redis://{HOST}:{REDIS_PORT}/0"
 MYSQL_URL = f"mysql+pymysql://root@{HOST}:{MYSQL_PORT}/test"
-READY_DEADLINE_S = 60.0
-STOP_DEADLINE_S = 60.0
 RPC_TIMEOUT_S = 30.0
 MEMORY_SAMPLE_S = 0.05
 BROKER_READY = re.compile(r"broker listening on \S+:(\d+);")
@@ -52,10 +50,6 @@ REDIS_START = (
     "--dir /var/lib/redis --logfile /var/log/redis/ci.log"
 )
 MYSQL_START = "start-stop-daemon --start --oknodo --background --exec /usr/sbin/mariadbd"
-
-
-class BenchError(Exception):
-    """A measurement could not be made (a process failed, a message was lost or refused)."""
 
 
 def status_kib(pid: int, name: str) -> int:
@@ -98,64 +92,14 @@ class MemorySampler:
         self._thread.join()
 
 
-class Child:
-    """``python -m rocketbox ...`` with its output in a log file (never a pipe this process
-    must keep reading: the sidecar logs every spool). Ready once the log shows ``ready``."""
+class Child(process_control.Child):
+    """``python -m rocketbox ...`` (bench/process_control.py's Child), its memory sampled once
+    ``watch_memory`` is called."""
 
     def __init__(self, name: str, args: Sequence[str], ready: re.Pattern[str], log: Path) -> None:
-        self.name = name
-        self.log = log
-        self.port = 0
-        self.ready_at = 0.0
-        self._log_file: IO[bytes] = log.open("wb")
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "rocketbox", *args],
-            cwd=REPO_ROOT,
-            stdin=subprocess.DEVNULL,
-            stdout=self._log_file,
-            stderr=subprocess.STDOUT,
-        )
         self.memory: MemorySampler | None = None
-        try:
-            self._wait_ready(ready)
-        except BaseException:
-            self.stop()
-            raise
-
-    def _wait_ready(self, ready: re.Pattern[str]) -> None:
-        deadline = time.monotonic() + READY_DEADLINE_S
-        offset = 0
-        pending = b""
-        while time.monotonic() < deadline:
-            with self.log.open("rb") as f:
-                f.seek(offset)
-                chunk = f.read()
-            offset += len(chunk)
-            *lines, pending = (pending + chunk).split(b"\n")
-            for line in lines:
-                found = ready.search(line.decode(errors="replace"))
-                if found:
-                    self.ready_at = time.perf_counter()
-                    self.port = int(found.group(1))
-                    return
-            if self.proc.poll() is not None:
-                raise BenchError(f"{self.name} exited {self.proc.returncode}:\n{self.output()}")
-            time.sleep(0.005)
-        raise BenchError(f"{self.name} not ready in {READY_DEADLINE_S:.0f} s:\n{self.output()}")
-
-    @property
-    def endpoint(self) -> str:
-        return f"{HOST}:{self.port}"
-
-    def output(self, last: int = 30) -> str:
-        try:
-            lines = self.log.read_text(errors="replace").splitlines()
-        except OSError:
-            return ""
-        return "\n".join(lines[-last:])
-
-    def cpu_seconds(self) -> float:
-        return process_cpu_seconds(self.proc.pid)
+        argv = [sys.executable, "-m", "rocketbox", *args]
+        super().__init__(name, argv, ready, log, cwd=REPO_ROOT)
 
     def watch_memory(self) -> MemorySampler:
         self.memory = MemorySampler(self.proc.pid)
@@ -165,17 +109,10 @@ class Child:
         return status_kib(self.proc.pid, "VmHWM") / 1024
 
     def stop(self) -> int:
-        """SIGTERM, then SIGKILL if it has not exited within the deadline; the exit code."""
-        code, _ = stop_process(self.proc, STOP_DEADLINE_S)
+        code = super().stop()
         if self.memory is not None:
             self.memory.stop()
-        self._log_file.close()
         return code
-
-    def stop_checked(self) -> None:
-        code = self.stop()
-        if code != 0:
-            raise BenchError(f"{self.name} exited {code} on SIGTERM:\n{self.output()}")
 
 
 def closed_port() -> int:
@@ -376,7 +313,7 @@ def features() -> dict[str, Feature]:
 
 
 def wait_quiet(child: Child) -> None:
-    """Until ``child`` is idle after a load (bench_process.wait_idle)."""
+    """Until ``child`` is idle after a load (process_control.wait_idle)."""
     if not wait_idle(child.cpu_seconds, READY_DEADLINE_S):
         raise BenchError(f"{child.name} still busy {READY_DEADLINE_S:.0f} s after the warm-up")
 

@@ -1,0 +1,3 @@
+from bench.broker.cli import main
+
+main()

@@ -1,0 +1,3 @@
+from bench.sidecar.cli import main
+
+main()

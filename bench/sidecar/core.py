@@ -1,0 +1,89 @@
+"""What every part of the sidecar bench shares: its settings, the processes and the rows."""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import sys
+from dataclasses import dataclass
+
+from bench.sidecar.clients import LibraryClient
+from bench.sidecar.loops import CpuMeter, Run, closed_loop
+from bench.sidecar.processes import (
+    Child,
+    Feature,
+    Resources,
+    wait_quiet,
+)
+from bench.sidecar.table import Row, at_most
+from bench.sidecar.targets import RSS_MAX_MB
+
+
+@dataclass
+class Settings:
+    messages: int
+    window: int
+    stream_window: int
+    streams: tuple[int, ...]
+    rates: tuple[float, ...]
+    latency_seconds: float
+    overload_seconds: float
+    overload_intake_in_flight_max: int
+    overload_pending_calls_max: int
+    spool_messages: int
+    raw_messages: int
+    drain_messages: int
+    drain_concurrency: int
+    drain_claim_batch: int
+
+
+class BenchCore:
+    """What every part shares: the settings, the resources, the rows and what failed."""
+
+    def __init__(self, settings: Settings, res: Resources, found: dict[str, Feature]) -> None:
+        self.s = settings
+        self.res = res
+        self.features = found
+        self.rows: list[Row] = []
+        self.failed: list[str] = []
+        self.direct_rate: float | None = None
+        self.unary_rate: float | None = None  # (a)'s unary STORED rate, coalescing on
+        self.drain_refs: tuple[Run, Run] | None = None
+
+    def add(self, row: Row) -> None:
+        self.rows.append(row)
+        if row.failures:
+            self.failed.append(f"({row.part}) {row.figure}: {row.detail}")
+        print(f"  {row.part} {row.figure}: {row.value_text()}", file=sys.stderr, flush=True)
+
+    def missing(self, part: str, figure: str, feature: str) -> bool:
+        """True (and the row printed as not run) when ``feature`` has not landed."""
+        if self.features[feature].present:
+            return False
+        self.add(Row(part, figure, math.nan, "", not_run=f"needs {feature}, not present"))
+        return True
+
+    def memory_row(self, sidecar: Child, phase: str) -> None:
+        assert sidecar.memory is not None
+        peak_mb = sidecar.memory.take() / 1024
+        self.add(
+            Row("d", f"sidecar VmRSS peak, {phase}", peak_mb, "MB",
+                reference=f"VmHWM {sidecar.hwm_mb():.0f} MB so far",
+                checks=[at_most(peak_mb, RSS_MAX_MB, f"<= {RSS_MAX_MB:g} MB")])
+        )  # fmt: skip
+
+    async def settle(self, broker: Child | None) -> None:
+        """Before a figure: the broker's work left over from the last one is done."""
+        if broker is not None:
+            await asyncio.to_thread(wait_quiet, broker)
+
+    async def library_run(
+        self, endpoint: str, count: int, expect: str, procs: dict[str, Child], broker: Child | None
+    ) -> Run:
+        """The client library's batching sender, ``window`` concurrent ``send()`` calls, after a
+        warm-up on the same sender."""
+        window = self.s.window
+        async with LibraryClient(endpoint) as library:
+            await closed_loop(library.send, 4 * window, window, expect, CpuMeter({}))
+            await self.settle(broker)
+            return await closed_loop(library.send, count, window, expect, CpuMeter(procs))

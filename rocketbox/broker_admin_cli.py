@@ -1,0 +1,252 @@
+"""The broker's admin commands (topic, group, message, flow-control): clients of its
+rocketbox.admin.v1.BrokerAdmin service (rocketbox/admin_client.py), registered on the root by
+rocketbox/cli.py.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+from collections.abc import Callable
+from typing import Any
+
+import click
+
+from broker.group_config import RETRY_MAX_TIMES_DEFAULT
+from rocketbox import admin_client as admin
+from rocketbox import admin_render as render
+
+# Each command prints text for people, or JSON with --json. A failed call prints the broker's
+# status code and details on stderr and exits with ADMIN_ERROR_EXIT_CODE, or with
+# UNREACHABLE_EXIT_CODE when the broker could not be reached or did not answer in --deadline-s.
+ADMIN_ERROR_EXIT_CODE = 1
+UNREACHABLE_EXIT_CODE = 3
+DEFAULT_BROKER = "127.0.0.1:8081"
+
+
+class AdminCommandError(click.ClickException):
+    exit_code = ADMIN_ERROR_EXIT_CODE
+
+
+class BrokerUnreachableError(click.ClickException):
+    exit_code = UNREACHABLE_EXIT_CODE
+
+
+def _check_endpoint(_ctx: click.Context, _param: click.Parameter, value: str) -> str:
+    try:
+        return admin.parse_endpoint(value)
+    except ValueError as e:
+        raise click.BadParameter(str(e)) from e
+
+
+def admin_command(f: Callable[..., None]) -> Callable[..., None]:
+    """--broker, --deadline-s and --json for a command taking (client, as_json, ...)."""
+
+    @click.option(
+        "--broker",
+        "endpoint",
+        default=DEFAULT_BROKER,
+        envvar="ROCKETBOX_BROKER",
+        metavar="HOST:PORT",
+        callback=_check_endpoint,
+        help="The broker's gRPC address.",
+    )
+    @click.option(
+        "--deadline-s",
+        default=admin.CALL_DEADLINE_S,
+        type=click.FloatRange(min=0, min_open=True),
+        help="Give up on a call after this long.",
+    )
+    @click.option("--json", "as_json", is_flag=True, help="Print JSON for scripts.")
+    @functools.wraps(f)
+    def command(endpoint: str, deadline_s: float, as_json: bool, **kwargs: Any) -> None:
+        try:
+            with admin.AdminClient(endpoint, deadline_s) as client:
+                f(client, as_json, **kwargs)
+        except admin.AdminCallError as e:
+            if e.unreachable:
+                raise BrokerUnreachableError(str(e)) from e
+            raise AdminCommandError(str(e)) from e
+
+    return command
+
+
+def _echo(as_json: bool, data: dict[str, Any], text: str) -> None:
+    click.echo(json.dumps(data, indent=2, sort_keys=True) if as_json else text)
+
+
+@click.group()
+def topic() -> None:
+    """Create, list, describe and delete the broker's topics."""
+
+
+@topic.command("create")
+@click.argument("name")
+@click.option("--queues", type=int, default=None, help="1..1024 (default: the broker's).")
+@click.option(
+    "--type",
+    "message_type",
+    type=click.Choice(admin.TOPIC_TYPES, case_sensitive=False),
+    default="MIXED",
+    help="What the topic accepts; MIXED: all four.",
+)
+@admin_command
+def topic_create(
+    client: admin.AdminClient, as_json: bool, name: str, queues: int | None, message_type: str
+) -> None:
+    """Create topic NAME."""
+    t = client.create_topic(name, queues, message_type.upper()).topic
+    kind = render.message_type_name(t.message_type)
+    text = f"created topic {t.name}: {t.queue_nums} queues, {kind}"
+    _echo(as_json, render.topic_to_dict(t), text)
+
+
+@topic.command("list")
+@admin_command
+def topic_list(client: admin.AdminClient, as_json: bool) -> None:
+    """List the broker's topics."""
+    topics = list(client.list_topics().topics)
+    data = {"topics": [render.topic_to_dict(t) for t in topics]}
+    _echo(as_json, data, render.format_topics(topics))
+
+
+@topic.command("describe")
+@click.argument("name")
+@admin_command
+def topic_describe(client: admin.AdminClient, as_json: bool, name: str) -> None:
+    """Show topic NAME: its settings and each queue's range of queue offsets."""
+    answer = client.describe_topic(name)
+    _echo(as_json, render.describe_to_dict(answer), render.format_describe(answer))
+
+
+@topic.command("delete")
+@click.argument("name")
+@admin_command
+def topic_delete(client: admin.AdminClient, as_json: bool, name: str) -> None:
+    """Delete topic NAME (its stored messages stay until retention removes them)."""
+    t = client.delete_topic(name).topic
+    _echo(as_json, render.topic_to_dict(t), f"deleted topic {t.name}")
+
+
+@click.group()
+def message() -> None:
+    """Look up stored messages."""
+
+
+@message.command("get")
+@click.argument("message_id")
+@admin_command
+def message_get(client: admin.AdminClient, as_json: bool, message_id: str) -> None:
+    """Every stored copy of the message with MESSAGE_ID."""
+    answer = client.get_message(message_id)
+    messages = list(answer.messages)
+    data = render.messages_to_dict(messages, answer.truncated)
+    _echo(as_json, data, render.format_messages(messages, answer.truncated))
+
+
+@message.command("query")
+@click.option("--topic", "topic_name", required=True)
+@click.option("--key", required=True, help="One business key.")
+@click.option("--max-num", default=32, type=int, help="1..1024.")
+@admin_command
+def message_query(
+    client: admin.AdminClient, as_json: bool, topic_name: str, key: str, max_num: int
+) -> None:
+    """Messages of a topic carrying a business key, newest first."""
+    answer = client.query_message(topic_name, key, max_num)
+    messages = list(answer.messages)
+    data = render.messages_to_dict(messages, answer.truncated)
+    _echo(as_json, data, render.format_messages(messages, answer.truncated))
+
+
+@click.command("flow-control")
+@click.argument("state", type=click.Choice(["on", "off"]))
+@click.option("--topic", "topic_name", default=None, help="One topic (default: the whole broker).")
+@admin_command
+def flow_control(
+    client: admin.AdminClient, as_json: bool, state: str, topic_name: str | None
+) -> None:
+    """Force flow control on or off: sends are refused (TOO_MANY_REQUESTS) while it is on."""
+    answer = client.set_flow_control(state == "on", topic_name)
+    target = f"topic {topic_name}" if topic_name is not None else "the broker"
+    text = f"flow control forced {state} for {target}\n{render.format_flow_control(answer)}"
+    _echo(as_json, render.flow_control_to_dict(answer), text)
+
+
+@click.group()
+def group() -> None:
+    """Create, list and describe consumer groups, and move their consume offsets."""
+
+
+@group.command("list")
+@admin_command
+def group_list(client: admin.AdminClient, as_json: bool) -> None:
+    """List the broker's consumer groups and their settings."""
+    groups = list(client.list_groups().groups)
+    data = {"groups": [render.group_to_dict(g) for g in groups]}
+    _echo(as_json, data, render.format_groups(groups))
+
+
+@group.command("describe")
+@click.argument("name")
+@admin_command
+def group_describe(client: admin.AdminClient, as_json: bool, name: str) -> None:
+    """Show group NAME: settings, connected consumers, per-queue progress (consume offset, lag,
+    messages in flight) in every topic it consumed, and its dead-letter queue."""
+    answer = client.describe_group(name)
+    _echo(as_json, render.describe_group_to_dict(answer), render.format_describe_group(answer))
+
+
+@group.command("create")
+@click.argument("name")
+@click.option("--orderly", is_flag=True, help="FIFO consumption of each message group.")
+@click.option(
+    "--retry-max-times",
+    type=int,
+    default=None,
+    help=f"0..64 (default: {RETRY_MAX_TIMES_DEFAULT}); then a message goes to %DLQ%NAME.",
+)
+@admin_command
+def group_create(
+    client: admin.AdminClient,
+    as_json: bool,
+    name: str,
+    orderly: bool,
+    retry_max_times: int | None,
+) -> None:
+    """Create consumer group NAME."""
+    g = client.create_group(name, orderly, retry_max_times).group
+    _echo(as_json, render.group_to_dict(g), render.format_created_group(g))
+
+
+@group.command("reset-offset")
+@click.argument("name")
+@click.option("--topic", "topic_name", required=True)
+@click.option(
+    "--to",
+    "target",
+    required=True,
+    type=click.Choice(admin.RESET_TARGETS, case_sensitive=False),
+    help="first: every stored message again; last: skip the backlog; timestamp: the first "
+    "message stored at or after --timestamp-ms.",
+)
+@click.option(
+    "--timestamp-ms", type=click.IntRange(min=0), default=None, help="With --to timestamp."
+)
+@admin_command
+def group_reset_offset(
+    client: admin.AdminClient,
+    as_json: bool,
+    name: str,
+    topic_name: str,
+    target: str,
+    timestamp_ms: int | None,
+) -> None:
+    """Move group NAME's consume offset in every queue of --topic (messages it has in flight
+    there are forgotten)."""
+    target = target.upper()
+    if (target == "TIMESTAMP") != (timestamp_ms is not None):
+        raise click.UsageError("--timestamp-ms goes with --to timestamp, and only with it")
+    progress = client.reset_offset(name, topic_name, target, timestamp_ms).progress
+    text = f"group {name} reset to {target.lower()}\n{render.format_group_progress(progress)}"
+    _echo(as_json, render.group_progress_to_dict(progress), text)

@@ -1,0 +1,237 @@
+"""``rocketbox broker``: the bundled broker serving apache.rocketmq.v2 on its store, and the
+store's options that ``rocketbox up`` shares.
+
+``run_broker`` is the broker process's life (start, create the topics and groups asked for, serve
+until SIGINT/SIGTERM, stop cleanly), with or without a sidecar in the same process.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import signal
+from collections.abc import Callable
+from pathlib import Path
+
+import click
+
+from broker.broker_controller import BrokerController
+from broker.config import BrokerConfig
+from broker.errors import BrokerError
+from broker.group_config import RETRY_MAX_TIMES_DEFAULT
+from broker.store.config import FlushDiskType, MessageStoreConfig
+from broker.store.errors import StoreError
+from broker.topic_config import TopicMessageType
+from outbox.factory import redact
+from rocketbox.run_settings import run_async
+from rocketbox.sidecar_cli import optional_listen, start_sidecar
+from sidecar.channels import Endpoint
+from sidecar.config import SidecarConfig
+
+LOG = logging.getLogger("rocketbox")
+
+
+def store_geometry_options(command: Callable[..., None]) -> Callable[..., None]:
+    """File sizes of the store. RocketMQ's defaults reserve about 1.4 GiB of disk up front
+    (a 1 GiB commitlog segment and a 420 MiB index file); small machines and tests shrink them."""
+    command = click.option(
+        "--max-index-num",
+        default=20_000_000,
+        type=click.IntRange(min=2),
+        help="Entries an index file holds (20 bytes each).",
+    )(command)
+    command = click.option(
+        "--max-hash-slot-num",
+        default=5_000_000,
+        type=click.IntRange(min=1),
+        help="Hash slots of an index file (4 bytes each).",
+    )(command)
+    return click.option("--segment-size-mib", default=1024, type=click.IntRange(8, 4096))(command)
+
+
+@click.command("broker")
+@click.option("--data-dir", type=click.Path(path_type=Path), default=Path("data/broker"))
+@click.option("--listen-host", default="127.0.0.1")
+@click.option("--listen-port", default=8081, type=click.IntRange(0, 65535), help="0: a free port.")
+@click.option("--advertise-host", default=None, help="Host in routes (default: listen host).")
+@click.option(
+    "--flush",
+    "flush_disk_type",
+    type=click.Choice([t.value for t in FlushDiskType]),
+    default=FlushDiskType.ASYNC_FLUSH.value,
+)
+@store_geometry_options
+@click.option(
+    "--file-reserved-hours",
+    default=72.0,
+    type=click.FloatRange(min=0.01),
+    help="Retention: commitlog segments older than this are deleted.",
+)
+@click.option("--auto-create-topic/--no-auto-create-topic", default=False)
+@click.option(
+    "--topic",
+    "topics",
+    multiple=True,
+    help="NAME[:QUEUES[:TYPE]] created at start if missing; TYPE is NORMAL, FIFO, DELAY, "
+    "TRANSACTION or MIXED (default).",
+)
+@click.option(
+    "--group",
+    "groups",
+    multiple=True,
+    help="NAME[:orderly][:RETRY_MAX_TIMES] consumer group created at start if missing "
+    "(orderly: FIFO consumption; default 16 retries).",
+)
+@click.option("--invisible-duration-min-ms", default=10_000, type=click.IntRange(min=1))
+@click.option("--long-polling-timeout-ms", default=20_000, type=click.IntRange(1_000, 20_000))
+@click.option("--transaction-timeout-ms", default=6_000, type=click.IntRange(min=0))
+@click.option("--transaction-check-interval-ms", default=30_000, type=click.IntRange(min=1))
+@click.option("--transaction-check-max", default=15, type=click.IntRange(min=1))
+@click.option(
+    "--max-message-size-bytes",
+    default=4 * 1024 * 1024,
+    type=click.IntRange(1, 64 * 1024 * 1024),
+    help="The largest body the broker stores (RocketMQ's maxMessageSize).",
+)
+@click.option("--wait-time-ms-in-send-queue", default=200, type=click.IntRange(min=1))
+@click.option("--send-queue-capacity", default=10_000, type=click.IntRange(min=1))
+@click.option("--send-workers", default=64, type=click.IntRange(min=1))
+@click.option("--tls-cert", type=click.Path(path_type=Path, exists=True, dir_okay=False))
+@click.option("--tls-key", type=click.Path(path_type=Path, exists=True, dir_okay=False))
+@click.option(
+    "--metrics-listen",
+    default=None,
+    callback=optional_listen,
+    metavar="HOST:PORT",
+    help="Serve the broker's Prometheus metrics here (port 0: a free port; empty: off).",
+)
+def broker(
+    data_dir: Path,
+    listen_host: str,
+    listen_port: int,
+    advertise_host: str | None,
+    flush_disk_type: str,
+    segment_size_mib: int,
+    max_hash_slot_num: int,
+    max_index_num: int,
+    file_reserved_hours: float,
+    auto_create_topic: bool,
+    topics: tuple[str, ...],
+    groups: tuple[str, ...],
+    invisible_duration_min_ms: int,
+    long_polling_timeout_ms: int,
+    transaction_timeout_ms: int,
+    transaction_check_interval_ms: int,
+    transaction_check_max: int,
+    max_message_size_bytes: int,
+    wait_time_ms_in_send_queue: int,
+    send_queue_capacity: int,
+    send_workers: int,
+    tls_cert: Path | None,
+    tls_key: Path | None,
+    metrics_listen: Endpoint | None,
+) -> None:
+    """Serve the apache.rocketmq.v2 messaging service on the store until SIGINT or SIGTERM."""
+    store_config = MessageStoreConfig(
+        store_path_root_dir=data_dir.resolve(),
+        mapped_file_size_commit_log_bytes=segment_size_mib * 1024 * 1024,
+        max_hash_slot_num=max_hash_slot_num,
+        max_index_num=max_index_num,
+        flush_disk_type=FlushDiskType(flush_disk_type),
+        file_reserved_hours=file_reserved_hours,
+        max_message_size_bytes=max_message_size_bytes,
+    )
+    try:
+        config = BrokerConfig(
+            store=store_config,
+            listen_host=listen_host,
+            listen_port=listen_port,
+            advertised_host=advertise_host,
+            auto_create_topic_enable=auto_create_topic,
+            invisible_duration_ms_min=invisible_duration_min_ms,
+            long_polling_timeout_ms=long_polling_timeout_ms,
+            transaction_timeout_ms=transaction_timeout_ms,
+            transaction_check_interval_ms=transaction_check_interval_ms,
+            transaction_check_max=transaction_check_max,
+            wait_time_ms_in_send_queue=wait_time_ms_in_send_queue,
+            send_queue_capacity_max=send_queue_capacity,
+            send_workers=send_workers,
+            tls_cert_file=tls_cert,
+            tls_key_file=tls_key,
+            metrics_host=metrics_listen.host if metrics_listen else None,
+            metrics_port=metrics_listen.port if metrics_listen else 0,
+        )
+        topic_specs = [parse_topic_spec(spec) for spec in topics]
+        group_specs = [parse_group_spec(spec) for spec in groups]
+    except (BrokerError, ValueError) as e:
+        raise click.BadParameter(str(e)) from e
+    run_async(run_broker(config, topic_specs, group_specs))
+
+
+def parse_topic_spec(spec: str) -> tuple[str, int | None, TopicMessageType]:
+    """NAME[:QUEUES[:TYPE]]."""
+    parts = spec.split(":")
+    if not 1 <= len(parts) <= 3:
+        raise ValueError(f"--topic {spec!r}: NAME[:QUEUES[:TYPE]]")
+    queues = int(parts[1]) if len(parts) > 1 and parts[1] else None
+    kind = TopicMessageType(parts[2].upper()) if len(parts) > 2 else TopicMessageType.MIXED
+    return parts[0], queues, kind
+
+
+def parse_group_spec(spec: str) -> tuple[str, bool, int]:
+    """NAME[:orderly][:RETRY_MAX_TIMES]."""
+    name, *rest = spec.split(":")
+    orderly = "orderly" in rest
+    numbers = [int(part) for part in rest if part != "orderly"]
+    if len(rest) > 2 or len(numbers) > 1:
+        raise ValueError(f"--group {spec!r}: NAME[:orderly][:RETRY_MAX_TIMES]")
+    return name, orderly, numbers[0] if numbers else RETRY_MAX_TIMES_DEFAULT
+
+
+async def run_broker(
+    config: BrokerConfig,
+    topic_specs: list[tuple[str, int | None, TopicMessageType]],
+    group_specs: list[tuple[str, bool, int]],
+    sidecar_config: Callable[[int], SidecarConfig] | None = None,
+) -> None:
+    """The broker, and with ``sidecar_config`` (``rocketbox up``) a sidecar in front of it in the
+    same process: started after the broker, stopped before it, so its last sends still land."""
+    controller = BrokerController(config)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(signum, stop.set)
+    try:
+        port = await controller.start()
+    except (StoreError, BrokerError, OSError) as e:
+        raise click.ClickException(str(e)) from e
+    try:
+        for name, queues, kind in topic_specs:
+            controller.topics.create(name, queues, kind, exist_ok=True)
+        for name, orderly, retries in group_specs:
+            controller.groups.create(name, orderly, retries, replace=True)
+        assert controller.recovery_report is not None
+        click.echo(f"recovery: {controller.recovery_report.summary()}")
+        sidecar = None
+        if sidecar_config is not None:
+            sidecar = await start_sidecar(sidecar_config(port))
+            c = sidecar.config
+            click.echo(
+                f"sidecar listening on {c.listen_host}:{sidecar.port} (apps send here: "
+                f"rocketbox.v1.SidecarService), outbox {redact(c.outbox_url)}"
+            )
+            # One process, one scrape target: the broker's endpoint serves the sidecar's too.
+            controller.metrics.registry.register(sidecar.metrics.registry)
+        if controller.metrics_port:
+            click.echo(f"metrics on http://{config.metrics_host}:{controller.metrics_port}/metrics")
+        click.echo(f"broker listening on {config.listen_host}:{port}; Ctrl-C stops cleanly")
+        try:
+            await stop.wait()
+        finally:
+            if sidecar is not None:
+                LOG.info("stopping the sidecar")
+                await sidecar.stop()
+        LOG.info("stopping the broker")
+    finally:
+        await controller.shutdown()
+    click.echo("rocketbox stopped cleanly")
