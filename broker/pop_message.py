@@ -46,8 +46,7 @@ from broker.pop_state import (
     parse_handle,
 )
 from broker.state_file import StateWriter, read_json
-from broker.store.consume_queue import ConsumeQueue, CqEntry
-from broker.store.message import (
+from broker.store.codec.message import (
     PROPERTY_ORIGIN_MESSAGE_ID,
     PROPERTY_RETRY_TOPIC,
     PROPERTY_SHARDING_KEY,
@@ -55,6 +54,7 @@ from broker.store.message import (
     MessageExtBrokerInner,
     tags_string_to_tags_code,
 )
+from broker.store.consume_queue import ConsumeQueue, CqEntry
 from broker.store.message_store import DefaultMessageStore
 from broker.topic_config import TopicConfigManager
 

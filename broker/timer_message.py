@@ -25,11 +25,8 @@ import time
 from pathlib import Path
 
 from broker.state_file import StateWriter, read_json
-from broker.store.codec import DispatchRequest
-from broker.store.message import (
-    PROPERTY_TIMER_DELIVER_MS,
-    MessageExtBrokerInner,
-)
+from broker.store.codec.check import DispatchRequest
+from broker.store.codec.message import PROPERTY_TIMER_DELIVER_MS, MessageExtBrokerInner
 from broker.store.message_store import DefaultMessageStore
 from broker.system_topic import park, real_topic_of, unparked_copy
 

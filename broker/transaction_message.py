@@ -29,7 +29,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from broker.state_file import StateWriter, read_json
-from broker.store.message import (
+from broker.store.codec.message import (
     PROPERTY_TAGS,
     PROPERTY_TRANSACTION_PREPARED,
     MessageExt,

@@ -41,8 +41,8 @@ from broker.grpc_service.validator import (
     validate_topic,
 )
 from broker.send_message import SendMessageService
+from broker.store.codec.message import MessageExt
 from broker.store.errors import MessageIllegalError
-from broker.store.message import MessageExt
 from broker.store.status import PutMessageResult, PutMessageStatus
 from broker.topic_config import QUEUE_NUMS_MAX, TopicConfig, TopicMessageType
 from broker.transaction_message import (

@@ -23,7 +23,7 @@ import logging
 import threading
 from collections.abc import Callable, Sequence
 
-from broker.store.codec import DispatchRequest, RecordKind, check_record
+from broker.store.codec.check import DispatchRequest, RecordKind, check_record
 from broker.store.commit_log import CommitLog
 from broker.store.service_thread import ServiceThread
 

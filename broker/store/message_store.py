@@ -1,6 +1,6 @@
 """DefaultMessageStore: the store's one entry point (RocketMQ's DefaultMessageStore).
 
-Life cycle: ``start()`` locks the directory (one writer process), recovers (recovery.py), then
+Life cycle: ``start()`` locks the directory (one writer process), recovers (store_recovery.py), then
 runs the services: dispatcher, commitlog flush (periodic or group commit), consume-queue/index
 flush with the checkpoint, and the cleaner. ``shutdown()`` stops intake, lets every service
 finish, flushes everything, writes the checkpoint and removes the abort marker, so the next
@@ -20,24 +20,25 @@ from collections.abc import Callable, Sequence
 
 from broker.store.checkpoint import StoreCheckpoint
 from broker.store.clean import CleanResult, StoreCleaner
-from broker.store.codec import DispatchRequest, EncodedMessage, encode_message
-from broker.store.commit_log import CommitLog
-from broker.store.config import FlushDiskType, MessageStoreConfig
-from broker.store.consume_queue_store import ConsumeQueueStore
-from broker.store.dispatch import ReputMessageService
-from broker.store.errors import MessageIllegalError, StoreLockedError, StoreNotRunningError
-from broker.store.flush import FlushRealTimeService, GroupCommitService
-from broker.store.index_file import IndexService
-from broker.store.mapped_file import offset_to_file_name
-from broker.store.message import (
+from broker.store.codec.check import DispatchRequest
+from broker.store.codec.encode import EncodedMessage, encode_message
+from broker.store.codec.layout import offset_to_file_name
+from broker.store.codec.message import (
     KEY_SEPARATOR,
     NO_HOST,
     HostAddress,
     MessageExtBrokerInner,
     MessageSysFlag,
 )
+from broker.store.commit_log import CommitLog
+from broker.store.commit_log_recovery import RecoveryReport
+from broker.store.config import FlushDiskType, MessageStoreConfig
+from broker.store.consume_queue_store import ConsumeQueueStore
+from broker.store.dispatch import ReputMessageService
+from broker.store.errors import MessageIllegalError, StoreLockedError, StoreNotRunningError
+from broker.store.flush import FlushRealTimeService, GroupCommitService
+from broker.store.index_file import IndexService
 from broker.store.message_reader import MessageReader
-from broker.store.recovery import RecoveryReport
 from broker.store.service_thread import ServiceThread
 from broker.store.status import (
     AppendMessageResult,

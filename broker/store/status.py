@@ -6,8 +6,8 @@ import enum
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
+from broker.store.codec.message import MessageExt
 from broker.store.errors import MessageIllegalError
-from broker.store.message import MessageExt
 
 
 class PutMessageStatus(enum.Enum):

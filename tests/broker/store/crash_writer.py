@@ -16,8 +16,8 @@ import sys
 import threading
 from pathlib import Path
 
+from broker.store.codec.message import MessageExtBrokerInner
 from broker.store.config import FlushDiskType, MessageStoreConfig
-from broker.store.message import MessageExtBrokerInner
 from broker.store.message_store import DefaultMessageStore
 
 QUEUES = 4

@@ -1,4 +1,4 @@
-"""The commitlog record codec (broker/store/codec.py), byte for byte.
+"""The commitlog record codec (broker/store/codec/), byte for byte.
 
 Proves: every field of a message survives encode_message + finish_record + decode_message, with
 IPv4 and IPv6 hosts in every combination (the encoder owns the sysflag v6 bits: it sets them for
@@ -31,22 +31,16 @@ from pathlib import Path
 
 import pytest
 
-from broker.store.codec import (
+from broker.store.codec.check import CheckResult, RecordKind, check_record
+from broker.store.codec.decode import decode_message, read_store_timestamp, string_to_properties
+from broker.store.codec.encode import encode_message, finish_record, properties_to_string
+from broker.store.codec.layout import (
     BLANK_MAGIC_CODE,
     MESSAGE_MAGIC_CODE,
     MESSAGE_MAGIC_CODE_V2,
-    CheckResult,
-    RecordKind,
     blank_marker,
-    check_record,
-    decode_message,
-    encode_message,
-    finish_record,
-    properties_to_string,
-    read_store_timestamp,
-    string_to_properties,
 )
-from broker.store.message import (
+from broker.store.codec.message import (
     PROPERTY_CRC32,
     PROPERTY_KEYS,
     PROPERTY_TAGS,

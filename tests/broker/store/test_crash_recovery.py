@@ -21,8 +21,8 @@ from pathlib import Path
 import pytest
 
 from broker.store.checkpoint import CheckpointState, StoreCheckpoint
+from broker.store.codec.message import MessageExtBrokerInner
 from broker.store.config import FlushDiskType
-from broker.store.message import MessageExtBrokerInner
 from broker.store.message_store import DefaultMessageStore
 from broker.store.status import GetMessageStatus, PutMessageStatus
 from tests.broker.store.crash_writer import QUEUES, small_config

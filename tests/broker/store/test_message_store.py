@@ -36,10 +36,8 @@ from typing import Any
 
 import pytest
 
-from broker.store.codec import encode_message
-from broker.store.config import FlushDiskType, MessageStoreConfig
-from broker.store.errors import StoreLockedError
-from broker.store.message import (
+from broker.store.codec.encode import encode_message
+from broker.store.codec.message import (
     NO_HOST,
     PROPERTY_CRC32,
     PROPERTY_KEYS,
@@ -51,6 +49,8 @@ from broker.store.message import (
     MessageSysFlag,
     tags_string_to_tags_code,
 )
+from broker.store.config import FlushDiskType, MessageStoreConfig
+from broker.store.errors import StoreLockedError
 from broker.store.message_store import DefaultMessageStore
 from broker.store.status import (
     AppendMessageResult,

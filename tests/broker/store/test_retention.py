@@ -20,12 +20,12 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from broker.store.config import FlushDiskType, MessageStoreConfig
-from broker.store.message import (
+from broker.store.codec.message import (
     PROPERTY_KEYS,
     PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX,
     MessageExtBrokerInner,
 )
+from broker.store.config import FlushDiskType, MessageStoreConfig
 from broker.store.message_store import DefaultMessageStore
 from broker.store.status import AppendMessageResult, GetMessageStatus, PutMessageStatus
 

@@ -32,14 +32,7 @@ from typing import Any
 
 import pytest
 
-from broker.store.config import (
-    PROPERTIES_LENGTH_MAX,
-    RECORD_FIXED_BYTES_MAX,
-    TOPIC_LENGTH_MAX,
-    MessageStoreConfig,
-)
-from broker.store.errors import MessageIllegalError, StoreConfigError
-from broker.store.message import (
+from broker.store.codec.message import (
     PROPERTY_CRC32,
     PROPERTY_KEYS,
     PROPERTY_TAGS,
@@ -49,6 +42,13 @@ from broker.store.message import (
     MessageExtBrokerInner,
     MessageSysFlag,
 )
+from broker.store.config import (
+    PROPERTIES_LENGTH_MAX,
+    RECORD_FIXED_BYTES_MAX,
+    TOPIC_LENGTH_MAX,
+    MessageStoreConfig,
+)
+from broker.store.errors import MessageIllegalError, StoreConfigError
 from broker.store.message_store import DefaultMessageStore
 from broker.store.status import PutMessageResult, PutMessageStatus
 from broker.store.validation import validate_message
@@ -303,8 +303,8 @@ def test_properties_over_a_smaller_configured_limit_are_refused(tmp_path: Path) 
 
 
 # == fields that must fit the record ==============================================================
-# Python ints are unbounded; the record holds signed 32- and 64-bit integers (codec.py). A value
-# that does not fit must be refused here, not fail in the middle of an append.
+# Python ints are unbounded; the record holds signed 32- and 64-bit integers (codec/layout.py). A
+# value that does not fit must be refused here, not fail in the middle of an append.
 OUT_OF_WIDTH = [
     pytest.param({"flag": 2**31}, "flag", id="flag-over-int32"),
     pytest.param({"flag": -(2**31) - 1}, "flag", id="flag-under-int32"),
