@@ -112,7 +112,7 @@ def bench_writers(
         mine = msgs[w * per : (w + 1) * per]
         if batch == 1:
             for msg in mine:
-                r = await store.async_put_message(msg)
+                [r] = await store.async_put_messages([msg])
                 if not r.ok:
                     failures.append(r.status.value)
             return
@@ -179,7 +179,7 @@ def heap_check(root: Path, count: int, segment_mib: int) -> str:
     blocks = []
     for half in (messages(count // 2, "A"), messages(count // 2, "B")):
         for msg in half:
-            store.put_message(msg)
+            store.put_messages([msg])
         del half
         store.wait_dispatched(READY_DEADLINE_S)
         gc.collect()

@@ -420,7 +420,7 @@ class PopMessageService:
             born_host=msg.born_host,
             reconsume_times=attempts,
         )
-        result = await self._store.async_put_message(copy)
+        [result] = await self._store.async_put_messages([copy])
         if not result.ok:
             raise RuntimeError(f"dead-lettering {msg.msg_id} failed: {result.status.value}")
         LOG.info(

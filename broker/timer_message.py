@@ -164,7 +164,7 @@ class TimerMessageService:
             self._mark_delivered(queue_offset)  # delivered before a crash forgot to record it
             return
         copy = unparked_copy(msg)
-        result = await self._store.async_put_message(copy)
+        [result] = await self._store.async_put_messages([copy])
         if result.ok:
             self._mark_delivered(queue_offset)
             self.delivered_count += 1

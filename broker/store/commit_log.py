@@ -25,7 +25,7 @@ from broker.store.allocate_mapped_file import AllocateMappedFileService
 from broker.store.codec.check import DispatchRequest
 from broker.store.codec.decode import decode_message, read_store_timestamp
 from broker.store.codec.encode import EncodedMessage, finish_record
-from broker.store.codec.layout import END_FILE_MIN_BLANK_LENGTH, blank_marker
+from broker.store.codec.layout import END_FILE_MIN_BLANK_LENGTH, blank_marker, offset_to_file_name
 from broker.store.codec.message import (
     PROPERTY_KEYS,
     PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX,
@@ -136,6 +136,18 @@ class CommitLog:
                 )
             )
         return AppendMessageResult(phy_offset, enc.total_size, queue_offset, store_ts, uniq_key)
+
+    def prepare_next_segment(self) -> None:
+        """Have the allocator prepare the segment after the one recovery ended in (the first, if
+        none), so that the first put after a start does not wait for one."""
+        if self.allocator is None:
+            return
+        mfq = self.mapped_file_queue
+        last = mfq.last()
+        next_offset = last.file_from_offset + last.file_size if last else 0
+        self.allocator.request(
+            mfq.store_dir / offset_to_file_name(next_offset), mfq.mapped_file_size_bytes
+        )
 
     def wait_for_appends_in_progress(self) -> None:
         """Return once no append is half-way through (the caller has stopped new ones)."""

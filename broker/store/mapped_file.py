@@ -89,8 +89,7 @@ class MappedFile:
     def seal(self, marker: bytes) -> None:
         """Write ``marker`` at ``wrote_position`` and mark the rest of the segment as used: the
         marker (a blank record) claims the whole tail, which stays zero on disk."""
-        pos = self.wrote_position
-        self._mmap[pos : pos + len(marker)] = marker
+        self.append(marker)
         self.wrote_position = self.file_size
 
     def write_at(self, pos: int, data: bytes) -> None:

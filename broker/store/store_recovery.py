@@ -17,7 +17,7 @@ from broker.store.commit_log import CommitLog
 from broker.store.commit_log_recovery import RecoveryReport, recover_commit_log
 from broker.store.config import MessageStoreConfig
 from broker.store.consume_queue_store import ConsumeQueueStore
-from broker.store.index_file import IndexService
+from broker.store.index_service import IndexService
 
 
 def recover_store(

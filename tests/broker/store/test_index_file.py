@@ -23,9 +23,9 @@ from broker.store.index_file import (
     HEADER_BYTES,
     INDEX_ENTRY_BYTES,
     IndexFile,
-    IndexService,
     key_hash,
 )
+from broker.store.index_service import IndexService
 
 T0_MS = 1_700_000_000_000
 ALL_TIME = (0, 2**62)

@@ -112,7 +112,7 @@ def message(
 
 
 def put_ok(store: DefaultMessageStore, msg: MessageExtBrokerInner) -> AppendMessageResult:
-    result = store.put_message(msg)
+    [result] = store.put_messages([msg])
     assert result.status is PutMessageStatus.PUT_OK, result
     assert result.append is not None
     return result.append
@@ -644,7 +644,7 @@ def test_threads_putting_concurrently_under_sync_flush(
         out = []
         for i in range(per_thread):
             m = message(b"%d-%d" % (t, i), queue_id=t % 4, msg_id=f"ID-{t}-{i:04d}")
-            out.append((m, store.put_message(m)))
+            out.extend((m, r) for r in store.put_messages([m]))
         return out
 
     with ThreadPoolExecutor(threads) as pool:
@@ -666,7 +666,8 @@ def test_asyncio_tasks_putting_concurrently_under_sync_flush(
 
     async def put_all() -> list[PutMessageResult]:
         async with asyncio.timeout(30):
-            return list(await asyncio.gather(*(store.async_put_message(m) for m in sent)))
+            puts = await asyncio.gather(*(store.async_put_messages([m]) for m in sent))
+            return [r for results in puts for r in results]
 
     results = asyncio.run(put_all())
     _assert_queues_are_gapless_and_readable(store, sent, results)
@@ -678,7 +679,7 @@ def test_put_on_a_stopped_store_is_service_not_available(
 ) -> None:
     config = make_config()
     never_started = DefaultMessageStore(config)
-    result = never_started.put_message(message(b"x"))
+    [result] = never_started.put_messages([message(b"x")])
     assert result.status is PutMessageStatus.SERVICE_NOT_AVAILABLE
     assert result.append is None
 
@@ -686,9 +687,9 @@ def test_put_on_a_stopped_store_is_service_not_available(
     put_ok(store, message(b"kept"))
     store.shutdown()
     for result in (
-        store.put_message(message(b"late")),
+        *store.put_messages([message(b"late")]),
         *store.put_messages([message(b"late-1"), message(b"late-2")]),
-        asyncio.run(store.async_put_message(message(b"late-async"))),
+        *asyncio.run(store.async_put_messages([message(b"late-async")])),
     ):
         assert result.status is PutMessageStatus.SERVICE_NOT_AVAILABLE
         assert not result.ok
@@ -709,9 +710,9 @@ def test_disk_guard_refuses_puts_above_the_used_space_ratio_and_writes_nothing(
     assert store.check_disk() is True
 
     for result in (
-        store.put_message(message(b"x", msg_id="ID-X")),
+        *store.put_messages([message(b"x", msg_id="ID-X")]),
         *store.put_messages([message(b"y"), message(b"z")]),
-        asyncio.run(store.async_put_message(message(b"w"))),
+        *asyncio.run(store.async_put_messages([message(b"w")])),
     ):
         assert result.status is PutMessageStatus.SERVICE_NOT_AVAILABLE
         assert "disk_max_used_space_ratio" in result.detail

@@ -380,7 +380,7 @@ def assert_no_trace_then_good_put_lands_at_zero(
     assert store.get_max_offset_in_queue(refused.topic, refused.queue_id) == 0
     assert store.get_max_offset_in_queue(TOPIC, 0) == 0
 
-    good = store.put_message(message(body=b"the first good one"))
+    [good] = store.put_messages([message(body=b"the first good one")])
 
     assert good.status is PutMessageStatus.PUT_OK
     assert good.append is not None
@@ -398,7 +398,7 @@ def test_an_illegal_message_is_answered_message_illegal_and_writes_nothing(
     store: DefaultMessageStore, make: Callable[[], MessageExtBrokerInner], field: str
 ) -> None:
     refused = make()
-    result = store.put_message(refused)
+    [result] = store.put_messages([refused])
     assert_refused(result, PutMessageStatus.MESSAGE_ILLEGAL, field)
     assert_no_trace_then_good_put_lands_at_zero(store, refused)
 
@@ -407,7 +407,7 @@ def test_oversized_properties_are_answered_properties_size_exceeded_and_write_no
     store: DefaultMessageStore,
 ) -> None:
     refused = properties_too_long()
-    result = store.put_message(refused)
+    [result] = store.put_messages([refused])
     assert_refused(result, PutMessageStatus.PROPERTIES_SIZE_EXCEEDED, "properties")
     assert_no_trace_then_good_put_lands_at_zero(store, refused)
 
@@ -416,7 +416,7 @@ def test_an_empty_property_name_is_answered_message_illegal_not_size_exceeded(
     store: DefaultMessageStore,
 ) -> None:
     refused = with_property("", "value")
-    result = store.put_message(refused)
+    [result] = store.put_messages([refused])
     assert result.status is PutMessageStatus.MESSAGE_ILLEGAL, result.detail
     assert result.illegal is not None
     assert result.illegal.limit == "non-empty names"
@@ -428,7 +428,7 @@ def test_a_field_that_does_not_fit_the_record_is_answered_message_illegal_and_wr
     store: DefaultMessageStore, overrides: dict[str, Any], field: str
 ) -> None:
     refused = bad_message(**overrides)
-    result = store.put_message(refused)
+    [result] = store.put_messages([refused])
     assert_refused(result, PutMessageStatus.MESSAGE_ILLEGAL, field)
     assert_no_trace_then_good_put_lands_at_zero(store, refused)
 
@@ -508,7 +508,7 @@ def assert_reads_back(stored: MessageExt | None, sent: MessageExtBrokerInner) ->
 
 def test_a_message_at_every_limit_is_stored_and_reads_back(store: DefaultMessageStore) -> None:
     sent = largest_message(TOPIC_LENGTH_MAX, MAX_BODY_BYTES, PROPERTIES_LENGTH_MAX)
-    result = store.put_message(sent)
+    [result] = store.put_messages([sent])
     assert result.status is PutMessageStatus.PUT_OK, result.detail
     assert result.append is not None
     assert_reads_back(store.look_message_by_offset(result.append.wrote_offset), sent)
