@@ -67,7 +67,7 @@ bench: $(STAMP)
 bench-compiled: $(STAMP)
 	rm -rf build/compiled && mkdir -p build/compiled
 	cp -r broker bench build/compiled/
-	cd build/compiled && ../../$(BIN)/mypyc broker/store/*.py > mypyc.log 2>&1 || (cat mypyc.log; exit 1)
+	cd build/compiled && ../../$(BIN)/mypyc broker/store/*.py broker/store/codec/*.py > mypyc.log 2>&1 || (cat mypyc.log; exit 1)
 	cd build/compiled && ../../$(BIN)/python bench/store_bench.py
 
 # The broker over gRPC (real broker processes): sends, consumption from a backlog and end to end,

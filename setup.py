@@ -17,7 +17,7 @@ from pathlib import Path
 
 from setuptools import setup
 
-COMPILED_MODULES = sorted(str(p) for p in Path("broker/store").glob("*.py"))
+COMPILED_MODULES = sorted(str(p) for p in Path("broker/store").rglob("*.py"))
 
 if os.environ.get("ROCKETBOX_MYPYC") == "1":
     from mypyc.build import mypycify

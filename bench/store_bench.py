@@ -31,8 +31,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from broker.store.codec.message import MessageExtBrokerInner
 from broker.store.config import MIB, FlushDiskType, MessageStoreConfig
-from broker.store.message import MessageExtBrokerInner
 from broker.store.message_store import DefaultMessageStore
 
 BODY = os.urandom(1024)
@@ -112,7 +112,7 @@ def bench_writers(
         mine = msgs[w * per : (w + 1) * per]
         if batch == 1:
             for msg in mine:
-                r = await store.async_put_message(msg)
+                [r] = await store.async_put_messages([msg])
                 if not r.ok:
                     failures.append(r.status.value)
             return
@@ -179,7 +179,7 @@ def heap_check(root: Path, count: int, segment_mib: int) -> str:
     blocks = []
     for half in (messages(count // 2, "A"), messages(count // 2, "B")):
         for msg in half:
-            store.put_message(msg)
+            store.put_messages([msg])
         del half
         store.wait_dispatched(READY_DEADLINE_S)
         gc.collect()
@@ -203,11 +203,11 @@ def main() -> None:
     args = parser.parse_args()
     base = Path(tempfile.mkdtemp(prefix="rocketbox-bench-", dir=args.dir))
     n = args.messages
-    from broker.store import codec  # noqa: PLC0415 - only to say which build runs
+    from broker.store import commit_log  # noqa: PLC0415 - only to say which build runs
 
-    build = "compiled by mypyc" if codec.__file__.endswith(".so") else "interpreted"
+    build = "compiled by mypyc" if commit_log.__file__.endswith(".so") else "interpreted"
     print(f"store_bench: {n:,} messages of {len(BODY)} B, {os.cpu_count()} cores, dir {base}")
-    print(f"store implementation: {build} ({codec.__file__})")
+    print(f"store implementation: {build} ({commit_log.__file__})")
     rows: list[tuple[Figure, Figure | None]] = []
     try:
         msgs = messages(n, "M")

@@ -20,7 +20,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 
-from broker.store.codec import DispatchRequest
+from broker.store.codec.check import DispatchRequest
 from broker.store.message_store import DefaultMessageStore
 
 # The key of waiters that every arrival wakes (offset-based pull consumers).

@@ -44,9 +44,9 @@ from broker.metrics import BrokerMetrics
 from broker.pop_message import PopMessageService
 from broker.send_message import SendMessageService
 from broker.store import STORE_BUILD
-from broker.store.message import MessageExt
+from broker.store.codec.message import MessageExt
+from broker.store.commit_log_recovery import RecoveryReport
 from broker.store.message_store import DefaultMessageStore
-from broker.store.recovery import RecoveryReport
 from broker.timer_message import TimerMessageService
 from broker.topic_config import TopicConfigManager
 from broker.transaction_message import TransactionalMessageService

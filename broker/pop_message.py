@@ -46,8 +46,7 @@ from broker.pop_state import (
     make_handle,
     parse_handle,
 )
-from broker.store.consume_queue import ConsumeQueue, CqEntry
-from broker.store.message import (
+from broker.store.codec.message import (
     PROPERTY_ORIGIN_MESSAGE_ID,
     PROPERTY_RETRY_TOPIC,
     PROPERTY_SHARDING_KEY,
@@ -55,6 +54,7 @@ from broker.store.message import (
     MessageExtBrokerInner,
     tags_string_to_tags_code,
 )
+from broker.store.consume_queue import ConsumeQueue, CqEntry
 from broker.store.message_store import DefaultMessageStore
 from broker.topic_config import TopicConfigManager
 
@@ -365,7 +365,7 @@ class PopMessageService:
             born_host=msg.born_host,
             reconsume_times=attempts,
         )
-        result = await self._store.async_put_message(copy)
+        [result] = await self._store.async_put_messages([copy])
         if not result.ok:
             raise RuntimeError(f"dead-lettering {msg.msg_id} failed: {result.status.value}")
         LOG.info(

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from broker.errors import TopicNotFoundError
 from broker.flow_control import FlowControlled, FlowControlReason, ForcedFlowControl, SendQueue
 from broker.metrics import BrokerMetrics
-from broker.store.message import MessageExtBrokerInner
+from broker.store.codec.message import MessageExtBrokerInner
 from broker.store.message_store import DefaultMessageStore
 from broker.store.status import PutMessageResult
 from broker.timer_message import TimerMessageService

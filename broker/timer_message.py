@@ -26,11 +26,8 @@ from pathlib import Path
 
 from broker.background import BackgroundTasks
 from broker.state_file import StateWriter, read_json
-from broker.store.codec import DispatchRequest
-from broker.store.message import (
-    PROPERTY_TIMER_DELIVER_MS,
-    MessageExtBrokerInner,
-)
+from broker.store.codec.check import DispatchRequest
+from broker.store.codec.message import PROPERTY_TIMER_DELIVER_MS, MessageExtBrokerInner
 from broker.store.message_store import DefaultMessageStore
 from broker.system_topic import park, real_topic_of, unparked_copy
 
@@ -168,7 +165,7 @@ class TimerMessageService:
             self._mark_delivered(queue_offset)  # delivered before a crash forgot to record it
             return
         copy = unparked_copy(msg)
-        result = await self._store.async_put_message(copy)
+        [result] = await self._store.async_put_messages([copy])
         if result.ok:
             self._mark_delivered(queue_offset)
             self.delivered_count += 1

@@ -30,7 +30,7 @@ from pathlib import Path
 
 from broker.background import BackgroundTasks
 from broker.state_file import StateWriter, read_json
-from broker.store.message import (
+from broker.store.codec.message import (
     PROPERTY_TAGS,
     PROPERTY_TRANSACTION_PREPARED,
     MessageExt,
@@ -192,7 +192,7 @@ class TransactionalMessageService:
             queue_id=SYSTEM_QUEUE_ID,
             properties={PROPERTY_TAGS: resolution.value},
         )
-        result = await self._store.async_put_message(op)
+        [result] = await self._store.async_put_messages([op])
         if not result.ok:
             raise TransactionError(f"op record not stored: {result.status.value}", retriable=True)
         self._resolved.add(offset)
@@ -217,7 +217,7 @@ class TransactionalMessageService:
         if half.msg_id and self._store.look_message_by_id(half.msg_id, real_topic) is not None:
             return  # committed before a crash lost the op record
         copy = unparked_copy(half, drop=(PROPERTY_TRANSACTION_PREPARED,))
-        result = await self._store.async_put_message(copy)
+        [result] = await self._store.async_put_messages([copy])
         if not result.ok:
             raise TransactionError(f"commit not stored: {result.status.value}", retriable=True)
 

@@ -2,7 +2,7 @@
 
 Segments are listed on the driver (names and sizes only); each becomes one Spark partition, and
 ``mapInArrow`` runs ``scan_partition`` on it in a Python worker: the segment is mapped read-only
-and walked by ``broker.store.record_scan.SegmentScanner`` (the codec's layout, the recovery walk's
+and walked by ``broker.store.codec.scan.SegmentScanner`` (the codec's layout, the recovery walk's
 stopping rules), and its records leave as Arrow record batches of at most ``batch_records_max``
 rows. Nothing per record passes through the driver.
 
@@ -44,10 +44,11 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import types as st
 from pyspark.sql.pandas.types import to_arrow_schema
 
-from broker.store.codec import END_FILE_MIN_BLANK_LENGTH, decode_message
-from broker.store.mapped_file import FILE_NAME_DIGITS
-from broker.store.message import PROPERTY_REAL_TOPIC
-from broker.store.record_scan import RecordColumns, ScanEndKind, SegmentScanner
+from broker.store.codec.decode import decode_message
+from broker.store.codec.layout import END_FILE_MIN_BLANK_LENGTH, FILE_NAME_DIGITS
+from broker.store.codec.message import PROPERTY_REAL_TOPIC
+from broker.store.codec.scan import ScanEndKind, SegmentScanner
+from broker.store.codec.scan_columns import RecordColumns
 from reconcile.errors import InputError
 
 # broker/topic_config.py's SYSTEM_TOPIC_PREFIXES and the parking topics of broker/timer_message.py

@@ -167,10 +167,11 @@ def _ship_code(spark: SparkSession, tmp: Path) -> None:
     root = Path(__file__).resolve().parents[1]
     archive = tmp / "rocketbox-reconcile.zip"
     with zipfile.ZipFile(archive, "w") as z:
-        for package in ("reconcile", "broker/store"):
+        for package in ("reconcile", "broker/store/codec"):
             for path in sorted((root / package).glob("*.py")):
                 z.write(path, path.relative_to(root))
         z.write(root / "broker" / "__init__.py", "broker/__init__.py")
+        z.write(root / "broker/store/__init__.py", "broker/store/__init__.py")
     spark.sparkContext.addPyFile(str(archive))
 
 

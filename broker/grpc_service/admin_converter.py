@@ -12,8 +12,7 @@ from broker.group_config import (
     GroupConfig,
     validate_group_name,
 )
-from broker.store.errors import MessageIllegalError
-from broker.store.message import (
+from broker.store.codec.message import (
     PROPERTY_CRC32,
     PROPERTY_KEYS,
     PROPERTY_SHARDING_KEY,
@@ -23,6 +22,7 @@ from broker.store.message import (
     HostAddress,
     MessageExt,
 )
+from broker.store.errors import MessageIllegalError
 from broker.topic_config import (
     TopicConfig,
     TopicMessageType,

@@ -22,7 +22,7 @@ from broker.grpc_service.client_registry import ClientRegistry
 from broker.grpc_service.converter import to_duration, to_pb_message
 from broker.grpc_service.protocol import OK_STATUS, Code, ProtocolError
 from broker.grpc_service.validator import validate_group
-from broker.store.message import MessageExt
+from broker.store.codec.message import MessageExt
 
 Context = grpc.aio.ServicerContext[Any, Any]
 CLIENT_ID_HEADER = "x-mq-client-id"

@@ -40,7 +40,7 @@ from broker.grpc_service.validator import validate_group, validate_topic
 from broker.pop_message import Delivery, PopMessageService
 from broker.pop_state import InvalidReceiptHandleError
 from broker.send_message import SendMessageService
-from broker.store.message import PROPERTY_ORIGIN_MESSAGE_ID, PROPERTY_RETRY_TOPIC
+from broker.store.codec.message import PROPERTY_ORIGIN_MESSAGE_ID, PROPERTY_RETRY_TOPIC
 from broker.topic_config import TopicConfig
 
 Context = grpc.aio.ServicerContext[Any, Any]

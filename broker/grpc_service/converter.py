@@ -12,7 +12,7 @@ from rocketmq.grpc_protocol import definition_pb2 as pb
 
 from broker.grpc_service.validator import DELAY_LEVEL_PROPERTY
 from broker.send_message import InboundMessage
-from broker.store.message import (
+from broker.store.codec.message import (
     PROPERTY_DELAY_TIME_LEVEL,
     PROPERTY_KEYS,
     PROPERTY_SHARDING_KEY,

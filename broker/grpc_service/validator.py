@@ -19,7 +19,7 @@ from rocketmq.grpc_protocol import definition_pb2 as pb
 from broker.group_config import DLQ_TOPIC_PREFIX
 from broker.grpc_service.protocol import Code, ProtocolError, shown
 from broker.grpc_service.request_limits import timestamp_ms_of, validate_message_id
-from broker.store.message import SYSTEM_PROPERTY_NAMES
+from broker.store.codec.message import SYSTEM_PROPERTY_NAMES
 from broker.topic_config import SYSTEM_TOPIC_PREFIXES, TopicMessageType
 from rocketbox_api.names import (
     GROUP_LENGTH_MAX,

@@ -22,7 +22,7 @@ from pathlib import Path
 from broker.store.commit_log import CommitLog
 from broker.store.config import MessageStoreConfig
 from broker.store.consume_queue_store import ConsumeQueueStore
-from broker.store.index_file import IndexService
+from broker.store.index_service import IndexService
 from broker.store.mapped_file import MappedFile
 from broker.store.service_thread import ServiceThread
 

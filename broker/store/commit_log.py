@@ -3,7 +3,7 @@
 Invariants:
 - Exactly one writer at a time: appends happen under ``_put_lock``, which also assigns each
   record its phy_offset, queue_offset and store timestamp, so all three grow in log order.
-- A record never spans segments. A segment's unused tail is a blank marker (codec.py); the
+- A record never spans segments. A segment's unused tail is a blank marker (codec/layout.py); the
   bytes left in a segment are always 0 or at least END_FILE_MIN_BLANK_LENGTH.
 - Store timestamps never go backwards in log order, even if the wall clock does: consume-queue
   lookups by time binary-search on them.
@@ -22,18 +22,11 @@ import time
 from collections.abc import Sequence
 
 from broker.store.allocate_mapped_file import AllocateMappedFileService
-from broker.store.codec import (
-    END_FILE_MIN_BLANK_LENGTH,
-    DispatchRequest,
-    EncodedMessage,
-    blank_marker,
-    decode_message,
-    finish_record,
-    read_store_timestamp,
-)
-from broker.store.config import MessageStoreConfig
-from broker.store.mapped_file import MappedFile, MappedFileQueue
-from broker.store.message import (
+from broker.store.codec.check import DispatchRequest
+from broker.store.codec.decode import decode_message, read_store_timestamp
+from broker.store.codec.encode import EncodedMessage, finish_record
+from broker.store.codec.layout import END_FILE_MIN_BLANK_LENGTH, blank_marker, offset_to_file_name
+from broker.store.codec.message import (
     PROPERTY_KEYS,
     PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX,
     MessageExt,
@@ -41,6 +34,8 @@ from broker.store.message import (
     MessageSysFlag,
     tags_string_to_tags_code,
 )
+from broker.store.config import MessageStoreConfig
+from broker.store.mapped_file import MappedFile, MappedFileQueue
 from broker.store.status import AppendMessageResult
 
 LOG = logging.getLogger(__name__)
@@ -141,6 +136,18 @@ class CommitLog:
                 )
             )
         return AppendMessageResult(phy_offset, enc.total_size, queue_offset, store_ts, uniq_key)
+
+    def prepare_next_segment(self) -> None:
+        """Have the allocator prepare the segment after the one recovery ended in (the first, if
+        none), so that the first put after a start does not wait for one."""
+        if self.allocator is None:
+            return
+        mfq = self.mapped_file_queue
+        last = mfq.last()
+        next_offset = last.file_from_offset + last.file_size if last else 0
+        self.allocator.request(
+            mfq.store_dir / offset_to_file_name(next_offset), mfq.mapped_file_size_bytes
+        )
 
     def wait_for_appends_in_progress(self) -> None:
         """Return once no append is half-way through (the caller has stopped new ones)."""

@@ -16,7 +16,7 @@ KIB = 1024
 MIB = 1024 * KIB
 GIB = 1024 * MIB
 
-# Bytes a commitlog record needs besides its body, topic and properties (see codec.py).
+# Bytes a commitlog record needs besides its body, topic and properties (see codec/layout.py).
 RECORD_FIXED_BYTES_MAX = 4 + 4 + 4 + 4 + 4 + 8 + 8 + 4 + 8 + 20 + 8 + 20 + 4 + 8 + 4 + 1 + 2
 TOPIC_LENGTH_MAX = 127
 # RocketMQ stores the properties length in a signed short.

@@ -23,8 +23,11 @@ import logging
 import threading
 from collections.abc import Callable, Sequence
 
-from broker.store.codec import DispatchRequest, RecordKind, check_record
+from broker.store.codec.check import DispatchRequest, RecordKind, check_record
+from broker.store.codec.message import KEY_SEPARATOR, MessageSysFlag
 from broker.store.commit_log import CommitLog
+from broker.store.consume_queue_store import ConsumeQueueStore
+from broker.store.index_service import IndexService
 from broker.store.service_thread import ServiceThread
 
 LOG = logging.getLogger(__name__)
@@ -34,6 +37,36 @@ Dispatcher = Callable[[DispatchRequest], None]
 REPUT_BATCH_MAX = 4096
 # Puts dispatch inline and wake the thread when they cannot: its poll is a safety net.
 IDLE_WAIT_MS = 100
+
+
+class LogicsDispatcher:
+    """The consume queue and index targets (RocketMQ's CommitLogDispatcherBuildConsumeQueue and
+    CommitLogDispatcherBuildIndex): live, and during recovery's walk of the log."""
+
+    def __init__(
+        self,
+        consume_queue_store: ConsumeQueueStore,
+        index_service: IndexService,
+        message_index_enable: bool,
+    ) -> None:
+        self._consume_queue_store = consume_queue_store
+        self._index_service = index_service
+        self._message_index_enable = message_index_enable
+
+    def dispatch(self, req: DispatchRequest) -> None:
+        tx_type = MessageSysFlag.transaction_value(req.sysflag)
+        if tx_type in (MessageSysFlag.TRANSACTION_NOT_TYPE, MessageSysFlag.TRANSACTION_COMMIT_TYPE):
+            self._consume_queue_store.find_or_create(
+                req.topic, req.queue_id
+            ).put_message_position_info(
+                req.commit_log_offset, req.msg_size, req.tags_code, req.consume_queue_offset
+            )
+        if self._message_index_enable and tx_type != MessageSysFlag.TRANSACTION_ROLLBACK_TYPE:
+            keys = [k for k in req.keys.split(KEY_SEPARATOR) if k] if req.keys else []
+            if keys or req.uniq_key:
+                self._index_service.build_index(
+                    req.topic, keys, req.uniq_key, req.commit_log_offset, req.store_timestamp_ms
+                )
 
 
 class ReputMessageService(ServiceThread):

@@ -1,4 +1,5 @@
-"""Commitlog flush services: ASYNC_FLUSH (periodic) and SYNC_FLUSH (group commit).
+"""Flush services: the commitlog's, ASYNC_FLUSH (periodic) or SYNC_FLUSH (group commit), and the
+consume queues' and index's (with the checkpoint).
 
 Group commit: a SYNC_FLUSH put appends its record, then waits until the flushed offset passes the
 record's end. One service thread runs fdatasync for everyone waiting; puts that arrive while a
@@ -207,3 +208,21 @@ class FlushRealTimeService(ServiceThread):
             self._on_error(e)
             return False
         return True
+
+
+class FlushConsumeQueueService(ServiceThread):
+    """Flushes consume queues and index and advances the checkpoint every interval
+    (RocketMQ's FlushConsumeQueueService); ``flush_logics`` does one pass."""
+
+    def __init__(self, flush_logics: Callable[[], None], interval_ms: int) -> None:
+        super().__init__("FlushConsumeQueueService")
+        self._flush_logics = flush_logics
+        self._interval_ms = interval_ms
+
+    def run(self) -> None:
+        while not self.is_stopped:
+            self.wait_for_running(self._interval_ms)
+            try:
+                self._flush_logics()
+            except OSError as e:
+                LOG.error("consume queue / index flush failed: %s", e)

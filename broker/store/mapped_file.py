@@ -1,7 +1,7 @@
 """Fixed-size memory-mapped segment files (RocketMQ's MappedFile and MappedFileQueue).
 
 A segment is named by the 20-digit zero-padded offset of its first byte in the logical stream it
-belongs to (``00000000001073741824``), so the segment holding any offset is found by arithmetic.
+belongs to (codec/layout.py), so the segment holding any offset is found by arithmetic.
 
 Invariants:
 - Blocks are reserved with ``posix_fallocate`` when a segment is created: a write through the
@@ -24,16 +24,13 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Protocol
 
+from broker.store.codec.layout import is_segment_name, offset_to_file_name
+
 LOG = logging.getLogger(__name__)
 
-FILE_NAME_DIGITS = 20
 CREATING_SUFFIX = ".creating"
 WARMING_SUFFIX = ".warming"  # a segment being prepared by AllocateMappedFileService
 OS_PAGE_SIZE_BYTES = 4096
-
-
-def offset_to_file_name(offset: int) -> str:
-    return f"{offset:0{FILE_NAME_DIGITS}d}"
 
 
 class MappedFile:
@@ -92,8 +89,7 @@ class MappedFile:
     def seal(self, marker: bytes) -> None:
         """Write ``marker`` at ``wrote_position`` and mark the rest of the segment as used: the
         marker (a blank record) claims the whole tail, which stays zero on disk."""
-        pos = self.wrote_position
-        self._mmap[pos : pos + len(marker)] = marker
+        self.append(marker)
         self.wrote_position = self.file_size
 
     def write_at(self, pos: int, data: bytes) -> None:
@@ -185,7 +181,7 @@ class MappedFileQueue:
         for suffix in (WARMING_SUFFIX, CREATING_SUFFIX):
             for stale in self.store_dir.glob(f"*{suffix}"):
                 stale.unlink()  # a creation or warm-up cut short by a crash; it never held data
-        names = sorted(p for p in self.store_dir.iterdir() if _is_segment_name(p.name))
+        names = sorted(p for p in self.store_dir.iterdir() if is_segment_name(p.name))
         files: list[MappedFile] = []
         for path in names:
             size = path.stat().st_size
@@ -316,7 +312,3 @@ class MappedFileQueue:
 
     def __iter__(self) -> Iterator[MappedFile]:
         return iter(self._files)
-
-
-def _is_segment_name(name: str) -> bool:
-    return len(name) == FILE_NAME_DIGITS and name.isdigit()

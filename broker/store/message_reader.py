@@ -9,10 +9,10 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
+from broker.store.codec.message import MessageExt, tags_string_to_tags_code
 from broker.store.commit_log import CommitLog
 from broker.store.consume_queue_store import ConsumeQueueStore
-from broker.store.index_file import IndexService
-from broker.store.message import MessageExt, tags_string_to_tags_code
+from broker.store.index_service import IndexService
 from broker.store.status import GetMessageResult, GetMessageStatus
 
 # One get_message call reads at most this many consume-queue entries, matching or not

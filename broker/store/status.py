@@ -6,8 +6,8 @@ import enum
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
+from broker.store.codec.message import MessageExt
 from broker.store.errors import MessageIllegalError
-from broker.store.message import MessageExt
 
 
 class PutMessageStatus(enum.Enum):
@@ -75,3 +75,28 @@ class GetMessageResult:
     min_offset: int
     max_offset: int
     messages: list[MessageExt] = field(default_factory=list)
+
+
+def illegal_result(error: MessageIllegalError) -> PutMessageResult:
+    """The answer to a message validation refused."""
+    status = (
+        PutMessageStatus.PROPERTIES_SIZE_EXCEEDED
+        if error.field == "properties"
+        else PutMessageStatus.MESSAGE_ILLEGAL
+    )
+    return PutMessageResult(status, illegal=error, detail=str(error))
+
+
+def flush_timeouts(results: list[PutMessageResult]) -> list[PutMessageResult]:
+    """``results`` once their fsync did not come within sync_flush_timeout_ms: what was stored
+    is FLUSH_DISK_TIMEOUT (weakly durable); the refused stay as they were."""
+    return [
+        PutMessageResult(
+            PutMessageStatus.FLUSH_DISK_TIMEOUT,
+            r.append,
+            detail="stored, but not flushed within sync_flush_timeout_ms",
+        )
+        if r.status is PutMessageStatus.PUT_OK
+        else r
+        for r in results
+    ]

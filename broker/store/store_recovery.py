@@ -1,5 +1,6 @@
-"""Recovery of the whole store at start: which offset to walk the log from, and putting consume
-queues, index and checkpoint back in step with what the walk found (recovery.py walks the log).
+"""Recovery of the whole store at start: which offset to walk the commitlog from, and putting
+consume queues, index, checkpoint and the queue-offset table back in step with what the walk found
+(commit_log_recovery.py walks the log and cuts its torn tail).
 
 The walk starts at the lowest offset any part still needs: the checkpoint's flushed and dispatched
 offsets; the start of index files dropped after an abnormal exit; the whole log when there is no
@@ -11,12 +12,12 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from broker.store.checkpoint import StoreCheckpoint
-from broker.store.codec import DispatchRequest
+from broker.store.codec.check import DispatchRequest
 from broker.store.commit_log import CommitLog
+from broker.store.commit_log_recovery import RecoveryReport, recover_commit_log
 from broker.store.config import MessageStoreConfig
 from broker.store.consume_queue_store import ConsumeQueueStore
-from broker.store.index_file import IndexService
-from broker.store.recovery import RecoveryReport, recover_commit_log
+from broker.store.index_service import IndexService
 
 
 def recover_store(

@@ -9,20 +9,20 @@ from __future__ import annotations
 
 import re
 
-from broker.store.codec import (
+from broker.store.codec.encode import encode_host
+from broker.store.codec.layout import (
     CRC32_RESERVED_LENGTH,
     NAME_VALUE_SEPARATOR,
     PROPERTY_SEPARATOR,
-    encode_host,
 )
-from broker.store.config import MessageStoreConfig
-from broker.store.errors import MessageIllegalError
-from broker.store.message import (
+from broker.store.codec.message import (
     PROPERTY_CRC32,
     PROPERTY_KEYS,
     PROPERTY_TAGS,
     MessageExtBrokerInner,
 )
+from broker.store.config import MessageStoreConfig
+from broker.store.errors import MessageIllegalError
 from rocketbox_api.names import STORED_TOPIC_PATTERN
 
 # RocketMQ's topic charset; '%' marks system topics (%RETRY%, %DLQ%), '|' namespaced ones.

@@ -14,8 +14,8 @@ import pytest
 from broker.arrival import EVERY_WAITER, MessageArrivalNotifier
 from broker.group_config import GroupConfig
 from broker.pop_message import PopMessageService
-from broker.store.codec import DispatchRequest
-from broker.store.message import MessageExtBrokerInner
+from broker.store.codec.check import DispatchRequest
+from broker.store.codec.message import MessageExtBrokerInner
 from broker.store.message_store import DefaultMessageStore
 from broker.topic_config import TopicConfigManager
 from tests.broker.test_pop_message import open_store

@@ -23,8 +23,8 @@ from broker.background import BackgroundTasks
 from broker.group_config import GroupConfig
 from broker.pop_message import INFLIGHT_WINDOW_ENTRIES, Delivery, PopMessageService
 from broker.pop_state import EXPIRY_HEAP_FLOOR, EXPIRY_HEAP_SLACK, InvalidReceiptHandleError
+from broker.store.codec.message import MessageExtBrokerInner
 from broker.store.config import KIB, MessageStoreConfig
-from broker.store.message import MessageExtBrokerInner
 from broker.store.message_store import DefaultMessageStore
 from broker.topic_config import TopicConfigManager
 

@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from broker.store.message import (
+from broker.store.codec.message import (
     PROPERTY_SHARDING_KEY,
     PROPERTY_TIMER_DELIVER_MS,
     PROPERTY_TRANSACTION_PREPARED,

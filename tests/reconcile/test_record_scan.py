@@ -1,4 +1,4 @@
-"""broker/store/record_scan.py's SegmentScanner, held to the codec's check_record and to recovery.
+"""broker/store/codec/scan.py's SegmentScanner, held to the codec's check_record and to recovery.
 
 Proves, on segments of varied records (topics of several lengths, IPv6 hosts, user properties
 before the message id, records without one, a property whose name ends in UNIQ_KEY, ids of
@@ -23,18 +23,13 @@ from pathlib import Path
 
 import pytest
 
-from broker.store.codec import (
-    MESSAGE_MAGIC_CODE_V2,
-    RecordKind,
-    blank_marker,
-    check_record,
-    crc32_digits,
-    decode_message,
-    encode_message,
-    finish_record,
-)
-from broker.store.message import HostAddress, MessageExtBrokerInner
-from broker.store.record_scan import RecordColumns, ScanBuffer, ScanEndKind, SegmentScanner
+from broker.store.codec.check import RecordKind, check_record
+from broker.store.codec.decode import decode_message
+from broker.store.codec.encode import encode_message, finish_record
+from broker.store.codec.layout import MESSAGE_MAGIC_CODE_V2, blank_marker, crc32_digits
+from broker.store.codec.message import HostAddress, MessageExtBrokerInner
+from broker.store.codec.scan import ScanEndKind, SegmentScanner
+from broker.store.codec.scan_columns import RecordColumns, ScanBuffer
 
 BASE = 3 * 1024 * 1024  # the segment's start phy_offset: not 0, so offsets are checked
 T0 = 1_767_225_600_000

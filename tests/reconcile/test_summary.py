@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from broker.store.record_scan import ScanEndKind
+from broker.store.codec.scan import ScanEndKind
 from reconcile.commitlog_source import UNREADABLE, Segment, SegmentStats
 from reconcile.summary import commitlog_summary
 

@@ -28,22 +28,21 @@ from typing import IO, Any
 import numpy as np
 import numpy.typing as npt
 
-from broker.store.codec import (
+from broker.store.codec.encode import encode_message, finish_record
+from broker.store.codec.layout import (
     CRC32_RESERVED_LENGTH,
     END_FILE_MIN_BLANK_LENGTH,
     POSITION_PHYSICAL_OFFSET,
     POSITION_QUEUE_OFFSET,
     POSITION_STORE_TIMESTAMP_V4,
     blank_marker,
-    encode_message,
-    finish_record,
+    offset_to_file_name,
 )
-from broker.store.mapped_file import offset_to_file_name
-from broker.store.message import PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX, MessageExtBrokerInner
+from broker.store.codec.message import PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX, MessageExtBrokerInner
 
 BORN_HOST = ("127.0.0.1", 50000)
 STORE_HOST = ("127.0.0.1", 10911)
-# Where QUEUEID and BORNTIMESTAMP sit (codec.py's layout table).
+# Where QUEUEID and BORNTIMESTAMP sit (codec/layout.py's layout table).
 _POSITION_QUEUE_ID = 12
 _POSITION_BORN_TIMESTAMP = 40
 _CRC_DIGITS = 10

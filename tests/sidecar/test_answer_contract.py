@@ -38,7 +38,7 @@ from grpc_status import rpc_status
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from broker.store.record_scan import SegmentScanner
+from broker.store.codec.scan import SegmentScanner
 from outbox.entry import OutboxLimits
 from outbox.factory import open_outbox
 from rocketbox_api.v1 import sidecar_pb2 as api
@@ -195,7 +195,7 @@ def check_books(contract: Contract) -> None:
 
 def commitlog_ids(data_dir: Path) -> set[str]:
     """The message ids of every record in the broker's commitlog, read as the reconciliation
-    reads it (broker/store/record_scan.py)."""
+    reads it (broker/store/codec/scan.py)."""
     ids: set[str] = set()
     segments = (p for p in (data_dir / "commitlog").iterdir() if SEGMENT_NAME.fullmatch(p.name))
     for path in sorted(segments):

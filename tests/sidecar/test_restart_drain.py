@@ -23,7 +23,7 @@ from pathlib import Path
 import grpc
 import pytest
 
-from broker.store.record_scan import ScanEndKind, SegmentScanner
+from broker.store.codec.scan import ScanEndKind, SegmentScanner
 from outbox import EntryState, OutboxEntry, OutboxMessage, SpoolCause, open_outbox
 from rocketbox_api.admin.v1 import broker_admin_pb2, broker_admin_pb2_grpc
 from rocketbox_api.v1 import sidecar_pb2 as api

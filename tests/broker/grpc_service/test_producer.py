@@ -34,7 +34,7 @@ from rocketmq import (
 )
 from rocketmq.grpc_protocol import Code
 
-from broker.store.message import MessageExt
+from broker.store.codec.message import MessageExt
 from broker.store.message_store import DefaultMessageStore
 from tests.broker.broker_process import BrokerProcess, small_store_config, wait_until
 

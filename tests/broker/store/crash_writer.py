@@ -3,7 +3,7 @@
     python -m tests.broker.store.crash_writer STORE_DIR FLUSH_TYPE THREADS MESSAGES_MAX [--suicide]
 
 Each of THREADS threads puts messages ``t<thread>-<n>`` (keys ``k<thread>-<n>``) and, only after
-``put_message`` returned a stored status, prints ``ACK <msg_id> <phy_offset> <queue_id>
+``put_messages`` returned a stored status, prints ``ACK <msg_id> <phy_offset> <queue_id>
 <queue_offset> <status>``. A line on stdout therefore proves the store answered that put. With
 ``--suicide`` the process SIGKILLs itself after the last put instead of shutting down.
 """
@@ -16,8 +16,8 @@ import sys
 import threading
 from pathlib import Path
 
+from broker.store.codec.message import MessageExtBrokerInner
 from broker.store.config import FlushDiskType, MessageStoreConfig
-from broker.store.message import MessageExtBrokerInner
 from broker.store.message_store import DefaultMessageStore
 
 QUEUES = 4
@@ -57,7 +57,7 @@ def main() -> None:
                 queue_id=(thread_no + n) % QUEUES,
                 properties={"UNIQ_KEY": msg_id, "KEYS": f"k{thread_no}-{n}", "TAGS": "crash"},
             )
-            result = store.put_message(msg)
+            [result] = store.put_messages([msg])
             if result.append is None or not result.ok:
                 continue
             a = result.append

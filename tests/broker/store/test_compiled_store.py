@@ -45,7 +45,7 @@ def test_the_store_compiled_by_mypyc_passes_the_store_tests(tmp_path: Path) -> N
     site = tmp_path / "site"
     with zipfile.ZipFile(wheel) as z:
         compiled = [n for n in z.namelist() if n.startswith("broker/store/") and n.endswith(".so")]
-        assert len(compiled) == len(list((REPO / "broker/store").glob("*.py"))), compiled
+        assert len(compiled) == len(list((REPO / "broker/store").rglob("*.py"))), compiled
         z.extractall(site)
     # From outside the checkout, with the wheel first on the path: the tests' own package is
     # found by pytest's rootdir (appended), the code under test in the wheel.

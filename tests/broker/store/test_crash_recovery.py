@@ -21,8 +21,8 @@ from pathlib import Path
 import pytest
 
 from broker.store.checkpoint import CheckpointState, StoreCheckpoint
+from broker.store.codec.message import MessageExtBrokerInner
 from broker.store.config import FlushDiskType
-from broker.store.message import MessageExtBrokerInner
 from broker.store.message_store import DefaultMessageStore
 from broker.store.status import GetMessageStatus, PutMessageStatus
 from tests.broker.store.crash_writer import QUEUES, small_config
@@ -180,8 +180,8 @@ def test_sigkill_mid_stream_loses_no_acknowledged_sync_flush_put(tmp_path: Path)
         assert stored >= len(acks)
         # The store accepts writes again, right after what survived.
         end = store.get_max_offset_in_queue(TOPIC, 0)
-        result = store.put_message(
-            MessageExtBrokerInner(TOPIC, b"after", 0, properties={"UNIQ_KEY": "after-crash"})
+        [result] = store.put_messages(
+            [MessageExtBrokerInner(TOPIC, b"after", 0, properties={"UNIQ_KEY": "after-crash"})]
         )
         assert result.status is PutMessageStatus.PUT_OK
         assert result.append is not None
@@ -223,8 +223,8 @@ def test_torn_last_record_is_truncated_and_reported(tmp_path: Path) -> None:
         assert_all_present(store, acks[:-1])
         assert store.look_message_by_id(torn.msg_id) is None
         assert store.get_max_offset_in_queue(TOPIC, torn.queue_id) == torn.queue_offset
-        result = store.put_message(
-            MessageExtBrokerInner(TOPIC, b"next", torn.queue_id, properties={"UNIQ_KEY": "next"})
+        [result] = store.put_messages(
+            [MessageExtBrokerInner(TOPIC, b"next", torn.queue_id, properties={"UNIQ_KEY": "next"})]
         )
         assert result.append is not None
         assert result.append.wrote_offset == torn.phy_offset
@@ -264,7 +264,7 @@ def test_stray_bytes_past_the_end_are_zeroed_and_reported(tmp_path: Path) -> Non
             msg = MessageExtBrokerInner(
                 TOPIC, b"x" * 100, n % QUEUES, properties={"UNIQ_KEY": f"m{n}"}
             )
-            store.put_message(msg)
+            store.put_messages([msg])
         end = store.max_phy_offset
     garbage = bytes(range(1, 65))  # no zero byte: its end is where the damage ends
     overwrite(tmp_path, end + 1000, garbage, SEGMENT)

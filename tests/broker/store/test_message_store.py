@@ -9,175 +9,49 @@ Proves:
 - tag filtering (by tag code, then by the exact tag) and the GetMessageStatus outcomes;
 - lookups by business key and by message id, duplicates included, before and after a restart;
 - the queue offset lookup by store time, before, within and after the stored messages;
-- consume queues and the index are rebuilt from the commitlog when their files are deleted;
-- a clean restart keeps everything; the abort marker exists exactly while the store runs; a
-  restart whose checkpoint is torn walks the records to the log's true end; a second store on a
-  running directory is refused;
-- concurrent puts from threads and from asyncio tasks under SYNC_FLUSH: all stored, queue offsets
-  without gaps or duplicates, all readable;
-- refusals: a stopped store, and a disk above disk_max_used_space_ratio, write nothing;
-- transactional records: prepared and rolled-back ones are stored but take no queue offset.
+- the store starts and shuts down as a context manager.
 """
 
 from __future__ import annotations
 
-import asyncio
 import itertools
 import os
-import shutil
-import struct
-import threading
-import zlib
-from collections import defaultdict
-from collections.abc import Callable, Sequence
-from concurrent.futures import ThreadPoolExecutor
-from pathlib import Path
-from typing import Any
+from collections.abc import Callable
 
 import pytest
 
-from broker.store.codec import encode_message
-from broker.store.config import FlushDiskType, MessageStoreConfig
-from broker.store.errors import StoreLockedError
-from broker.store.message import (
-    NO_HOST,
-    PROPERTY_CRC32,
-    PROPERTY_KEYS,
-    PROPERTY_TAGS,
-    PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX,
-    HostAddress,
+from broker.store.codec.encode import encode_message
+from broker.store.codec.message import (
     MessageExt,
     MessageExtBrokerInner,
-    MessageSysFlag,
     tags_string_to_tags_code,
 )
+from broker.store.config import FlushDiskType, MessageStoreConfig
 from broker.store.message_store import DefaultMessageStore
 from broker.store.status import (
     AppendMessageResult,
     GetMessageStatus,
-    PutMessageResult,
     PutMessageStatus,
+)
+from tests.broker.store.store_helpers import (
+    BLANK_MAGIC,
+    BORN_HOST,
+    BORN_HOST_V6,
+    MESSAGE_MAGIC,
+    OTHER_TOPIC,
+    TINY_SEGMENT_BYTES,
+    TOPIC,
+    assert_stored_as,
+    commit_log_segments,
+    dispatched,
+    message,
+    put_ok,
+    read_i32_pair,
+    read_queue,
 )
 
 MakeConfig = Callable[..., MessageStoreConfig]
 OpenStore = Callable[..., DefaultMessageStore]
-
-TOPIC = "TopicTest"
-OTHER_TOPIC = "OtherTopic"
-BORN_HOST: HostAddress = ("192.168.0.7", 52001)
-BORN_HOST_V6: HostAddress = ("2001:db8::7", 52002)
-BORN_TS_MS = 1_700_000_000_000
-DISPATCH_TIMEOUT_S = 5.0
-TINY_SEGMENT_BYTES = 4096  # holds the largest record SMALL_CONFIG allows (1715 bytes)
-# On-disk magic codes, as the signed big-endian ints RocketMQ writes.
-MESSAGE_MAGIC = -626843481  # 0xDAA320A7
-BLANK_MAGIC = -875286124  # 0xCBD43194
-
-
-# -- helpers --------------------------------------------------------------------------------------
-def message(
-    body: bytes,
-    *,
-    topic: str = TOPIC,
-    queue_id: int = 0,
-    tags: str | None = None,
-    keys: Sequence[str] = (),
-    msg_id: str | None = None,
-    user_properties: dict[str, str] | None = None,
-    sysflag: int = 0,
-    born_host: HostAddress = BORN_HOST,
-    flag: int = 0,
-    reconsume_times: int = 0,
-    prepared_transaction_offset: int = 0,
-) -> MessageExtBrokerInner:
-    properties = dict(user_properties or {})
-    if tags is not None:
-        properties[PROPERTY_TAGS] = tags
-    if keys:
-        properties[PROPERTY_KEYS] = " ".join(keys)
-    if msg_id is not None:
-        properties[PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX] = msg_id
-    return MessageExtBrokerInner(
-        topic=topic,
-        body=body,
-        queue_id=queue_id,
-        flag=flag,
-        properties=properties,
-        sysflag=sysflag,
-        born_timestamp_ms=BORN_TS_MS,
-        born_host=born_host,
-        reconsume_times=reconsume_times,
-        prepared_transaction_offset=prepared_transaction_offset,
-    )
-
-
-def put_ok(store: DefaultMessageStore, msg: MessageExtBrokerInner) -> AppendMessageResult:
-    result = store.put_message(msg)
-    assert result.status is PutMessageStatus.PUT_OK, result
-    assert result.append is not None
-    return result.append
-
-
-def dispatched(store: DefaultMessageStore) -> DefaultMessageStore:
-    assert store.wait_dispatched(DISPATCH_TIMEOUT_S), "dispatch did not catch up"
-    return store
-
-
-def read_queue(store: DefaultMessageStore, topic: str, queue_id: int) -> list[MessageExt]:
-    """Every readable message of one queue, paging with next_begin_offset."""
-    out: list[MessageExt] = []
-    offset = store.get_min_offset_in_queue(topic, queue_id)
-    while offset < store.get_max_offset_in_queue(topic, queue_id):
-        got = store.get_message(topic, queue_id, offset, 1024)
-        assert got.status is GetMessageStatus.FOUND, got.status
-        assert got.next_begin_offset > offset
-        out.extend(got.messages)
-        offset = got.next_begin_offset
-    return out
-
-
-def assert_stored_as(
-    got: MessageExt, sent: MessageExtBrokerInner, append: AppendMessageResult
-) -> None:
-    """``got`` carries every field ``sent`` had, plus where and when the store put it."""
-    assert got.topic == sent.topic
-    assert got.body == sent.body
-    assert got.body_crc == zlib.crc32(sent.body) & 0x7FFFFFFF
-    assert got.queue_id == sent.queue_id
-    assert got.flag == sent.flag
-    assert got.born_timestamp_ms == sent.born_timestamp_ms
-    assert got.born_host == sent.born_host
-    assert got.store_host == sent.store_host != NO_HOST  # the put stamped the store's host
-    assert got.reconsume_times == sent.reconsume_times
-    assert got.prepared_transaction_offset == sent.prepared_transaction_offset
-    assert MessageSysFlag.transaction_value(got.sysflag) == MessageSysFlag.transaction_value(
-        sent.sysflag
-    )
-    assert bool(got.sysflag & MessageSysFlag.BORNHOST_V6_FLAG) == (":" in sent.born_host[0])
-    # The store adds exactly one property: the whole-record CRC.
-    assert {k: v for k, v in got.properties.items() if k != PROPERTY_CRC32} == sent.properties
-    assert got.properties[PROPERTY_CRC32].isdigit()
-    assert got.tags == sent.tags
-    assert got.keys == sent.keys
-    assert got.msg_id == sent.uniq_key == append.msg_id
-    assert got.queue_offset == append.queue_offset
-    assert got.commit_log_offset == append.wrote_offset
-    assert got.store_size == append.wrote_bytes
-    assert got.store_timestamp_ms == append.store_timestamp_ms
-
-
-def commit_log_segments(config: MessageStoreConfig) -> list[str]:
-    return sorted(p.name for p in config.store_path_commit_log.iterdir())
-
-
-def read_i32_pair(config: MessageStoreConfig, phy_offset: int) -> tuple[int, int]:
-    """(TOTALSIZE, MAGICCODE) at ``phy_offset``, read from the segment file's bytes."""
-    size = config.mapped_file_size_commit_log_bytes
-    path = config.store_path_commit_log / f"{phy_offset - phy_offset % size:020d}"
-    with path.open("rb") as f:
-        f.seek(phy_offset % size)
-        total, magic = struct.unpack(">ii", f.read(8))
-    return total, magic
 
 
 # -- put and get ----------------------------------------------------------------------------------
@@ -459,326 +333,6 @@ def test_offset_in_queue_by_time_before_within_and_after(store: DefaultMessageSt
     assert first_at_or_after(stamps[-1]) > 0  # a boundary inside the queue was looked up
     assert store.get_offset_in_queue_by_time(TOPIC, 0, stamps[-1] + 1) == count  # after: the max
     assert store.get_offset_in_queue_by_time("NoSuchTopic", 0, stamps[0]) == 0
-
-
-# -- restart and rebuild --------------------------------------------------------------------------
-def _fill_several_queues(store: DefaultMessageStore) -> list[AppendMessageResult]:
-    appends = []
-    for i in range(60):
-        topic = TOPIC if i % 3 else OTHER_TOPIC
-        appends.append(
-            put_ok(
-                store,
-                message(
-                    b"r" * (50 + i * 7),
-                    topic=topic,
-                    queue_id=i % 2,
-                    tags=("a", "b")[i % 2],
-                    keys=[f"k{i}", f"group-{i % 5}"],
-                    msg_id=f"ID-{i:04d}",
-                ),
-            )
-        )
-    return appends
-
-
-def _snapshot(store: DefaultMessageStore) -> dict[str, Any]:
-    """Everything a client can read, for comparing a store before and after a restart."""
-    dispatched(store)
-    queues = [(t, q) for t in (TOPIC, OTHER_TOPIC) for q in (0, 1)]
-    return {
-        "min": {tq: store.get_min_offset_in_queue(*tq) for tq in queues},
-        "max": {tq: store.get_max_offset_in_queue(*tq) for tq in queues},
-        "messages": {tq: read_queue(store, *tq) for tq in queues},
-        "tag_a": {tq: store.get_message(*tq, 0, 1024, tags=["a"]).messages for tq in queues},
-        "by_key": {
-            (t, k): store.query_message(t, k)
-            for t in (TOPIC, OTHER_TOPIC)
-            for k in [f"k{i}" for i in range(60)] + [f"group-{g}" for g in range(5)]
-        },
-        "by_id": {f"ID-{i:04d}": store.query_message_by_id(f"ID-{i:04d}") for i in range(60)},
-        "max_phy_offset": store.max_phy_offset,
-    }
-
-
-def test_consume_queues_and_index_are_rebuilt_after_their_files_are_deleted(
-    make_config: MakeConfig, open_store: OpenStore
-) -> None:
-    config = make_config(mapped_file_size_commit_log_bytes=TINY_SEGMENT_BYTES)
-    store = open_store(config)
-    appends = _fill_several_queues(store)
-    assert appends[-1].wrote_offset > 2 * TINY_SEGMENT_BYTES  # blank markers to walk over
-    before = _snapshot(store)
-    assert sum(len(msgs) for msgs in before["messages"].values()) == 60
-    assert all(len(found) == 1 for found in before["by_id"].values())
-    store.shutdown()
-
-    shutil.rmtree(config.store_path_consume_queue)
-    shutil.rmtree(config.store_path_index)
-    store = open_store(config)
-    report = store.recovery_report
-    assert report is not None
-    assert report.clean_shutdown
-    assert (report.verified_from_offset, report.records_verified) == (0, 60)
-    assert report.max_phy_offset == before["max_phy_offset"]
-    assert not report.truncated
-    assert _snapshot(store) == before
-    # The rebuilt queues continue where the old ones ended.
-    assert put_ok(store, message(b"next", queue_id=1)).queue_offset == before["max"][(TOPIC, 1)]
-
-
-def test_clean_restart_keeps_everything_and_abort_marks_a_running_store(
-    make_config: MakeConfig, open_store: OpenStore
-) -> None:
-    config = make_config(mapped_file_size_commit_log_bytes=TINY_SEGMENT_BYTES)
-    assert not config.abort_file_path.exists()
-    store = open_store(config)
-    assert config.abort_file_path.exists()
-    _fill_several_queues(store)
-    before = _snapshot(store)
-    store.shutdown()
-    assert not config.abort_file_path.exists()
-    assert not store.is_running
-
-    store = open_store(config)
-    assert config.abort_file_path.exists()
-    report = store.recovery_report
-    assert report is not None
-    assert report.clean_shutdown
-    assert not report.truncated
-    assert report.max_phy_offset == before["max_phy_offset"]
-    # A clean exit's checkpoint vouches for the whole log: nothing is walked again.
-    assert report.records_verified == 0
-    assert _snapshot(store) == before
-    store.shutdown()
-    assert not config.abort_file_path.exists()
-
-
-def test_a_restart_without_a_valid_checkpoint_finds_the_true_end_of_the_log(
-    make_config: MakeConfig, open_store: OpenStore
-) -> None:
-    # A torn checkpoint reads as absent (checkpoint.py). Then no offset is vouched for: recovery
-    # must walk the records to find where the data ends, not trust the size of the last file.
-    config = make_config(mapped_file_size_commit_log_bytes=TINY_SEGMENT_BYTES)
-    store = open_store(config)
-    appends = [put_ok(store, message(b"c" * 100, msg_id=f"ID-{i}")) for i in range(5)]
-    end = store.max_phy_offset
-    dispatched(store).shutdown()
-    with config.store_checkpoint_path.open("r+b") as f:
-        f.write(b"\xff")  # the checkpoint now fails its CRC
-
-    store = open_store(config)
-    report = store.recovery_report
-    assert report is not None
-    assert report.verified_from_offset <= appends[-1].wrote_offset  # the records were walked
-    assert report.records_verified >= 1
-    assert report.max_phy_offset == store.max_phy_offset == end
-    after = put_ok(store, message(b"after", msg_id="ID-after"))
-    assert after.wrote_offset == end  # contiguous: no unwritten gap inside the log
-    dispatched(store).shutdown()
-
-    # A later full walk (here: rebuilding the consume queues) must still find every message.
-    shutil.rmtree(config.store_path_consume_queue)
-    store = open_store(config)
-    assert [m.commit_log_offset for m in read_queue(dispatched(store), TOPIC, 0)] == [
-        a.wrote_offset for a in [*appends, after]
-    ]
-
-
-def test_a_second_store_on_a_running_directory_is_refused(
-    make_config: MakeConfig, open_store: OpenStore
-) -> None:
-    config = make_config()
-    first = open_store(config)
-    put_ok(first, message(b"before"))
-    second = DefaultMessageStore(config, first.store_host)
-    with pytest.raises(StoreLockedError) as refused:
-        second.start()
-    assert refused.value.retriable
-    assert not second.is_running
-    # The refused start took nothing from the running store: the lock is still held...
-    with pytest.raises(StoreLockedError):
-        DefaultMessageStore(config, first.store_host).start()
-    # ...and it still serves.
-    put_ok(first, message(b"after"))
-    assert [m.body for m in read_queue(dispatched(first), TOPIC, 0)] == [b"before", b"after"]
-    first.shutdown()
-    third = open_store(config)  # free once the owner shut down
-    assert [m.body for m in read_queue(dispatched(third), TOPIC, 0)] == [b"before", b"after"]
-
-
-# -- concurrency ----------------------------------------------------------------------------------
-def _assert_queues_are_gapless_and_readable(
-    store: DefaultMessageStore, sent: list[MessageExtBrokerInner], results: list[PutMessageResult]
-) -> None:
-    assert [r.status for r in results] == [PutMessageStatus.PUT_OK] * len(sent)
-    by_queue: dict[int, list[tuple[MessageExtBrokerInner, AppendMessageResult]]] = defaultdict(list)
-    for m, r in zip(sent, results, strict=True):
-        assert r.append is not None
-        by_queue[m.queue_id].append((m, r.append))
-    in_log_order = sorted((r.append for r in results if r.append), key=lambda a: a.wrote_offset)
-    for before, after in itertools.pairwise(in_log_order):
-        assert before.wrote_offset + before.wrote_bytes <= after.wrote_offset  # no overlap
-        assert before.store_timestamp_ms <= after.store_timestamp_ms
-    dispatched(store)
-    for queue_id, pairs in by_queue.items():
-        # A permutation of 0..n-1 (no gap, no duplicate), increasing in log order.
-        assert sorted(a.queue_offset for _, a in pairs) == list(range(len(pairs)))
-        pairs.sort(key=lambda pair: pair[1].wrote_offset)
-        assert [a.queue_offset for _, a in pairs] == list(range(len(pairs)))
-        stored = read_queue(store, TOPIC, queue_id)
-        assert len(stored) == len(pairs)
-        for got, (m, a) in zip(stored, pairs, strict=True):
-            assert_stored_as(got, m, a)
-
-
-def test_threads_putting_concurrently_under_sync_flush(
-    make_config: MakeConfig, open_store: OpenStore
-) -> None:
-    threads, per_thread = 8, 200
-    store = open_store(make_config(flush_disk_type=FlushDiskType.SYNC_FLUSH))
-    start_together = threading.Barrier(threads)
-
-    def producer(t: int) -> list[tuple[MessageExtBrokerInner, PutMessageResult]]:
-        start_together.wait(timeout=10)
-        out = []
-        for i in range(per_thread):
-            m = message(b"%d-%d" % (t, i), queue_id=t % 4, msg_id=f"ID-{t}-{i:04d}")
-            out.append((m, store.put_message(m)))
-        return out
-
-    with ThreadPoolExecutor(threads) as pool:
-        futures = [pool.submit(producer, t) for t in range(threads)]
-        per_producer = [f.result(timeout=60) for f in futures]
-    for pairs in per_producer:  # one producer's puts keep their order in their queue
-        offsets = [r.append.queue_offset for _, r in pairs if r.append]
-        assert offsets == sorted(offsets)
-    pairs = [pair for out in per_producer for pair in out]
-    assert len(pairs) == threads * per_thread
-    _assert_queues_are_gapless_and_readable(store, [m for m, _ in pairs], [r for _, r in pairs])
-
-
-def test_asyncio_tasks_putting_concurrently_under_sync_flush(
-    make_config: MakeConfig, open_store: OpenStore
-) -> None:
-    store = open_store(make_config(flush_disk_type=FlushDiskType.SYNC_FLUSH))
-    sent = [message(b"async-%d" % i, queue_id=i % 4, msg_id=f"ID-{i:04d}") for i in range(200)]
-
-    async def put_all() -> list[PutMessageResult]:
-        async with asyncio.timeout(30):
-            return list(await asyncio.gather(*(store.async_put_message(m) for m in sent)))
-
-    results = asyncio.run(put_all())
-    _assert_queues_are_gapless_and_readable(store, sent, results)
-
-
-# -- refusals -------------------------------------------------------------------------------------
-def test_put_on_a_stopped_store_is_service_not_available(
-    make_config: MakeConfig, open_store: OpenStore
-) -> None:
-    config = make_config()
-    never_started = DefaultMessageStore(config)
-    result = never_started.put_message(message(b"x"))
-    assert result.status is PutMessageStatus.SERVICE_NOT_AVAILABLE
-    assert result.append is None
-
-    store = open_store(config)
-    put_ok(store, message(b"kept"))
-    store.shutdown()
-    for result in (
-        store.put_message(message(b"late")),
-        *store.put_messages([message(b"late-1"), message(b"late-2")]),
-        asyncio.run(store.async_put_message(message(b"late-async"))),
-    ):
-        assert result.status is PutMessageStatus.SERVICE_NOT_AVAILABLE
-        assert not result.ok
-        assert result.append is None
-    store = open_store(config)
-    assert [m.body for m in read_queue(dispatched(store), TOPIC, 0)] == [b"kept"]
-
-
-def test_disk_guard_refuses_puts_above_the_used_space_ratio_and_writes_nothing(
-    tmp_path: Path, make_config: MakeConfig, open_store: OpenStore
-) -> None:
-    usage = shutil.disk_usage(tmp_path)
-    used_ratio = (usage.total - usage.free) / usage.total
-    if used_ratio <= 0.02:
-        pytest.skip(f"the test filesystem is {used_ratio:.3f} used: no ratio fits below it")
-    config = make_config(disk_max_used_space_ratio=used_ratio - 0.01)
-    store = open_store(config)
-    assert store.check_disk() is True
-
-    for result in (
-        store.put_message(message(b"x", msg_id="ID-X")),
-        *store.put_messages([message(b"y"), message(b"z")]),
-        asyncio.run(store.async_put_message(message(b"w"))),
-    ):
-        assert result.status is PutMessageStatus.SERVICE_NOT_AVAILABLE
-        assert "disk_max_used_space_ratio" in result.detail
-        assert result.append is None
-    assert store.max_phy_offset == 0
-    assert store.get_max_offset_in_queue(TOPIC, 0) == 0
-    assert store.get_message(TOPIC, 0, 0, 1).status is GetMessageStatus.NO_MATCHED_LOGIC_QUEUE
-    store.shutdown()
-    # Nothing reached the disk: commitlog segments (one may be prepared ahead) are all zeros.
-    for path in config.store_path_commit_log.glob("*"):
-        assert path.read_bytes() == bytes(path.stat().st_size), path.name
-    assert not (config.store_path_consume_queue / TOPIC).exists()
-
-
-def test_disk_guard_accepts_puts_below_the_ratio(
-    make_config: MakeConfig, open_store: OpenStore
-) -> None:
-    store = open_store(make_config(disk_max_used_space_ratio=1.0))
-    assert store.check_disk() is False
-    put_ok(store, message(b"fits"))
-
-
-# -- transactions ---------------------------------------------------------------------------------
-def test_only_committed_and_plain_records_take_a_queue_offset(store: DefaultMessageStore) -> None:
-    plain = put_ok(store, message(b"plain", msg_id="ID-PLAIN"))
-    prepared_msg = message(
-        b"half", msg_id="ID-TX", sysflag=MessageSysFlag.TRANSACTION_PREPARED_TYPE
-    )
-    prepared = put_ok(store, prepared_msg)
-    commit = put_ok(
-        store,
-        message(
-            b"half",
-            msg_id="ID-TX-COMMIT",
-            sysflag=MessageSysFlag.TRANSACTION_COMMIT_TYPE,
-            prepared_transaction_offset=prepared.wrote_offset,
-        ),
-    )
-    rollback = put_ok(
-        store,
-        message(b"undone", msg_id="ID-TX-RB", sysflag=MessageSysFlag.TRANSACTION_ROLLBACK_TYPE),
-    )
-    after = put_ok(store, message(b"after"))
-
-    assert (plain.queue_offset, commit.queue_offset, after.queue_offset) == (0, 1, 2)
-    dispatched(store)
-    assert store.get_max_offset_in_queue(TOPIC, 0) == 3
-    got = store.get_message(TOPIC, 0, 0, 32)
-    assert [m.body for m in got.messages] == [b"plain", b"half", b"after"]
-    assert got.messages[1].sysflag & MessageSysFlag.TRANSACTION_ROLLBACK_TYPE == (
-        MessageSysFlag.TRANSACTION_COMMIT_TYPE
-    )
-    assert got.messages[1].prepared_transaction_offset == prepared.wrote_offset
-
-    # The prepared and rolled-back records are in the log all the same.
-    half = store.look_message_by_offset(prepared.wrote_offset)
-    assert half is not None
-    assert_stored_as(half, prepared_msg, prepared)
-    undone = store.look_message_by_offset(rollback.wrote_offset)
-    assert undone is not None
-    assert undone.body == b"undone"
-    # A prepared record can be looked up by id (the broker checks it back); a rolled-back one
-    # is not indexed.
-    assert [m.commit_log_offset for m in store.query_message_by_id("ID-TX")] == [
-        prepared.wrote_offset
-    ]
-    assert store.query_message_by_id("ID-TX-RB") == []
 
 
 def test_context_manager_starts_and_shuts_down(make_config: MakeConfig) -> None:

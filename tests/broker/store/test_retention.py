@@ -20,12 +20,12 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from broker.store.config import FlushDiskType, MessageStoreConfig
-from broker.store.message import (
+from broker.store.codec.message import (
     PROPERTY_KEYS,
     PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX,
     MessageExtBrokerInner,
 )
+from broker.store.config import FlushDiskType, MessageStoreConfig
 from broker.store.message_store import DefaultMessageStore
 from broker.store.status import AppendMessageResult, GetMessageStatus, PutMessageStatus
 
@@ -78,7 +78,7 @@ def put(store: DefaultMessageStore, topic: str, queue_id: int, i: int) -> Put:
         queue_id=queue_id,
         properties={PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX: msg_id, PROPERTY_KEYS: f"key-{i}"},
     )
-    result = store.put_message(msg)
+    [result] = store.put_messages([msg])
     assert result.status is PutMessageStatus.PUT_OK, result
     assert result.append is not None
     return Put(topic, queue_id, msg_id, result.append)

@@ -16,7 +16,7 @@ import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from broker.store.codec import DispatchRequest, RecordKind, check_record
+from broker.store.codec.check import DispatchRequest, RecordKind, check_record
 from broker.store.commit_log import CommitLog
 from broker.store.mapped_file import MappedFile
 

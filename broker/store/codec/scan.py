@@ -1,6 +1,6 @@
 """A fast scan of a whole commitlog segment, for tools that read every record of a log.
 
-``check_record`` (codec.py) decodes every field of a record, properties dict included, into the
+``check_record`` (check.py) decodes every field of a record, properties dict included, into the
 DispatchRequest the dispatcher needs: right for recovery, about 6 µs a 1 KiB record in Python.
 The reconciliation (reconcile/) reads every record of a log and needs a few fields of each; this
 scan reads them in place from the mapped segment, a batch of records at a time, at about 1.3 µs a
@@ -8,14 +8,14 @@ record, whole-record CRC included. Per batch it:
 
 1. walks the chain of TOTALSIZE fields in Python (the only sequential step) to find where each
    record starts, stopping at zeros, a blank marker or a size that cannot be right;
-2. reads the fixed-position fields of all the batch's records at once with numpy gathers (codec.py
+2. reads the fixed-position fields of all the batch's records at once with numpy gathers (layout.py
    lays them out; the host fields are 8 or 20 bytes by the sysflag's v6 bits) and checks that each
    record's fields add up to its size, ends with the ``__CRC32#`` property and claims its own
    phy_offset;
 3. computes each record's CRC (zlib, one call a record) and compares it with the property;
 4. finds the message id (``UNIQ_KEY``) in each record's properties.
 
-It stops where recovery (recovery.py) would stop:
+It stops where recovery (commit_log_recovery.py) would stop:
 
 - zeros, or fewer than 8 bytes before the limit: the clean end of what was written;
 - a blank marker that fills the segment exactly: padding, the next record is in the next segment;
@@ -35,68 +35,62 @@ to check_record on valid, torn and damaged logs.
 
 from __future__ import annotations
 
-import mmap
-import struct
 import zlib
 from collections.abc import Iterator
-from dataclasses import dataclass, field
-from typing import Any, Final
+from dataclasses import dataclass
+from typing import Final
 
 import numpy as np
 import numpy.typing as npt
 
-from broker.store.codec import (
+from broker.store.codec.check import RecordKind, check_record
+from broker.store.codec.layout import (
     BLANK_MAGIC_CODE,
+    CRC32_PREFIX,
     CRC32_RESERVED_LENGTH,
     END_FILE_MIN_BLANK_LENGTH,
     MESSAGE_MAGIC_CODE,
     MESSAGE_MAGIC_CODE_V2,
-    NAME_VALUE_SEPARATOR,
-    PROPERTY_SEPARATOR,
-    RecordKind,
-    check_record,
+    POSITION_BODY_LENGTH_V4,
+    POSITION_BORN_HOST,
+    POSITION_BORN_TIMESTAMP,
+    POSITION_PHYSICAL_OFFSET,
+    POSITION_QUEUE_ID,
+    POSITION_QUEUE_OFFSET,
+    POSITION_STORE_TIMESTAMP_V4,
+    POSITION_SYSFLAG,
+    RECONSUME_PREPARED_BYTES,
+    TOTAL_AND_MAGIC,
 )
-from broker.store.message import (
-    PROPERTY_CRC32,
-    PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX,
-    MessageSysFlag,
+from broker.store.codec.message import MessageSysFlag
+from broker.store.codec.scan_columns import (
+    PAIR_END_BYTE,
+    RecordColumns,
+    ScanBuffer,
+    body_size,
+    concat,
+    field_of,
+    gather,
+    i16,
+    i32,
+    i64,
+    message_ids,
+    valid_prefix,
 )
 
-# What the scan reads from: it searches the properties in place (``find``) and looks topics up
-# by their bytes (hashable slices).
-ScanBuffer = bytes | mmap.mmap
-
-_TOTAL_AND_MAGIC = struct.Struct(">ii")
-_UNIQ_KEY_NAME = (PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX + NAME_VALUE_SEPARATOR).encode()
-_UNIQ_KEY_NAME_LEN = len(_UNIQ_KEY_NAME)
-_UNIQ_KEY_NAME_ARRAY = np.frombuffer(_UNIQ_KEY_NAME, np.uint8)
-_PAIR_END = PROPERTY_SEPARATOR.encode()
-_PAIR_END_BYTE = _PAIR_END[0]
-_CRC_PROPERTY_PREFIX = np.frombuffer((PROPERTY_CRC32 + NAME_VALUE_SEPARATOR).encode(), np.uint8)
+_CRC_PROPERTY_PREFIX = np.frombuffer(CRC32_PREFIX, np.uint8)
+_CRC_NAME_BYTES = len(CRC32_PREFIX)
 _CRC_DIGITS = 10
 _DIGIT_WEIGHTS = 10 ** np.arange(_CRC_DIGITS, dtype=np.int64)  # least significant digit first
-# Field positions of codec.py's layout table. The head is fixed; the hosts are 8 (IPv4) or 20
-# (IPv6) bytes; RECONSUMETIMES (4) and PREPAREDTRANSACTIONOFFSET (8) follow STOREHOSTADDRESS.
-_AT_QUEUE_ID = 12
-_AT_QUEUE_OFFSET = 20
-_AT_PHY_OFFSET = 28
-_AT_SYSFLAG = 36
-_AT_BORN_TIMESTAMP = 40
-_AT_BORN_HOST = 48
-_RECONSUME_PREPARED_BYTES = 12
-_AT_STORE_TIMESTAMP_V4 = _AT_BORN_HOST + 8
-_AT_BODY_V4 = _AT_STORE_TIMESTAMP_V4 + 8 + 8 + _RECONSUME_PREPARED_BYTES + 4
+_AT_BODY_V4 = POSITION_BODY_LENGTH_V4 + 4
 _BORN_V6: Final = MessageSysFlag.BORNHOST_V6_FLAG
 _STORE_V6: Final = MessageSysFlag.STOREHOSTADDRESS_V6_FLAG
 _V6_BITS: Final = _BORN_V6 | _STORE_V6
-_CRC_NAME_BYTES = len(PROPERTY_CRC32) + 1
 # The smallest V1 record: the fixed fields with IPv4 hosts, an empty body, topic and properties.
-# Passes that take message ids of one layout from a whole batch at once (records of more
-# producers than this in one batch fall back to a search per record).
-ID_LAYOUTS_MAX = 8
-# Passes that name the records of one topic in a batch at once, likewise.
+_RECORD_BYTES_MIN = _AT_BODY_V4 + 1 + 2
+# Passes that name the records of one topic in a batch at once (records of more topics than
+# this in one batch are named one by one).
 TOPIC_RUNS_MAX = 16
-_RECORD_BYTES_MIN = _AT_BORN_HOST + 8 + 8 + 8 + _RECONSUME_PREPARED_BYTES + 4 + 1 + 2
 
 
 class ScanEndKind:
@@ -112,31 +106,6 @@ class ScanEnd:
     kind: str
     position: int  # in the segment: where the scan stopped
     reason: str = ""
-
-
-def _empty_i64() -> npt.NDArray[np.int64]:
-    return np.empty(0, np.int64)
-
-
-def _empty_i32() -> npt.NDArray[np.int32]:
-    return np.empty(0, np.int32)
-
-
-@dataclass(slots=True)
-class RecordColumns:
-    """One batch of records, column by column (what the reconciliation turns into Arrow)."""
-
-    message_id: list[str | None] = field(default_factory=list)  # UNIQ_KEY; None when absent
-    topic: list[str] = field(default_factory=list)
-    queue_id: npt.NDArray[np.int32] = field(default_factory=_empty_i32)
-    queue_offset: npt.NDArray[np.int64] = field(default_factory=_empty_i64)
-    phy_offset: npt.NDArray[np.int64] = field(default_factory=_empty_i64)
-    store_timestamp_ms: npt.NDArray[np.int64] = field(default_factory=_empty_i64)
-    born_timestamp_ms: npt.NDArray[np.int64] = field(default_factory=_empty_i64)
-    body_size_bytes: npt.NDArray[np.int32] = field(default_factory=_empty_i32)
-
-    def __len__(self) -> int:
-        return len(self.topic)
 
 
 class SegmentScanner:
@@ -168,14 +137,14 @@ class SegmentScanner:
         starts, v2_next = self._walk(batch_records_max)
         batch = self._decode(starts)
         if v2_next and self.end is None and len(batch) < batch_records_max:
-            batch = _concat(batch, self._decode_one_v2())
+            batch = concat(batch, self._decode_one_v2())
         return batch
 
     def _walk(self, batch_records_max: int) -> tuple[list[int], bool]:
         """Record starts from ``position`` on, by their TOTALSIZE fields alone. Ends the scan at
         a clean end or a size that cannot be right; returns whether a V2 record comes next."""
         buf, limit = self._buf, self._limit
-        unpack = _TOTAL_AND_MAGIC.unpack_from
+        unpack = TOTAL_AND_MAGIC.unpack_from
         starts: list[int] = []
         append = starts.append
         pos = self.position
@@ -234,31 +203,31 @@ class SegmentScanner:
         pos = np.asarray(starts, dtype=np.int64)
         # Everything up to BODY of a record with IPv4 hosts, in one gather: no valid record is
         # shorter, so the window never leaves a valid record.
-        head = _gather(arr, pos, _AT_BODY_V4)
-        total = _field(head, 0, ">i4")
+        head = gather(arr, pos, _AT_BODY_V4)
+        total = field_of(head, 0, ">i4")
         end = pos + total
-        sysflag = _field(head, _AT_SYSFLAG, ">i4")
-        phy_offset = _field(head, _AT_PHY_OFFSET, ">i8")
-        store_ts = _field(head, _AT_STORE_TIMESTAMP_V4, ">i8")
-        body_len = _field(head, _AT_BODY_V4 - 4, ">i4")
-        store_ts_at = pos + _AT_STORE_TIMESTAMP_V4
+        sysflag = field_of(head, POSITION_SYSFLAG, ">i4")
+        phy_offset = field_of(head, POSITION_PHYSICAL_OFFSET, ">i8")
+        store_ts = field_of(head, POSITION_STORE_TIMESTAMP_V4, ">i8")
+        body_len = field_of(head, _AT_BODY_V4 - 4, ">i4")
+        store_ts_at = pos + POSITION_STORE_TIMESTAMP_V4
         body_len_at = pos + _AT_BODY_V4 - 4
         v6 = (sysflag & _V6_BITS) != 0
         if v6.any():
-            store_ts_at = pos + _AT_BORN_HOST + np.where(sysflag & _BORN_V6, 20, 8)
+            store_ts_at = pos + POSITION_BORN_HOST + np.where(sysflag & _BORN_V6, 20, 8)
             body_len_at = (
-                store_ts_at + 8 + _RECONSUME_PREPARED_BYTES + np.where(sysflag & _STORE_V6, 20, 8)
+                store_ts_at + 8 + RECONSUME_PREPARED_BYTES + np.where(sysflag & _STORE_V6, 20, 8)
             )
-            store_ts = np.where(v6, _i64(arr, store_ts_at), store_ts)
-            body_len = np.where(v6, _i32(arr, body_len_at), body_len)
+            store_ts = np.where(v6, i64(arr, store_ts_at), store_ts)
+            body_len = np.where(v6, i32(arr, body_len_at), body_len)
         topic_len_at = body_len_at + 4 + body_len
         topic_len = arr[np.clip(topic_len_at, 0, len(arr) - 1)].astype(np.int64)
         props_len_at = topic_len_at + 1 + topic_len
-        props_len = _i16(arr, props_len_at)
+        props_len = i16(arr, props_len_at)
         props_at = props_len_at + 2
         crc_at = end - CRC32_RESERVED_LENGTH
         # The CRC property: its name, 10 digits and the closing separator, in one gather.
-        tail = _gather(arr, crc_at, CRC32_RESERVED_LENGTH)
+        tail = gather(arr, crc_at, CRC32_RESERVED_LENGTH)
         digits = tail[:, _CRC_NAME_BYTES : _CRC_NAME_BYTES + _CRC_DIGITS].astype(np.int64) - ord(
             "0"
         )
@@ -269,10 +238,10 @@ class SegmentScanner:
             & (props_len >= CRC32_RESERVED_LENGTH)
             & (phy_offset == self._file_from_offset + pos)
             & (tail[:, :_CRC_NAME_BYTES] == _CRC_PROPERTY_PREFIX).all(axis=1)
-            & (tail[:, -1] == _PAIR_END_BYTE)
+            & (tail[:, -1] == PAIR_END_BYTE)
             & ((digits >= 0) & (digits <= 9)).all(axis=1)
         )
-        n = _valid_prefix(ok)
+        n = valid_prefix(ok)
         # The record CRC of every structurally valid record: one zlib call each.
         covered = (crc_at - pos)[:n].tolist()
         crc32 = zlib.crc32
@@ -281,9 +250,9 @@ class SegmentScanner:
                 crc32(view[p : p + c]) & 0x7FFFFFFF for p, c in zip(starts, covered, strict=False)
             ]
         ok[:n] &= np.asarray(crcs, dtype=np.int64) == digits[:n] @ _DIGIT_WEIGHTS
-        n = _valid_prefix(ok[:n])
+        n = valid_prefix(ok[:n])
         topics, n = self._topic_strings(arr, topic_len_at[:n] + 1, topic_len[:n])
-        ids, n = _message_ids(arr, buf, props_at[:n], crc_at[:n])
+        ids, n = message_ids(arr, buf, props_at[:n], crc_at[:n])
         topics = topics[:n]
         if n < len(starts):
             self.end = ScanEnd(ScanEndKind.CORRUPT, starts[n], self._reason(starts[n]))
@@ -291,11 +260,11 @@ class SegmentScanner:
         return RecordColumns(
             message_id=ids,
             topic=topics,
-            queue_id=_field(head[:n], _AT_QUEUE_ID, ">i4").astype(np.int32),
-            queue_offset=_field(head[:n], _AT_QUEUE_OFFSET, ">i8"),
+            queue_id=field_of(head[:n], POSITION_QUEUE_ID, ">i4").astype(np.int32),
+            queue_offset=field_of(head[:n], POSITION_QUEUE_OFFSET, ">i8"),
             phy_offset=phy_offset[:n],
             store_timestamp_ms=store_ts[:n],
-            born_timestamp_ms=_field(head[:n], _AT_BORN_TIMESTAMP, ">i8"),
+            born_timestamp_ms=field_of(head[:n], POSITION_BORN_TIMESTAMP, ">i8"),
             body_size_bytes=body_len[:n].astype(np.int32),
         )
 
@@ -328,7 +297,7 @@ class SegmentScanner:
             first = int(todo[0])
             length = int(topic_len[first])
             candidates = todo[topic_len[todo] == length]
-            rows = _gather(arr, topic_at[candidates], length)
+            rows = gather(arr, topic_at[candidates], length)
             same = candidates[(rows == rows[0]).all(axis=1)]
             topic = self._topic(rows[0].tobytes())
             if topic is None:
@@ -365,7 +334,7 @@ class SegmentScanner:
         arr = np.frombuffer(self._buf, dtype=np.uint8, count=self._limit)
         p = np.asarray([pos], dtype=np.int64)
         try:
-            born_ts = _i64(arr, p + _AT_BORN_TIMESTAMP)
+            born_ts = i64(arr, p + POSITION_BORN_TIMESTAMP)
         finally:
             del arr
         return RecordColumns(
@@ -376,128 +345,5 @@ class SegmentScanner:
             phy_offset=np.asarray([phy_offset], np.int64),
             store_timestamp_ms=np.asarray([request.store_timestamp_ms], np.int64),
             born_timestamp_ms=born_ts,
-            body_size_bytes=np.asarray([_body_size(self._buf, pos)], np.int32),
+            body_size_bytes=np.asarray([body_size(self._buf, pos)], np.int32),
         )
-
-
-def _body_size(buf: ScanBuffer, pos: int) -> int:
-    (sysflag,) = struct.unpack_from(">i", buf, pos + _AT_SYSFLAG)
-    at = pos + _AT_BORN_HOST + (20 if sysflag & MessageSysFlag.BORNHOST_V6_FLAG else 8) + 8
-    at += (20 if sysflag & MessageSysFlag.STOREHOSTADDRESS_V6_FLAG else 8) + 12
-    (size,) = struct.unpack_from(">i", buf, at)
-    return int(size)
-
-
-def _concat(a: RecordColumns, b: RecordColumns) -> RecordColumns:
-    if not len(b):
-        return a
-    return RecordColumns(
-        a.message_id + b.message_id,
-        a.topic + b.topic,
-        *(np.concatenate([x, y]) for x, y in zip(_arrays(a), _arrays(b), strict=True)),
-    )
-
-
-def _arrays(c: RecordColumns) -> tuple[npt.NDArray[Any], ...]:
-    return (c.queue_id, c.queue_offset, c.phy_offset, c.store_timestamp_ms, c.born_timestamp_ms,
-            c.body_size_bytes)  # fmt: skip
-
-
-def _valid_prefix(ok: npt.NDArray[np.bool_]) -> int:
-    """How many leading entries of ``ok`` are true."""
-    bad = np.flatnonzero(~ok)
-    return int(bad[0]) if len(bad) else len(ok)
-
-
-def _gather(
-    arr: npt.NDArray[np.uint8], at: npt.NDArray[np.int64], width: int
-) -> npt.NDArray[np.uint8]:
-    """``width`` bytes at each position, as rows. Positions are clipped into the buffer: a torn
-    record may point anywhere, and its checks fail on whatever is read."""
-    windows = np.lib.stride_tricks.sliding_window_view(arr, width)
-    return windows[np.clip(at, 0, len(arr) - width)]
-
-
-def _field(rows: npt.NDArray[np.uint8], at: int, dtype: str) -> npt.NDArray[np.int64]:
-    """A big-endian integer at byte ``at`` of each gathered row."""
-    width = np.dtype(dtype).itemsize
-    return np.ascontiguousarray(rows[:, at : at + width]).view(dtype).ravel().astype(np.int64)
-
-
-def _i64(arr: npt.NDArray[np.uint8], at: npt.NDArray[np.int64]) -> npt.NDArray[np.int64]:
-    return _gather(arr, at, 8).view(">i8").ravel().astype(np.int64)
-
-
-def _i32(arr: npt.NDArray[np.uint8], at: npt.NDArray[np.int64]) -> npt.NDArray[np.int64]:
-    return _gather(arr, at, 4).view(">i4").ravel().astype(np.int64)
-
-
-def _i16(arr: npt.NDArray[np.uint8], at: npt.NDArray[np.int64]) -> npt.NDArray[np.int64]:
-    return _gather(arr, at, 2).view(">i2").ravel().astype(np.int64)
-
-
-def _message_ids(
-    arr: npt.NDArray[np.uint8],
-    buf: ScanBuffer,
-    props_at: npt.NDArray[np.int64],
-    crc_at: npt.NDArray[np.int64],
-) -> tuple[list[str | None], int]:
-    """The records' message ids (None where a record has none), and how many lead before one
-    that does not decode.
-
-    One producer's records carry their UNIQ_KEY property at the same place with ids of one
-    length: each pass finds it in the first record not yet done, then takes it from every
-    record that has it at the same place, all at once. After ``ID_LAYOUTS_MAX`` passes (records
-    of many producers mixed), the rest are searched one by one."""
-    n = len(props_at)
-    out = np.empty(n, dtype=object)
-    todo = np.arange(n)
-    for _ in range(ID_LAYOUTS_MAX):
-        if not len(todo):
-            break
-        first = int(todo[0])
-        start, stop = int(props_at[first]), int(crc_at[first])
-        found = _message_id(bytes(buf[start:stop]))
-        if found is None:  # no id (or an undecodable one): one by one, below
-            break
-        raw = found.encode()
-        rel = bytes(buf[start:stop]).find(_UNIQ_KEY_NAME + raw + _PAIR_END)
-        width = _UNIQ_KEY_NAME_LEN + len(raw) + 1
-        at = props_at[todo] + rel
-        rows = _gather(arr, at, width)
-        id_bytes = rows[:, _UNIQ_KEY_NAME_LEN:-1]
-        same = (
-            (at + width <= crc_at[todo])
-            & (rows[:, :_UNIQ_KEY_NAME_LEN] == _UNIQ_KEY_NAME_ARRAY).all(axis=1)
-            & (rows[:, -1] == _PAIR_END_BYTE)
-            & ~(id_bytes == _PAIR_END_BYTE).any(axis=1)
-        )
-        if rel > 0:
-            same &= arr[at - 1] == _PAIR_END_BYTE
-        try:
-            text = np.char.decode(
-                np.ascontiguousarray(id_bytes[same]).view(f"S{len(raw)}").ravel(), "utf-8"
-            )
-        except UnicodeDecodeError:
-            break
-        out[todo[same]] = text
-        todo = todo[~same]
-    for i in todo.tolist():
-        try:
-            out[i] = _message_id(bytes(buf[int(props_at[i]) : int(crc_at[i])]))
-        except UnicodeDecodeError:
-            n = i
-            break
-    ids: list[str | None] = out[:n].tolist()
-    return ids, n
-
-
-def _message_id(props: bytes) -> str | None:
-    """The UNIQ_KEY value: the name must start a pair (a name may end in ``UNIQ_KEY``)."""
-    at = props.find(_UNIQ_KEY_NAME)
-    while at > 0 and props[at - 1] != _PAIR_END_BYTE:
-        at = props.find(_UNIQ_KEY_NAME, at + 1)
-    if at < 0:
-        return None
-    start = at + _UNIQ_KEY_NAME_LEN
-    return props[start : props.index(_PAIR_END, start)].decode()

@@ -21,7 +21,7 @@ PROPERTY_PRODUCER_GROUP = "PGROUP"
 PROPERTY_SHARDING_KEY = "__SHARDINGKEY"  # the message group of FIFO messages
 PROPERTY_REAL_TOPIC = "REAL_TOPIC"
 PROPERTY_REAL_QUEUE_ID = "REAL_QID"
-PROPERTY_CRC32 = "__CRC32#"  # whole-record checksum, always the last property (see codec.py)
+PROPERTY_CRC32 = "__CRC32#"  # whole-record checksum, always the last property (see layout.py)
 PROPERTY_RETRY_TOPIC = "RETRY_TOPIC"  # a dead-lettered message's original topic
 PROPERTY_ORIGIN_MESSAGE_ID = "ORIGIN_MESSAGE_ID"
 

@@ -1,0 +1,128 @@
+"""Reading records back: a whole message, or one field of it without decoding the rest.
+
+``decode_record`` raises ValueError (or struct.error on a short buffer) on anything that does not
+decode; check.py turns that into a CORRUPT verdict. The layout is layout.py's.
+"""
+
+from __future__ import annotations
+
+import socket
+import struct
+
+from broker.store.codec.layout import (
+    HEAD,
+    I16,
+    I32,
+    I64,
+    MESSAGE_MAGIC_CODE,
+    MESSAGE_MAGIC_CODE_V2,
+    NAME_VALUE_SEPARATOR,
+    POSITION_SYSFLAG,
+    PROPERTY_SEPARATOR,
+    PROPERTY_SEPARATOR_BYTE,
+    RECONSUME_AND_PREPARED,
+    TOTAL_AND_MAGIC,
+    ReadableBuffer,
+)
+from broker.store.codec.message import HostAddress, MessageExt, MessageSysFlag
+
+
+def decode_host(buf: ReadableBuffer, pos: int, v6: bool) -> tuple[HostAddress, int]:
+    n = 16 if v6 else 4
+    ip = socket.inet_ntop(socket.AF_INET6 if v6 else socket.AF_INET, bytes(buf[pos : pos + n]))
+    (port,) = I32.unpack_from(buf, pos + n)
+    return (ip, port), pos + n + 4
+
+
+def string_to_properties(text: str) -> dict[str, str]:
+    props: dict[str, str] = {}
+    for pair in text.split(PROPERTY_SEPARATOR):
+        if pair:
+            name, _, value = pair.partition(NAME_VALUE_SEPARATOR)
+            props[name] = value
+    return props
+
+
+def decode_message(buf: ReadableBuffer, pos: int = 0) -> MessageExt:
+    """Decode the full record at ``pos``. Raises ValueError when it is not a message record."""
+    total, magic = TOTAL_AND_MAGIC.unpack_from(buf, pos)
+    if magic not in (MESSAGE_MAGIC_CODE, MESSAGE_MAGIC_CODE_V2):
+        raise ValueError(f"no message record at {pos}: magic {magic:#x}")
+    return decode_record(buf, pos, total, magic, with_body=True)
+
+
+def decode_record(
+    buf: ReadableBuffer, pos: int, total: int, magic: int, with_body: bool
+) -> MessageExt:
+    """The message record of ``total`` bytes at ``pos`` (``magic`` read already); its body is
+    left empty unless ``with_body``."""
+    (
+        _total,
+        _magic,
+        crc,
+        queue_id,
+        flag,
+        queue_offset,
+        phy_offset,
+        sysflag,
+        born_ts,
+    ) = HEAD.unpack_from(buf, pos)
+    p = pos + HEAD.size
+    born_host, p = decode_host(buf, p, bool(sysflag & MessageSysFlag.BORNHOST_V6_FLAG))
+    (store_ts,) = I64.unpack_from(buf, p)
+    store_host, p = decode_host(buf, p + 8, bool(sysflag & MessageSysFlag.STOREHOSTADDRESS_V6_FLAG))
+    reconsume, prepared = RECONSUME_AND_PREPARED.unpack_from(buf, p)
+    p += RECONSUME_AND_PREPARED.size
+    (body_len,) = I32.unpack_from(buf, p)
+    p += 4
+    end = pos + total
+    if body_len < 0 or p + body_len > end:
+        raise ValueError(f"body length {body_len} out of range")
+    body = bytes(buf[p : p + body_len]) if with_body else b""
+    p += body_len
+    if magic == MESSAGE_MAGIC_CODE:
+        topic_len = buf[p]
+        p += 1
+    else:
+        (topic_len,) = struct.unpack_from(">h", buf, p)
+        p += 2
+    topic = bytes(buf[p : p + topic_len]).decode()
+    p += topic_len
+    (props_len,) = I16.unpack_from(buf, p)
+    p += 2
+    if props_len < 0 or p + props_len != end:
+        raise ValueError(f"properties length {props_len} does not end at the record's end")
+    return MessageExt(
+        topic=topic,
+        body=body,
+        queue_id=queue_id,
+        flag=flag,
+        queue_offset=queue_offset,
+        commit_log_offset=phy_offset,
+        store_size=total,
+        body_crc=crc,
+        sysflag=sysflag,
+        born_timestamp_ms=born_ts,
+        born_host=born_host,
+        store_timestamp_ms=store_ts,
+        store_host=store_host,
+        reconsume_times=reconsume,
+        prepared_transaction_offset=prepared,
+        properties=_decode_properties(bytes(buf[p : p + props_len])),
+    )
+
+
+def _decode_properties(props: bytes) -> dict[str, str]:
+    # Zeros where properties should be are a torn write: they may have erased the record CRC
+    # property itself, so they must not pass for a record written without one.
+    if props and (b"\0" in props or not props.endswith(PROPERTY_SEPARATOR_BYTE)):
+        raise ValueError("malformed properties (torn write?)")
+    return string_to_properties(props.decode())
+
+
+def read_store_timestamp(buf: ReadableBuffer, pos: int) -> int:
+    """STORETIMESTAMP of the record at ``pos``, without decoding the rest."""
+    (sysflag,) = I32.unpack_from(buf, pos + POSITION_SYSFLAG)
+    host_len = 20 if sysflag & MessageSysFlag.BORNHOST_V6_FLAG else 8
+    (ts,) = I64.unpack_from(buf, pos + HEAD.size + host_len)
+    return int(ts)
