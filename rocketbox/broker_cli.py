@@ -17,14 +17,14 @@ import click
 
 from broker.broker_controller import BrokerController
 from broker.config import BrokerConfig
-from broker.errors import BrokerError
+from broker.errors import BackgroundTaskError, BrokerError
 from broker.group_config import RETRY_MAX_TIMES_DEFAULT
 from broker.store.config import FlushDiskType, MessageStoreConfig
 from broker.store.errors import StoreError
 from broker.topic_config import TopicMessageType
 from outbox.factory import redact
 from rocketbox.run_settings import run_async
-from rocketbox.sidecar_cli import optional_listen, start_sidecar
+from rocketbox.sidecar_cli import optional_listen, start_sidecar, stop_sidecar
 from sidecar.channels import Endpoint
 from sidecar.config import SidecarConfig
 
@@ -230,8 +230,17 @@ async def run_broker(
         finally:
             if sidecar is not None:
                 LOG.info("stopping the sidecar")
-                await sidecar.stop()
+                await stop_sidecar(sidecar)
         LOG.info("stopping the broker")
     finally:
-        await controller.shutdown()
+        await _shutdown(controller)
     click.echo("rocketbox stopped cleanly")
+
+
+async def _shutdown(controller: BrokerController) -> None:
+    """Shut the broker down; a background task that died (logged with its traceback when it did)
+    is the command's error in one line, so the traceback is not printed a second time."""
+    try:
+        await controller.shutdown()
+    except BackgroundTaskError as e:
+        raise click.ClickException(f"{e}; its traceback is logged above") from e

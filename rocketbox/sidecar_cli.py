@@ -271,5 +271,18 @@ async def run_sidecar(config: SidecarConfig) -> None:
         await stop.wait()
         LOG.info("stopping the sidecar")
     finally:
-        await sidecar.stop()
+        await stop_sidecar(sidecar)
     click.echo("sidecar stopped cleanly")
+
+
+async def stop_sidecar(sidecar: Sidecar) -> None:
+    """Stop it; a background task that died (logged with its traceback when it did) is the
+    command's error in one line, so the traceback is not printed a second time."""
+    try:
+        await sidecar.stop()
+    except ExceptionGroup as group:
+        died = "; ".join(repr(e) for e in group.exceptions)
+        raise click.ClickException(
+            f"the sidecar stopped because a background task died ({died}); its traceback is "
+            "logged above"
+        ) from group

@@ -88,4 +88,7 @@ def test_rocketbox_sidecar_exits_non_zero_when_a_background_task_dies() -> None:
     assert "sidecar listening on" in output, "it served first"
     assert "the sidecar's injected task failed: stopping the sidecar" in output
     assert f"RuntimeError: {FAILURE}" in output
+    # Logged once when the task died; the command's own error is one line, not a second copy.
+    assert output.count("Traceback (most recent call last)") == 1, output
+    assert "its traceback is logged above" in output, output
     assert "stopped cleanly" not in output
