@@ -80,8 +80,8 @@ def open_store(root: Path, flush: FlushDiskType, segment_mib: int) -> DefaultMes
         root,
         mapped_file_size_commit_log_bytes=segment_mib * MIB,
         flush_disk_type=flush,
-        max_hash_slot_num=1_000_000,
-        max_index_num=4_000_000,
+        hash_slot_num=1_000_000,
+        index_num_max=4_000_000,
     )
     store = DefaultMessageStore(config, ("127.0.0.1", 10911))
     store.start()

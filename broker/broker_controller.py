@@ -181,14 +181,14 @@ class BrokerController:
             cfg.long_polling_timeout_ms,
         )
         self._clients_activity = ClientActivity(
-            self.clients, self.groups, cfg.store.max_message_size_bytes, cfg.long_polling_timeout_ms
+            self.clients, self.groups, cfg.store.message_size_bytes_max, cfg.long_polling_timeout_ms
         )
         messaging = MessagingService(
             sends,
             broker,
             self._clients_activity,
             SendActivity(
-                sends, self._transactions, cfg.store.max_message_size_bytes, cfg.delay_max_ms
+                sends, self._transactions, cfg.store.message_size_bytes_max, cfg.delay_ms_max
             ),
             consumers,
             PullActivity(
@@ -249,8 +249,8 @@ class BrokerController:
             # Malformed requests and handler faults: a protocol answer, a rate-limited line.
             interceptors=[ServerGuard(fault_reply)],
             options=[
-                ("grpc.max_receive_message_length", cfg.grpc_max_receive_message_bytes),
-                ("grpc.max_send_message_length", cfg.grpc_max_receive_message_bytes),
+                ("grpc.max_receive_message_length", cfg.grpc_receive_message_bytes_max),
+                ("grpc.max_send_message_length", cfg.grpc_receive_message_bytes_max),
                 # A second broker on the same port must fail, not share it silently (spec §12).
                 ("grpc.so_reuseport", 0),
             ],

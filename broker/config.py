@@ -34,7 +34,7 @@ class BrokerConfig:
     send_workers: int = 64
 
     # Delayed messages: furthest delivery time accepted, and delayed messages held at once.
-    delay_max_ms: int = 24 * HOUR_MS
+    delay_ms_max: int = 24 * HOUR_MS
     timer_pending_max: int = 1_000_000
 
     # Transactions: a half message unresolved this long is checked back with a producer, every
@@ -51,7 +51,7 @@ class BrokerConfig:
     # Telemetry commands queued for one client before the oldest are dropped.
     telemetry_outbound_max: int = 1_024
     # gRPC inbound message limit: a 4 MiB body plus its envelope must fit.
-    grpc_max_receive_message_bytes: int = 16 * 1024 * 1024
+    grpc_receive_message_bytes_max: int = 16 * 1024 * 1024
 
     tls_cert_file: Path | None = None
     tls_key_file: Path | None = None
@@ -69,7 +69,7 @@ class BrokerConfig:
             (self.wait_time_ms_in_send_queue > 0, "wait_time_ms_in_send_queue must be > 0"),
             (self.send_queue_capacity_max > 0, "send_queue_capacity_max must be > 0"),
             (self.send_workers > 0, "send_workers must be > 0"),
-            (self.delay_max_ms > 0, "delay_max_ms must be > 0"),
+            (self.delay_ms_max > 0, "delay_ms_max must be > 0"),
             (self.timer_pending_max > 0, "timer_pending_max must be > 0"),
             (self.transaction_check_interval_ms > 0, "transaction_check_interval_ms must be > 0"),
             (self.transaction_check_max > 0, "transaction_check_max must be > 0"),

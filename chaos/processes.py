@@ -50,8 +50,8 @@ HASH_SLOTS = 4096
 INDEX_ENTRIES = 16384
 SMALL_STORE_ARGS = (
     f"--segment-size-mib={SEGMENT_MIB}",
-    f"--max-hash-slot-num={HASH_SLOTS}",
-    f"--max-index-num={INDEX_ENTRIES}",
+    f"--hash-slot-num={HASH_SLOTS}",
+    f"--index-num-max={INDEX_ENTRIES}",
 )
 BROKER_READY_LINE = re.compile(r"broker listening on [^\s]+:(\d+)")
 BROKER_METRICS_LINE = re.compile(r"^metrics on http://[^\s]+:(\d+)/metrics")
@@ -66,8 +66,8 @@ def small_store_config(store_dir: Path) -> MessageStoreConfig:
     return MessageStoreConfig(
         store_dir,
         mapped_file_size_commit_log_bytes=SEGMENT_MIB * 1024 * 1024,
-        max_hash_slot_num=HASH_SLOTS,
-        max_index_num=INDEX_ENTRIES,
+        hash_slot_num=HASH_SLOTS,
+        index_num_max=INDEX_ENTRIES,
     )
 
 

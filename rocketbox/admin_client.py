@@ -18,7 +18,7 @@ from rocketbox_api.admin.v1 import broker_admin_pb2 as apb
 from rocketbox_api.admin.v1 import broker_admin_pb2_grpc
 
 CALL_DEADLINE_S = 10.0
-# The broker sends at most 16 MiB in one answer (grpc_max_receive_message_bytes).
+# The broker sends at most 16 MiB in one answer (grpc_receive_message_bytes_max).
 RECEIVE_MESSAGE_BYTES_MAX = 32 * 1024 * 1024
 TOPIC_TYPES = ("NORMAL", "FIFO", "DELAY", "TRANSACTION", "MIXED")
 RESET_TARGETS = ("FIRST", "LAST", "TIMESTAMP")

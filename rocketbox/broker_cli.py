@@ -35,13 +35,13 @@ def store_geometry_options(command: Callable[..., None]) -> Callable[..., None]:
     """File sizes of the store. RocketMQ's defaults reserve about 1.4 GiB of disk up front
     (a 1 GiB commitlog segment and a 420 MiB index file); small machines and tests shrink them."""
     command = click.option(
-        "--max-index-num",
+        "--index-num-max",
         default=20_000_000,
         type=click.IntRange(min=2),
         help="Entries an index file holds (20 bytes each).",
     )(command)
     command = click.option(
-        "--max-hash-slot-num",
+        "--hash-slot-num",
         default=5_000_000,
         type=click.IntRange(min=1),
         help="Hash slots of an index file (4 bytes each).",
@@ -88,7 +88,7 @@ def store_geometry_options(command: Callable[..., None]) -> Callable[..., None]:
 @click.option("--transaction-check-interval-ms", default=30_000, type=click.IntRange(min=1))
 @click.option("--transaction-check-max", default=15, type=click.IntRange(min=1))
 @click.option(
-    "--max-message-size-bytes",
+    "--message-size-bytes-max",
     default=4 * 1024 * 1024,
     type=click.IntRange(1, 64 * 1024 * 1024),
     help="The largest body the broker stores (RocketMQ's maxMessageSize).",
@@ -112,8 +112,8 @@ def broker(
     advertise_host: str | None,
     flush_disk_type: str,
     segment_size_mib: int,
-    max_hash_slot_num: int,
-    max_index_num: int,
+    hash_slot_num: int,
+    index_num_max: int,
     file_reserved_hours: float,
     auto_create_topic: bool,
     topics: tuple[str, ...],
@@ -123,7 +123,7 @@ def broker(
     transaction_timeout_ms: int,
     transaction_check_interval_ms: int,
     transaction_check_max: int,
-    max_message_size_bytes: int,
+    message_size_bytes_max: int,
     wait_time_ms_in_send_queue: int,
     send_queue_capacity: int,
     send_workers: int,
@@ -135,11 +135,11 @@ def broker(
     store_config = MessageStoreConfig(
         store_path_root_dir=data_dir.resolve(),
         mapped_file_size_commit_log_bytes=segment_size_mib * 1024 * 1024,
-        max_hash_slot_num=max_hash_slot_num,
-        max_index_num=max_index_num,
+        hash_slot_num=hash_slot_num,
+        index_num_max=index_num_max,
         flush_disk_type=FlushDiskType(flush_disk_type),
         file_reserved_hours=file_reserved_hours,
-        max_message_size_bytes=max_message_size_bytes,
+        message_size_bytes_max=message_size_bytes_max,
     )
     try:
         config = BrokerConfig(

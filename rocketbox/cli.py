@@ -89,8 +89,8 @@ def up(
     listen_port: int,
     flush_disk_type: str,
     segment_size_mib: int,
-    max_hash_slot_num: int,
-    max_index_num: int,
+    hash_slot_num: int,
+    index_num_max: int,
     file_reserved_hours: float,
     sidecar_port: int,
     profile: str,
@@ -103,8 +103,8 @@ def up(
     store_config = MessageStoreConfig(
         store_path_root_dir=(data_dir / "broker").resolve(),
         mapped_file_size_commit_log_bytes=segment_size_mib * 1024 * 1024,
-        max_hash_slot_num=max_hash_slot_num,
-        max_index_num=max_index_num,
+        hash_slot_num=hash_slot_num,
+        index_num_max=index_num_max,
         flush_disk_type=FlushDiskType(flush_disk_type),
         file_reserved_hours=file_reserved_hours,
     )

@@ -6,7 +6,7 @@ starts the broker's own names, ``%RETRY%<group>`` and ``%DLQ%<group>``), a topic
 TOPIC_LENGTH_MAX characters and a group at most GROUP_LENGTH_MAX (the proxy's limits).
 
 The store alone also accepts '|' (STORED_TOPIC_PATTERN, with the store's own
-``max_topic_length``). RocketMQ's own broker and store check topics with TopicValidator, whose
+``topic_length_max``). RocketMQ's own broker and store check topics with TopicValidator, whose
 charset is ``^[%|a-zA-Z0-9_-]+$``: wider than the clients'. The store follows that wider rule
 because it is the rule of the data it reads back, not of what clients may send: recovery skips a
 consume-queue directory whose name the rule refuses, so a store holding a topic with a '|' (a

@@ -158,8 +158,8 @@ class Resources:
             ["broker", "--data-dir", str(self.path("broker")), "--listen-host", HOST,
              "--listen-port", "0", "--auto-create-topic", "--topic", f"{TOPIC}:{QUEUES}:NORMAL",
              "--topic", f"{REF_TOPIC}:{QUEUES}:NORMAL",
-             "--segment-size-mib", "256", "--max-hash-slot-num", "1000000",
-             "--max-index-num", "4000000"],
+             "--segment-size-mib", "256", "--hash-slot-num", "1000000",
+             "--index-num-max", "4000000"],
             BROKER_READY,
         )  # fmt: skip
 

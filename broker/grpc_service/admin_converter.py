@@ -34,7 +34,7 @@ MESSAGE_ID_LENGTH_MAX = 128
 # A business key is stored inside the KEYS property, which is bounded by the properties limit.
 QUERY_KEY_BYTES_MAX = 16 * 1024
 QUERY_MAX_NUM_DEFAULT = 32
-# Bodies in one answer; the broker sends at most grpc_max_receive_message_bytes (16 MiB), and the
+# Bodies in one answer; the broker sends at most grpc_receive_message_bytes_max (16 MiB), and the
 # CLI receives at most 32 MiB. The first message is always included (a body is at most 4 MiB).
 RESPONSE_BODIES_BYTES_MAX = 8 * 1024 * 1024
 

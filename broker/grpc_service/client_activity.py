@@ -68,12 +68,12 @@ class ClientActivity:
         self,
         clients: ClientRegistry,
         groups: GroupConfigManager,
-        max_body_bytes: int,
+        body_bytes_max: int,
         long_polling_timeout_ms: int,
     ) -> None:
         self._clients = clients
         self._groups = groups
-        self._max_body_bytes = max_body_bytes
+        self._max_body_bytes = body_bytes_max
         self._long_polling_ms = long_polling_timeout_ms
 
     def heartbeat(self, context: Context) -> spb.HeartbeatResponse:

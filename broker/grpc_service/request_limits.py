@@ -3,7 +3,7 @@ entry counts, receipt handles, message ids, resource namespaces, and well-formed
 Durations.
 
 They exist so that no request, whatever it holds, makes the broker build an answer near its own
-message size limit (``grpc_max_receive_message_bytes``, 16 MiB) or compute with absurd values:
+message size limit (``grpc_receive_message_bytes_max``, 16 MiB) or compute with absurd values:
 an answer has at most SEND_MESSAGES_MAX or ACK_ENTRIES_MAX entries, each echoing at most a
 MESSAGE_ID_LENGTH_MAX id and a RECEIPT_HANDLE_LENGTH_MAX handle beside a status message of at
 most STATUS_MESSAGE_CHARS_MAX (protocol.py): about 2 MiB at worst. Each check raises

@@ -56,13 +56,13 @@ class SendActivity:
         self,
         sends: SendMessageService,
         transactions: TransactionalMessageService,
-        max_body_bytes: int,
-        delay_max_ms: int,
+        body_bytes_max: int,
+        delay_ms_max: int,
     ) -> None:
         self._sends = sends
         self._transactions = transactions
-        self._max_body_bytes = max_body_bytes
-        self._delay_max_ms = delay_max_ms
+        self._max_body_bytes = body_bytes_max
+        self._delay_max_ms = delay_ms_max
 
     async def send_message(
         self, request: spb.SendMessageRequest, context: Context

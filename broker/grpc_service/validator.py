@@ -117,8 +117,8 @@ def _type_name(value: int) -> str:
 
 def validate_message(
     msg: pb.Message,
-    max_body_bytes: int,
-    delay_max_ms: int,
+    body_bytes_max: int,
+    delay_ms_max: int,
     queue_nums: int,
     now_ms: int | None = None,
 ) -> TopicMessageType:
@@ -129,10 +129,10 @@ def validate_message(
     validate_message_id(sp.message_id)
     if not msg.body:
         raise ProtocolError(Code.MESSAGE_BODY_EMPTY, "body is empty (1 byte at least)")
-    if len(msg.body) > max_body_bytes:
+    if len(msg.body) > body_bytes_max:
         raise ProtocolError(
             Code.MESSAGE_BODY_TOO_LARGE,
-            f"body is {len(msg.body)} bytes (limit max_message_size_bytes={max_body_bytes})",
+            f"body is {len(msg.body)} bytes (limit message_size_bytes_max={body_bytes_max})",
         )
     if not 0 <= sp.queue_id < queue_nums:
         raise ProtocolError(
@@ -150,11 +150,11 @@ def validate_message(
         deliver_ms = timestamp_ms_of(
             sp.delivery_timestamp, "delivery_timestamp", Code.ILLEGAL_DELIVERY_TIME
         )
-        if deliver_ms > now + delay_max_ms:
+        if deliver_ms > now + delay_ms_max:
             raise ProtocolError(
                 Code.ILLEGAL_DELIVERY_TIME,
                 f"delivery_timestamp is {(deliver_ms - now) // 1000} s ahead "
-                f"(limit delay_max_ms={delay_max_ms})",
+                f"(limit delay_ms_max={delay_ms_max})",
             )
         if deliver_ms < now - DELIVERY_TIME_PAST_MS_MAX:
             raise ProtocolError(

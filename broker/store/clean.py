@@ -7,7 +7,7 @@ dispatcher or the flush has not finished with. Consume-queue and index files are
 the log; they go when every record they point at has gone.
 
 The disk guard measures the share of the store's filesystem in use. Above
-``disk_max_used_space_ratio`` the store refuses puts (SERVICE_NOT_AVAILABLE) until it falls again.
+``disk_used_space_ratio_max`` the store refuses puts (SERVICE_NOT_AVAILABLE) until it falls again.
 """
 
 from __future__ import annotations
@@ -72,13 +72,13 @@ class StoreCleaner(ServiceThread):
         """Measure disk use; returns True when puts must be refused."""
         usage = shutil.disk_usage(self._config.store_path_root_dir)
         self.disk_used_ratio = (usage.total - usage.free) / usage.total if usage.total else 1.0
-        full = self.disk_used_ratio > self._config.disk_max_used_space_ratio
+        full = self.disk_used_ratio > self._config.disk_used_space_ratio_max
         if full != self.disk_full:
             LOG.warning(
-                "disk usage %.3f %s disk_max_used_space_ratio %.3f: puts %s",
+                "disk usage %.3f %s disk_used_space_ratio_max %.3f: puts %s",
                 self.disk_used_ratio,
                 ">" if full else "<=",
-                self._config.disk_max_used_space_ratio,
+                self._config.disk_used_space_ratio_max,
                 "refused" if full else "accepted again",
             )
         self.disk_full = full
@@ -87,7 +87,7 @@ class StoreCleaner(ServiceThread):
     def disk_full_detail(self) -> str:
         return (
             f"disk usage {self.disk_used_ratio:.3f} is above "
-            f"disk_max_used_space_ratio={self._config.disk_max_used_space_ratio}"
+            f"disk_used_space_ratio_max={self._config.disk_used_space_ratio_max}"
         )
 
     def clean_expired_files(self, now_ms: int) -> CleanResult:

@@ -39,16 +39,17 @@ class MessageStoreConfig:
     mapped_file_size_commit_log_bytes: int = GIB
     # ConsumeQueue segments hold this many 20-byte entries (RocketMQ: 300,000 = 5.7 MiB).
     mapped_file_size_consume_queue_entries: int = 300_000
-    # IndexFile geometry (RocketMQ: 5M slots, 20M entries, about 420 MiB a file).
-    max_hash_slot_num: int = 5_000_000
-    max_index_num: int = 20_000_000
+    # IndexFile geometry (RocketMQ: 5M slots, 20M entries, about 420 MiB a file). RocketMQ's
+    # maxHashSlotNum is the slot count, a size rather than a limit, hence no _max here.
+    hash_slot_num: int = 5_000_000
+    index_num_max: int = 20_000_000
     message_index_enable: bool = True
     # Prepare and pre-fault the next commitlog segment in the background (mapped_file.py says
     # why); costs one extra write of each segment's size, off the put path.
     warm_mapped_file_enable: bool = True
 
-    max_message_size_bytes: int = 4 * MIB
-    max_topic_length: int = TOPIC_LENGTH_MAX
+    message_size_bytes_max: int = 4 * MIB
+    topic_length_max: int = TOPIC_LENGTH_MAX
     properties_length_max: int = PROPERTIES_LENGTH_MAX
 
     flush_disk_type: FlushDiskType = FlushDiskType.ASYNC_FLUSH
@@ -71,7 +72,7 @@ class MessageStoreConfig:
     # Files deleted per cleaning pass, so one pass never stalls the disk.
     delete_files_batch_max: int = 10
     # Above this share of the disk in use, puts are refused (SERVICE_NOT_AVAILABLE).
-    disk_max_used_space_ratio: float = 0.90
+    disk_used_space_ratio_max: float = 0.90
 
     # Recovery verifies whole-record CRCs from the checkpoint forward.
     check_crc_on_recover: bool = True
@@ -82,26 +83,26 @@ class MessageStoreConfig:
     def __post_init__(self) -> None:
         record_bytes_max = (
             RECORD_FIXED_BYTES_MAX
-            + self.max_message_size_bytes
-            + self.max_topic_length
+            + self.message_size_bytes_max
+            + self.topic_length_max
             + self.properties_length_max
         )
         checks: list[tuple[bool, str]] = [
             (
                 self.mapped_file_size_commit_log_bytes >= record_bytes_max,
                 "mapped_file_size_commit_log_bytes must hold the largest record "
-                f"({record_bytes_max} bytes: max_message_size_bytes + topic + properties + header)",
+                f"({record_bytes_max} bytes: message_size_bytes_max + topic + properties + header)",
             ),
             (
                 self.mapped_file_size_consume_queue_entries > 0,
                 "mapped_file_size_consume_queue_entries must be > 0",
             ),
-            (self.max_hash_slot_num > 0, "max_hash_slot_num must be > 0"),
-            (self.max_index_num > 1, "max_index_num must be > 1"),
-            (self.max_message_size_bytes > 0, "max_message_size_bytes must be > 0"),
+            (self.hash_slot_num > 0, "hash_slot_num must be > 0"),
+            (self.index_num_max > 1, "index_num_max must be > 1"),
+            (self.message_size_bytes_max > 0, "message_size_bytes_max must be > 0"),
             (
-                0 < self.max_topic_length <= TOPIC_LENGTH_MAX,
-                f"max_topic_length must be in 1..{TOPIC_LENGTH_MAX}",
+                0 < self.topic_length_max <= TOPIC_LENGTH_MAX,
+                f"topic_length_max must be in 1..{TOPIC_LENGTH_MAX}",
             ),
             (
                 0 < self.properties_length_max <= PROPERTIES_LENGTH_MAX,
@@ -113,8 +114,8 @@ class MessageStoreConfig:
             (self.file_reserved_hours > 0, "file_reserved_hours must be > 0"),
             (self.delete_files_batch_max > 0, "delete_files_batch_max must be > 0"),
             (
-                0.0 < self.disk_max_used_space_ratio <= 1.0,
-                "disk_max_used_space_ratio must be in (0, 1]",
+                0.0 < self.disk_used_space_ratio_max <= 1.0,
+                "disk_used_space_ratio_max must be in (0, 1]",
             ),
         ]
         for ok, why in checks:

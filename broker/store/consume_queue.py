@@ -52,7 +52,7 @@ CQ_STORE_UNIT_SIZE_BYTES = 20
 # Entries read at a time by scan().
 SCAN_BATCH_MAX = 1_024
 _ENTRY = struct.Struct(">qiq")
-BLANK_SIZE = 0x7FFF_FFFF  # no record is this big: max_message_size_bytes is far below
+BLANK_SIZE = 0x7FFF_FFFF  # no record is this big: message_size_bytes_max is far below
 _BLANK_ENTRY = _ENTRY.pack(0, BLANK_SIZE, 0)
 _ZERO_ENTRY = bytes(CQ_STORE_UNIT_SIZE_BYTES)
 _UNIT = CQ_STORE_UNIT_SIZE_BYTES

@@ -65,7 +65,7 @@ class DefaultMessageStore(MessageReader):
             config.store_path_consume_queue, config.mapped_file_size_consume_queue_entries
         )
         self.index_service = IndexService(
-            config.store_path_index, config.max_hash_slot_num, config.max_index_num
+            config.store_path_index, config.hash_slot_num, config.index_num_max
         )
         self._logics = LogicsDispatcher(
             self.consume_queue_store, self.index_service, config.message_index_enable

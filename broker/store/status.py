@@ -14,7 +14,7 @@ class PutMessageStatus(enum.Enum):
     PUT_OK = "PUT_OK"
     # Stored, but not durable within sync_flush_timeout_ms: weakly durable, never resend.
     FLUSH_DISK_TIMEOUT = "FLUSH_DISK_TIMEOUT"
-    # Store not running, shutting down, or the disk is above disk_max_used_space_ratio.
+    # Store not running, shutting down, or the disk is above disk_used_space_ratio_max.
     SERVICE_NOT_AVAILABLE = "SERVICE_NOT_AVAILABLE"
     CREATE_MAPPED_FILE_FAILED = "CREATE_MAPPED_FILE_FAILED"
     MESSAGE_ILLEGAL = "MESSAGE_ILLEGAL"

@@ -42,21 +42,21 @@ VALID_TOPICS_CACHED_MAX = 10_000
 
 def validate_message(msg: MessageExtBrokerInner, config: MessageStoreConfig) -> None:
     topic = msg.topic
-    if (topic, config.max_topic_length) not in _VALID_TOPICS:
+    if (topic, config.topic_length_max) not in _VALID_TOPICS:
         _validate_topic(topic, config)
         if len(_VALID_TOPICS) >= VALID_TOPICS_CACHED_MAX:
             _VALID_TOPICS.clear()
-        _VALID_TOPICS.add((topic, config.max_topic_length))
+        _VALID_TOPICS.add((topic, config.topic_length_max))
     _validate_rest(msg, config)
 
 
 def _validate_topic(topic: str, config: MessageStoreConfig) -> None:
     if not topic:
-        raise MessageIllegalError("topic", f"1..{config.max_topic_length} characters", "is empty")
-    if len(topic) > config.max_topic_length:
+        raise MessageIllegalError("topic", f"1..{config.topic_length_max} characters", "is empty")
+    if len(topic) > config.topic_length_max:
         raise MessageIllegalError(
             "topic",
-            f"max_topic_length={config.max_topic_length}",
+            f"topic_length_max={config.topic_length_max}",
             f"is {len(topic)} characters long",
         )
     if not TOPIC_PATTERN.fullmatch(topic):
@@ -66,10 +66,10 @@ def _validate_topic(topic: str, config: MessageStoreConfig) -> None:
 
 
 def _validate_rest(msg: MessageExtBrokerInner, config: MessageStoreConfig) -> None:
-    if len(msg.body) > config.max_message_size_bytes:
+    if len(msg.body) > config.message_size_bytes_max:
         raise MessageIllegalError(
             "body",
-            f"max_message_size_bytes={config.max_message_size_bytes}",
+            f"message_size_bytes_max={config.message_size_bytes_max}",
             f"is {len(msg.body)} bytes",
         )
     if not 0 <= msg.queue_id <= QUEUE_ID_MAX:

@@ -51,7 +51,7 @@ def open_store(root: Path) -> DefaultMessageStore:
         MessageStoreConfig(
             store_path_root_dir=root / "store",
             mapped_file_size_commit_log_bytes=1024 * KIB,
-            max_message_size_bytes=64 * KIB,
+            message_size_bytes_max=64 * KIB,
             mapped_file_size_consume_queue_entries=8_192,
             clean_resource_interval_ms=3_600_000,
         )

@@ -33,9 +33,9 @@ STORE_HOST = ("10.0.0.1", 10911)
 
 def small_store(root: Path) -> DefaultMessageStore:
     config = MessageStoreConfig(
-        root, mapped_file_size_commit_log_bytes=SEGMENT_BYTES, max_message_size_bytes=1024,
-        max_topic_length=64, properties_length_max=512, max_hash_slot_num=1000,
-        max_index_num=4000, clean_resource_interval_ms=3_600_000,
+        root, mapped_file_size_commit_log_bytes=SEGMENT_BYTES, message_size_bytes_max=1024,
+        topic_length_max=64, properties_length_max=512, hash_slot_num=1000,
+        index_num_max=4000, clean_resource_interval_ms=3_600_000,
     )  # fmt: skip
     return DefaultMessageStore(config, STORE_HOST)
 

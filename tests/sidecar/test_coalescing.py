@@ -47,7 +47,7 @@ def test_a_message_the_broker_refuses_is_the_only_one_rejected(tmp_path: Path) -
     # The broker takes smaller bodies than RocketMQ's 4 MiB the sidecar checks: the refusal
     # can only come from the broker, for a request that carries good messages too.
     broker = BrokerProcess(
-        tmp_path / "broker", *BROKER_ARGS, f"--max-message-size-bytes={BROKER_BODY_BYTES_MAX}"
+        tmp_path / "broker", *BROKER_ARGS, f"--message-size-bytes-max={BROKER_BODY_BYTES_MAX}"
     )
     sidecar = SidecarProcess(broker.endpoint, "memory://", *METRICS_ARGS)
     try:

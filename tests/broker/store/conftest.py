@@ -26,12 +26,12 @@ STORE_HOST: HostAddress = ("10.0.0.1", 10911)
 # 115 fixed + 1024 body + 64 topic + 512 properties = 1715 bytes <= the smallest segment used.
 SMALL_CONFIG: dict[str, Any] = {
     "mapped_file_size_commit_log_bytes": 64 * KIB,
-    "max_message_size_bytes": 1024,
-    "max_topic_length": 64,
+    "message_size_bytes_max": 1024,
+    "topic_length_max": 64,
     "properties_length_max": 512,
     "mapped_file_size_consume_queue_entries": 64,
-    "max_hash_slot_num": 1000,
-    "max_index_num": 4000,
+    "hash_slot_num": 1000,
+    "index_num_max": 4000,
     # No background cleaning pass during a test: retention runs only when a test calls it.
     "clean_resource_interval_ms": 3_600_000,
 }

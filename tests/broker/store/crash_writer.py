@@ -28,10 +28,10 @@ def small_config(store_dir: Path, flush: FlushDiskType) -> MessageStoreConfig:
     return MessageStoreConfig(
         store_dir,
         mapped_file_size_commit_log_bytes=256 * 1024,
-        max_message_size_bytes=16 * 1024,
+        message_size_bytes_max=16 * 1024,
         mapped_file_size_consume_queue_entries=128,
-        max_hash_slot_num=4096,
-        max_index_num=16384,
+        hash_slot_num=4096,
+        index_num_max=16384,
         flush_disk_type=flush,
         flush_interval_consume_queue_ms=50,
     )

@@ -161,7 +161,7 @@ def test_record_exactly_filling_a_segment_leaves_no_blank_marker(
     record_size = base + 100
     k = (seg - base) // record_size  # records before the exact one
     exact_body_len = seg - k * record_size - base
-    assert 0 <= exact_body_len <= config.max_message_size_bytes
+    assert 0 <= exact_body_len <= config.message_size_bytes_max
     sent = [sized(i, 100) for i in range(k)] + [sized(k, exact_body_len)]
     assert encode_message(sent[-1], 0).total_size == seg - k * record_size
 

@@ -3,7 +3,7 @@
 Proves:
 - concurrent puts from threads and from asyncio tasks under SYNC_FLUSH: all stored, queue offsets
   without gaps or duplicates, all readable;
-- refusals: a stopped store, and a disk above disk_max_used_space_ratio, write nothing;
+- refusals: a stopped store, and a disk above disk_used_space_ratio_max, write nothing;
 - transactional records: prepared and rolled-back ones are stored but take no queue offset.
 """
 
@@ -143,7 +143,7 @@ def test_disk_guard_refuses_puts_above_the_used_space_ratio_and_writes_nothing(
     used_ratio = (usage.total - usage.free) / usage.total
     if used_ratio <= 0.02:
         pytest.skip(f"the test filesystem is {used_ratio:.3f} used: no ratio fits below it")
-    config = make_config(disk_max_used_space_ratio=used_ratio - 0.01)
+    config = make_config(disk_used_space_ratio_max=used_ratio - 0.01)
     store = open_store(config)
     assert store.check_disk() is True
 
@@ -153,7 +153,7 @@ def test_disk_guard_refuses_puts_above_the_used_space_ratio_and_writes_nothing(
         *asyncio.run(store.async_put_messages([message(b"w")])),
     ):
         assert result.status is PutMessageStatus.SERVICE_NOT_AVAILABLE
-        assert "disk_max_used_space_ratio" in result.detail
+        assert "disk_used_space_ratio_max" in result.detail
         assert result.append is None
     assert store.max_phy_offset == 0
     assert store.get_max_offset_in_queue(TOPIC, 0) == 0
@@ -168,7 +168,7 @@ def test_disk_guard_refuses_puts_above_the_used_space_ratio_and_writes_nothing(
 def test_disk_guard_accepts_puts_below_the_ratio(
     make_config: MakeConfig, open_store: OpenStore
 ) -> None:
-    store = open_store(make_config(disk_max_used_space_ratio=1.0))
+    store = open_store(make_config(disk_used_space_ratio_max=1.0))
     assert store.check_disk() is False
     put_ok(store, message(b"fits"))
 

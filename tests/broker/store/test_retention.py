@@ -59,8 +59,8 @@ def retention_config(make_config: MakeConfig, **overrides: object) -> MessageSto
         mapped_file_size_consume_queue_entries=CQ_ENTRIES_PER_FILE,
         # Three records a file (entry 0 is unused; each record has an id and a key), so several
         # index files exist and the older ones can expire.
-        max_hash_slot_num=16,
-        max_index_num=7,
+        hash_slot_num=16,
+        index_num_max=7,
         file_reserved_hours=RESERVED_HOURS,
         # Every put returns flushed, so the cleaner may take any segment behind the active one.
         flush_disk_type=FlushDiskType.SYNC_FLUSH,

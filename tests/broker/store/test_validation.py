@@ -1,8 +1,8 @@
 """Message validation (broker/store/validation.py) and the config's own range checks.
 
-Proves, on validate_message directly: a topic that is empty, longer than max_topic_length (127, or
+Proves, on validate_message directly: a topic that is empty, longer than topic_length_max (127, or
 a smaller configured limit, also for a topic already seen under a larger one) or has a character
-outside %|a-zA-Z0-9_- is refused; so is a body over max_message_size_bytes, a queue_id outside
+outside %|a-zA-Z0-9_- is refused; so is a body over message_size_bytes_max, a queue_id outside
 0..2**31-1, a C0/C1 control character in the tag, keys, a property name or value, a '|' in a tag,
 the reserved __CRC32# property, an empty property name, properties over properties_length_max
 (counted in UTF-8 bytes, CRC property included), and integers or hosts that do not fit the record
@@ -65,15 +65,15 @@ def test_an_empty_topic_is_refused(config: MessageStoreConfig) -> None:
 
 def test_a_topic_over_127_characters_is_refused(config: MessageStoreConfig) -> None:
     error = refusal(message(topic="t" * 128), config)
-    assert (error.field, error.limit) == ("topic", "max_topic_length=127")
+    assert (error.field, error.limit) == ("topic", "topic_length_max=127")
     assert "128 characters" in str(error)
     validate_message(message(topic="t" * TOPIC_LENGTH_MAX), config)
 
 
 def test_a_topic_over_a_smaller_configured_limit_is_refused(tmp_path: Path) -> None:
-    config = small_config(tmp_path, max_topic_length=20)
+    config = small_config(tmp_path, topic_length_max=20)
     error = refusal(message(topic="t" * 21), config)
-    assert (error.field, error.limit) == ("topic", "max_topic_length=20")
+    assert (error.field, error.limit) == ("topic", "topic_length_max=20")
     validate_message(message(topic="t" * 20), config)
 
 
@@ -83,8 +83,8 @@ def test_a_topic_accepted_under_a_larger_limit_is_still_checked_against_a_smalle
     """Validation remembers topics it has accepted; that memory must not outlive the limit."""
     topic = "RememberedTopic-" + "x" * 14  # 30 characters
     validate_message(message(topic=topic), small_config(tmp_path / "a"))
-    error = refusal(message(topic=topic), small_config(tmp_path / "b", max_topic_length=20))
-    assert (error.field, error.limit) == ("topic", "max_topic_length=20")
+    error = refusal(message(topic=topic), small_config(tmp_path / "b", topic_length_max=20))
+    assert (error.field, error.limit) == ("topic", "topic_length_max=20")
 
 
 @pytest.mark.parametrize(
@@ -108,8 +108,8 @@ def test_system_and_namespaced_topics_are_accepted(config: MessageStoreConfig, t
 def test_a_body_over_max_message_size_bytes_is_refused(config: MessageStoreConfig) -> None:
     error = refusal(message(body=b"\0" * (MAX_BODY_BYTES + 1)), config)
     assert error.field == "body"
-    assert error.limit == f"max_message_size_bytes={MAX_BODY_BYTES}"
-    assert "max_message_size_bytes" in str(error)
+    assert error.limit == f"message_size_bytes_max={MAX_BODY_BYTES}"
+    assert "message_size_bytes_max" in str(error)
     assert "65536" in str(error)
     assert f"{MAX_BODY_BYTES + 1} bytes" in str(error)
 
@@ -245,25 +245,25 @@ def test_a_field_that_does_not_fit_the_record_is_refused(
             "mapped_file_size_commit_log_bytes",
             id="segment-smaller-than-the-largest-record",
         ),
-        pytest.param({"disk_max_used_space_ratio": 0}, "disk_max_used_space_ratio", id="ratio-0"),
+        pytest.param({"disk_used_space_ratio_max": 0}, "disk_used_space_ratio_max", id="ratio-0"),
         pytest.param(
-            {"disk_max_used_space_ratio": 1.5}, "disk_max_used_space_ratio", id="ratio-1.5"
+            {"disk_used_space_ratio_max": 1.5}, "disk_used_space_ratio_max", id="ratio-1.5"
         ),
         pytest.param(
-            {"disk_max_used_space_ratio": -0.1}, "disk_max_used_space_ratio", id="ratio-negative"
+            {"disk_used_space_ratio_max": -0.1}, "disk_used_space_ratio_max", id="ratio-negative"
         ),
-        pytest.param({"max_topic_length": 0}, "max_topic_length", id="topic-0"),
-        pytest.param({"max_topic_length": 128}, "max_topic_length", id="topic-128"),
+        pytest.param({"topic_length_max": 0}, "topic_length_max", id="topic-0"),
+        pytest.param({"topic_length_max": 128}, "topic_length_max", id="topic-128"),
         pytest.param({"properties_length_max": 0}, "properties_length_max", id="props-0"),
         pytest.param({"properties_length_max": 32768}, "properties_length_max", id="props-32768"),
-        pytest.param({"max_message_size_bytes": 0}, "max_message_size_bytes", id="body-0"),
+        pytest.param({"message_size_bytes_max": 0}, "message_size_bytes_max", id="body-0"),
         pytest.param(
             {"mapped_file_size_consume_queue_entries": 0},
             "mapped_file_size_consume_queue_entries",
             id="cq-entries-0",
         ),
-        pytest.param({"max_hash_slot_num": 0}, "max_hash_slot_num", id="slots-0"),
-        pytest.param({"max_index_num": 1}, "max_index_num", id="index-1"),
+        pytest.param({"hash_slot_num": 0}, "hash_slot_num", id="slots-0"),
+        pytest.param({"index_num_max": 1}, "index_num_max", id="index-1"),
         pytest.param(
             {"flush_interval_commit_log_ms": 0}, "flush_interval_commit_log_ms", id="flush-0"
         ),
@@ -294,13 +294,13 @@ def test_the_segment_size_error_says_how_large_the_largest_record_is(tmp_path: P
 @pytest.mark.parametrize(
     "overrides",
     [
-        pytest.param({"disk_max_used_space_ratio": 1.0}, id="ratio-1"),
-        pytest.param({"disk_max_used_space_ratio": 0.01}, id="ratio-small"),
-        pytest.param({"max_topic_length": 1}, id="topic-1"),
-        pytest.param({"max_topic_length": TOPIC_LENGTH_MAX}, id="topic-127"),
+        pytest.param({"disk_used_space_ratio_max": 1.0}, id="ratio-1"),
+        pytest.param({"disk_used_space_ratio_max": 0.01}, id="ratio-small"),
+        pytest.param({"topic_length_max": 1}, id="topic-1"),
+        pytest.param({"topic_length_max": TOPIC_LENGTH_MAX}, id="topic-127"),
         pytest.param({"properties_length_max": 1}, id="props-1"),
         pytest.param({"properties_length_max": PROPERTIES_LENGTH_MAX}, id="props-32767"),
-        pytest.param({"max_index_num": 2}, id="index-2"),
+        pytest.param({"index_num_max": 2}, id="index-2"),
     ],
 )
 def test_config_values_at_the_boundaries_are_accepted(

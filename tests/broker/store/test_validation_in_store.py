@@ -249,8 +249,8 @@ def test_the_smallest_segment_the_config_allows_holds_the_largest_message(
     config = small_config(
         tmp_path,
         mapped_file_size_commit_log_bytes=segment_bytes,
-        max_message_size_bytes=body_bytes,
-        max_topic_length=topic_length,
+        message_size_bytes_max=body_bytes,
+        topic_length_max=topic_length,
         properties_length_max=properties_bytes,
     )
     with pytest.raises(StoreConfigError, match="mapped_file_size_commit_log_bytes"):

@@ -36,10 +36,10 @@ STORE_HOST: HostAddress = ("10.0.0.1", 10911)
 def small_config(root: Path, **overrides: Any) -> MessageStoreConfig:
     fields: dict[str, Any] = {
         "mapped_file_size_commit_log_bytes": 1 << 20,
-        "max_message_size_bytes": MAX_BODY_BYTES,
+        "message_size_bytes_max": MAX_BODY_BYTES,
         "mapped_file_size_consume_queue_entries": 1000,
-        "max_hash_slot_num": 1000,
-        "max_index_num": 4000,
+        "hash_slot_num": 1000,
+        "index_num_max": 4000,
         **overrides,
     }
     return MessageStoreConfig(root, **fields)
