@@ -492,7 +492,7 @@ def test_purge_never_takes_pending_entries(url: str) -> None:
 
 
 def parquet_rows(path: Path) -> list[dict[str, Any]]:
-    found = pq.read_table(path).to_pylist()
+    found: list[dict[str, Any]] = pq.read_table(path).to_pylist()
     for row in found:
         row["properties"] = dict(row["properties"])
     return found

@@ -237,8 +237,8 @@ def test_fifo_push_consumer_consumes_each_order_in_order(tmp_path: Path) -> None
         consumer.shutdown()
         broker.stop()
     assert sorted(recorder.steps) == [f"order-{n}" for n in range(1, 6)]
-    for order, steps in recorder.steps.items():
-        assert steps == STEPS, f"{order} consumed out of order: {steps}"
+    for group, steps in recorder.steps.items():
+        assert steps == STEPS, f"{group} consumed out of order: {steps}"
 
 
 def test_progress_survives_a_broker_sigkill_and_a_consumer_restart(tmp_path: Path) -> None:
