@@ -51,10 +51,13 @@ $(CHROMIUM):
 run: $(STAMP)
 	$(BIN)/rocketbox up --data-dir $(DATA_DIR)
 
+# mypy covers tests/ as well (pyproject's files); lint-imports checks DESIGN.md §1's import layers
+# (pyproject's [tool.importlinter] contracts). The other house rules are tests/test_house_rules.py.
 lint: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy
+	$(BIN)/lint-imports --no-cache
 
 test: lint $(NODE_STAMP) $(HELM) $(CHROMIUM)
 	$(BIN)/pytest
