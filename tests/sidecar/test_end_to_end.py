@@ -131,7 +131,7 @@ def test_flow_control_spools_as_throttled_without_an_immediate_retry(
         # Nothing is retried before the next attempt time, though the broker takes sends again.
         while now_ms() < next_attempt_ms - 500:
             assert not stored_copies(broker.endpoint, result.message_id), "retried at once"
-            time.sleep(0.1)
+            time.sleep(0.1)  # sleep: watching for a retry that must not come before then
         wait_until(
             lambda: delivered_once(broker.endpoint, [result.message_id]),
             DELIVERY_DEADLINE_S, "the throttled message delivered after its back-off",
