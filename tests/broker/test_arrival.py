@@ -106,7 +106,7 @@ def test_a_burst_of_records_from_another_thread_costs_one_wake() -> None:
         thread.join()
         await until(lambda: sum(t.done() for t in waiters) >= 1, "a waiter woken")
         for _ in range(5):  # every wake the burst queued ran in one pass; their waiters end
-            await asyncio.sleep(0)
+            await asyncio.sleep(0)  # sleep: turns of the loop, in which no second waiter may end
         assert sum(t.done() for t in waiters) == 1
         arrivals.wake_all()
         await asyncio.gather(*waiters)

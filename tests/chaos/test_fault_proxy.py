@@ -27,11 +27,12 @@ from pathlib import Path
 
 import grpc
 import pytest
-from grpc_health.v1 import health_pb2, health_pb2_grpc
+from grpc_health.v1 import health_pb2
 
 from chaos.fault_proxy import FaultProxy
 from chaos.faults import LATENCY_MS_MAX, Fault
 from chaos.processes import BrokerProcess, wait_until
+from tests.grpc_health import HealthStub
 
 DEADLINE_S = 10.0
 
@@ -209,7 +210,7 @@ def test_grpc_through_the_proxy_feels_each_fault(tmp_path: Path) -> None:
         FaultProxy("127.0.0.1", broker.port) as proxy,
         grpc.insecure_channel(proxy.endpoint) as channel,
     ):
-        stub = health_pb2_grpc.HealthStub(channel)
+        stub = HealthStub(channel)
 
         def check(timeout_s: float = DEADLINE_S, wait_for_ready: bool = False) -> int:
             response = stub.Check(

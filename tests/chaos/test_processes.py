@@ -21,7 +21,7 @@ from pathlib import Path
 
 import grpc
 import pytest
-from grpc_health.v1 import health_pb2, health_pb2_grpc
+from grpc_health.v1 import health_pb2
 
 from chaos.processes import (
     BROKER_READY_LINE,
@@ -33,6 +33,7 @@ from chaos.processes import (
 )
 from rocketbox_api.v1 import sidecar_pb2 as api
 from rocketbox_api.v1 import sidecar_pb2_grpc
+from tests.grpc_health import HealthStub
 
 CALL_DEADLINE_S = 30.0
 # Long enough for a live broker on this machine to answer a health check; a stopped one never does.
@@ -41,7 +42,7 @@ BROKER_ARGS = ("--auto-create-topic",)
 
 
 def health(channel: grpc.Channel, timeout_s: float, wait_for_ready: bool = False) -> int:
-    response: health_pb2.HealthCheckResponse = health_pb2_grpc.HealthStub(channel).Check(
+    response: health_pb2.HealthCheckResponse = HealthStub(channel).Check(
         health_pb2.HealthCheckRequest(), timeout=timeout_s, wait_for_ready=wait_for_ready
     )
     return int(response.status)

@@ -140,7 +140,7 @@ def test_close_answers_every_message_when_no_sidecar_is_reachable() -> None:
             sender = client.batching_sender()
             await sender.start()
             sends = [asyncio.ensure_future(sender.send(Message("Orders", b"x"))) for _ in range(50)]
-            await asyncio.sleep(0)  # each send is in the buffer before close
+            await asyncio.sleep(0)  # sleep: one turn, in which each send reaches the buffer
             await sender.close()
             assert all(s.done() for s in sends)
             return await asyncio.gather(*sends, return_exceptions=True)

@@ -49,7 +49,8 @@ def version() -> str:
 
 
 def chart_values() -> dict[str, object]:
-    return yaml.safe_load((CHART / "values.yaml").read_text())
+    values: dict[str, object] = yaml.safe_load((CHART / "values.yaml").read_text())
+    return values
 
 
 def test_one_pinned_base_image_for_both_stages() -> None:

@@ -54,7 +54,7 @@ def without_custom_kinds(docs: list[dict[str, object]]) -> list[dict[str, object
 
 @pytest.mark.parametrize("outbox_type", [None, *OUTBOX_TYPES], ids=["defaults", *OUTBOX_TYPES])
 def test_helm_lint_strict_passes(helm: Helm, outbox_type: str | None) -> None:
-    values = [] if outbox_type is None else ["--values", values_file(outbox_type)]
+    values: list[str | Path] = [] if outbox_type is None else ["--values", values_file(outbox_type)]
     done = helm.run("lint", "--strict", CHART, *values)
     assert done.returncode == 0, done.stdout + done.stderr
     assert "0 chart(s) failed" in done.stdout

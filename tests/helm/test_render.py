@@ -29,9 +29,9 @@ POD_KINDS = ("Deployment", "StatefulSet", "CronJob")
 
 
 def pod_spec(doc: Doc) -> dict[str, Any]:
-    if doc["kind"] == "CronJob":
-        return doc["spec"]["jobTemplate"]["spec"]["template"]["spec"]
-    return doc["spec"]["template"]["spec"]
+    owner = doc["spec"]["jobTemplate"]["spec"] if doc["kind"] == "CronJob" else doc["spec"]
+    spec: dict[str, Any] = owner["template"]["spec"]
+    return spec
 
 
 def app_pod(r: Rendered) -> dict[str, Any]:

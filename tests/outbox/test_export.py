@@ -23,7 +23,7 @@ from tests.outbox.entries import entry as new_entry
 
 def parquet_rows(path: Path) -> list[dict[str, Any]]:
     """The file's rows as JSON would give them (a Parquet map reads back as key/value pairs)."""
-    rows = pq.read_table(path).to_pylist()
+    rows: list[dict[str, Any]] = pq.read_table(path).to_pylist()
     for row in rows:
         row["properties"] = dict(row["properties"])
     return rows

@@ -100,15 +100,15 @@ def test_an_outage_through_the_sidecar_loses_nothing(tmp_path: Path) -> None:
     summary = run.summary
     assert json.loads(run.stdout) == summary
     spooled = sum(a.count("spooled") for a in answers.values())
-    sent = BEFORE + DURING + AFTER
+    sent_count = BEFORE + DURING + AFTER
     assert summary["verdict"] == "NOTHING_LOST"
     totals = summary["totals"]
-    assert totals["messages"] == totals["ok"] == sent
+    assert totals["messages"] == totals["ok"] == sent_count
     assert {k: totals[k] for k in ("lost", "duplicated", "recovered", "unexpected", "pending",
                                    "dead", "unchecked")} == dict.fromkeys(
         ("lost", "duplicated", "recovered", "unexpected", "pending", "dead", "unchecked"), 0
     )  # fmt: skip
-    assert summary["ledgers"]["lines"] == sent
+    assert summary["ledgers"]["lines"] == sent_count
     assert summary["ledgers"]["spooled"] == spooled
     assert summary["outbox"]["delivered"] == spooled
     assert summary["delivery_latency"]["messages"] == spooled

@@ -192,7 +192,7 @@ def test_show_of_a_missing_entry_exits_4(url: str) -> None:
 
 
 def parquet_rows(path: Path) -> list[dict[str, Any]]:
-    found = pq.read_table(path).to_pylist()
+    found: list[dict[str, Any]] = pq.read_table(path).to_pylist()
     for row in found:
         row["properties"] = dict(row["properties"])
     return found

@@ -34,5 +34,5 @@ class DyingSidecar(Sidecar):
 
 
 if __name__ == "__main__":
-    rocketbox.sidecar_cli.Sidecar = DyingSidecar  # type: ignore[misc]  # the fault injected, for this process only
+    rocketbox.sidecar_cli.Sidecar = DyingSidecar  # type: ignore[attr-defined]  # the fault injected, for this process only
     main(["sidecar", *sys.argv[1:]])

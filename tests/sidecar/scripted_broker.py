@@ -147,6 +147,7 @@ class ScriptedIndex(broker_admin_pb2_grpc.BrokerAdminServicer):  # type: ignore[
         stored = self._broker.stored.get(request.message_id)
         if stored is None:
             await context.abort(grpc.StatusCode.NOT_FOUND, f"{request.message_id} not stored")
+            raise AssertionError("abort raises")  # for the type checker: abort never returns
         return broker_admin_pb2.GetMessageResponse(
             messages=[
                 broker_admin_pb2.StoredMessage(

@@ -14,6 +14,7 @@ import socket
 from collections.abc import Iterator
 from concurrent.futures import Future
 from pathlib import Path
+from typing import cast
 
 import grpc
 import pytest
@@ -104,7 +105,9 @@ def test_one_message_over_the_limit_is_refused_at_once(silent_broker: str) -> No
 
 def retry_after_ms(error: grpc.RpcError) -> int:
     """The google.rpc.RetryInfo delay in a call's rich status."""
-    for key, value in error.trailing_metadata() or ():  # type: ignore[attr-defined]  # a grpc.RpcError raised by a call is also a grpc.Call
+    # types-grpcio types the items as objects with .key and .value; a call's are (key, value) pairs.
+    metadata = cast("tuple[tuple[str, bytes], ...]", error.trailing_metadata() or ())
+    for key, value in metadata:
         if key == "grpc-status-details-bin":
             status = status_pb2.Status.FromString(value)
             for detail in status.details:

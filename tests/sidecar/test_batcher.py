@@ -30,7 +30,7 @@ class Recorder:
         self.in_flight_peak = max(self.in_flight_peak, self.in_flight)
         try:
             for _ in range(self.turns):
-                await asyncio.sleep(0)
+                await asyncio.sleep(0)  # sleep: a flush takes this many turns of the loop
             return [i * 10 for i in items]
         finally:
             self.in_flight -= 1
@@ -56,7 +56,7 @@ def test_every_item_gets_its_own_answer_within_the_limits(
         tasks: list[asyncio.Task[int]] = []
         for wave in waves:  # each wave arrives in one turn; the next a turn later
             tasks += [asyncio.create_task(batcher.submit(i)) for i in wave]
-            await asyncio.sleep(0)
+            await asyncio.sleep(0)  # sleep: the next wave comes a turn of the loop later
         answers = await asyncio.gather(*tasks)
         assert batcher.idle
         return answers
@@ -78,8 +78,8 @@ def test_items_of_one_turn_share_a_request_and_later_ones_wait_for_it() -> None:
     async def run() -> None:
         batcher: InFlightBatcher[int, int] = InFlightBatcher(recorder.flush, 100, 10**6, 1)
         first = [asyncio.create_task(batcher.submit(i)) for i in range(5)]
-        await asyncio.sleep(0)  # the first request leaves with all five
-        await asyncio.sleep(0)
+        await asyncio.sleep(0)  # sleep: a turn, in which the first request leaves with all five
+        await asyncio.sleep(0)  # sleep: a turn more: its flush (two turns) is still in flight
         later = [asyncio.create_task(batcher.submit(i)) for i in range(5, 8)]
         await asyncio.gather(*first, *later)
 

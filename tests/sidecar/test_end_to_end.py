@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
+from typing import Any
 
 import grpc
 import pytest
@@ -68,7 +69,7 @@ def test_broker_up_stored_and_consumable(broker: BrokerProcess) -> None:
         )
         consumer.startup()
         try:
-            received = []
+            received: list[Any] = []
             deadline = time.monotonic() + DELIVERY_DEADLINE_S
             while not received and time.monotonic() < deadline:
                 received = consumer.receive(16, 15)
@@ -130,7 +131,7 @@ def test_flow_control_spools_as_throttled_without_an_immediate_retry(
         # Nothing is retried before the next attempt time, though the broker takes sends again.
         while now_ms() < next_attempt_ms - 500:
             assert not stored_copies(broker.endpoint, result.message_id), "retried at once"
-            time.sleep(0.1)
+            time.sleep(0.1)  # sleep: watching for a retry that must not come before then
         wait_until(
             lambda: delivered_once(broker.endpoint, [result.message_id]),
             DELIVERY_DEADLINE_S, "the throttled message delivered after its back-off",
@@ -165,7 +166,7 @@ def test_bad_input_is_rejected_naming_the_field_and_nothing_is_spooled(
                     send(stub, m)
                 error = raised.value
                 assert error.code() == grpc.StatusCode.INVALID_ARGUMENT, (field, error)
-                assert error.details().startswith(f"{field}: "), error.details()
+                assert (error.details() or "").startswith(f"{field}: "), error.details()
                 status = rpc_status.from_call(error)  # type: ignore[arg-type]  # a grpc.RpcError raised by a call is also a grpc.Call
                 assert status is not None, "no google.rpc status"
                 bad_request = error_details_pb2.BadRequest()

@@ -17,10 +17,11 @@ from pathlib import Path
 
 import grpc
 import pytest
-from grpc_health.v1 import health_pb2, health_pb2_grpc
+from grpc_health.v1 import health_pb2
 
 from rocketbox_api.v1 import sidecar_pb2 as api
 from tests.broker.broker_process import BrokerProcess, wait_until
+from tests.grpc_health import HealthStub
 from tests.outbox.small_fs import small_disk
 from tests.prometheus import Samples, metrics_port, sample, scrape
 from tests.sidecar.sidecar_process import (
@@ -54,7 +55,7 @@ NOT_SERVING = health_pb2.HealthCheckResponse.NOT_SERVING
 
 def health(sidecar: SidecarProcess) -> int:
     with grpc.insecure_channel(sidecar.endpoint) as channel:
-        stub = health_pb2_grpc.HealthStub(channel)
+        stub = HealthStub(channel)
         response = stub.Check(health_pb2.HealthCheckRequest(service=""), timeout=CALL_DEADLINE_S)
         return int(response.status)
 

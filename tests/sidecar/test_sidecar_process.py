@@ -19,7 +19,7 @@ from pathlib import Path
 
 import grpc
 import pytest
-from grpc_health.v1 import health_pb2, health_pb2_grpc
+from grpc_health.v1 import health_pb2
 
 from outbox.entry import OutboxEntry, OutboxMessage, SpoolCause
 from outbox.factory import open_outbox
@@ -28,6 +28,7 @@ from sidecar.channels import Endpoint
 from sidecar.clock import now_ms
 from sidecar.producer import Producer, ProducerConfig
 from tests.broker.broker_process import BrokerProcess, wait_until
+from tests.grpc_health import HealthStub
 from tests.services import free_port, start_private_redis
 from tests.sidecar.sidecar_process import (
     SidecarProcess,
@@ -164,7 +165,7 @@ def test_an_ambiguous_entry_already_stored_is_not_sent_again(
 
 def health(endpoint: str) -> int:
     with grpc.insecure_channel(endpoint) as channel:
-        stub = health_pb2_grpc.HealthStub(channel)
+        stub = HealthStub(channel)
         response = stub.Check(health_pb2.HealthCheckRequest(service=""), timeout=10)
         return int(response.status)
 

@@ -30,11 +30,12 @@ from typing import Any
 
 import grpc
 import pytest
-from grpc_health.v1 import health_pb2, health_pb2_grpc
+from grpc_health.v1 import health_pb2
 from rocketmq import ClientConfiguration, Credentials, Message, Producer
 from rocketmq.v5.exception import TooManyRequestsException
 
 from tests.broker.broker_process import REPO_ROOT, BrokerProcess, wait_until
+from tests.grpc_health import HealthStub
 
 CLI_DEADLINE_S = 60.0
 DISPATCH_DEADLINE_S = 30.0
@@ -270,7 +271,7 @@ def test_a_silent_broker_is_an_error_after_the_deadline() -> None:
 
 def test_health_reports_the_admin_service_serving(broker: BrokerProcess) -> None:
     with grpc.insecure_channel(broker.endpoint) as channel:
-        check = health_pb2_grpc.HealthStub(channel).Check(
+        check = HealthStub(channel).Check(
             health_pb2.HealthCheckRequest(service="rocketbox.admin.v1.BrokerAdmin"), timeout=10
         )
     assert check.status == health_pb2.HealthCheckResponse.SERVING

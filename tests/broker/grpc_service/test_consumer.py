@@ -105,7 +105,8 @@ def test_receive_and_ack_and_nothing_acked_comes_back(tmp_path: Path) -> None:
             assert {m.message_id for m in got} == sent
             assert all(m.delivery_attempt == 1 for m in got)
             assert {m.tag for m in got} == {"job"}
-            time.sleep(INVISIBLE_S + 0.5)  # past the invisible time: acked messages stay gone
+            # sleep: past the invisible time, after which acked messages must stay gone
+            time.sleep(INVISIBLE_S + 0.5)
             assert c.receive(32, INVISIBLE_S) == []
     finally:
         broker.stop()
@@ -156,6 +157,7 @@ def test_unacked_messages_come_back_then_go_to_the_dead_letter_queue(tmp_path: P
             second = receive_all(c, 1, ack=False)  # after the invisible time
             assert (second[0].message_id, second[0].delivery_attempt) == (sent, 2)
             # One retry allowed (2 attempts): the third delivery goes to %DLQ%Careful instead.
+            # sleep: past the invisible time, when a third delivery would come here
             time.sleep(INVISIBLE_S + 0.5)
             assert c.receive(32, INVISIBLE_S) == []
         with simple_consumer(broker.endpoint, "Janitors", "%DLQ%Careful") as dlq:
@@ -237,8 +239,8 @@ def test_fifo_push_consumer_consumes_each_order_in_order(tmp_path: Path) -> None
         consumer.shutdown()
         broker.stop()
     assert sorted(recorder.steps) == [f"order-{n}" for n in range(1, 6)]
-    for order, steps in recorder.steps.items():
-        assert steps == STEPS, f"{order} consumed out of order: {steps}"
+    for group, steps in recorder.steps.items():
+        assert steps == STEPS, f"{group} consumed out of order: {steps}"
 
 
 def test_progress_survives_a_broker_sigkill_and_a_consumer_restart(tmp_path: Path) -> None:
@@ -262,7 +264,8 @@ def test_progress_survives_a_broker_sigkill_and_a_consumer_restart(tmp_path: Pat
     try:
         with simple_consumer(broker.endpoint, "Keepers", "Durable", await_s=1) as again:
             rest = receive_all(again, 4)
-            time.sleep(INVISIBLE_S + 0.5)  # anything else would have shown up by now
+            # sleep: past the invisible time, by which a redelivery (none may come) would show
+            time.sleep(INVISIBLE_S + 0.5)
             rest += again.receive(32, INVISIBLE_S)
     finally:
         broker.stop()

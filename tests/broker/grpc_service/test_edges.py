@@ -20,13 +20,14 @@ import uuid
 from pathlib import Path
 
 import grpc
-from grpc_health.v1 import health_pb2, health_pb2_grpc
+from grpc_health.v1 import health_pb2
 from rocketmq.grpc_protocol import Code, service_pb2_grpc
 from rocketmq.grpc_protocol import definition_pb2 as pb
 from rocketmq.grpc_protocol import service_pb2 as spb
 
 from tests.broker.broker_process import REPO_ROOT, BrokerProcess
 from tests.broker.grpc_service.test_producer import stored
+from tests.grpc_health import HealthStub
 
 CALL_DEADLINE_S = 10.0
 
@@ -115,7 +116,7 @@ def test_health_service_answers_serving(tmp_path: Path) -> None:
     broker = BrokerProcess(tmp_path)
     try:
         with grpc.insecure_channel(broker.endpoint) as channel:
-            stub = health_pb2_grpc.HealthStub(channel)
+            stub = HealthStub(channel)
             for service in ("", "apache.rocketmq.v2.MessagingService"):
                 reply = stub.Check(
                     health_pb2.HealthCheckRequest(service=service), timeout=CALL_DEADLINE_S

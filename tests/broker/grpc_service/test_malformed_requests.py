@@ -16,11 +16,16 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Iterator
-from typing import Any
+from typing import Any, cast
 
 import grpc
 import pytest
-from google.protobuf.descriptor import Descriptor, FieldDescriptor, MethodDescriptor
+from google.protobuf.descriptor import (
+    Descriptor,
+    FieldDescriptor,
+    MethodDescriptor,
+    ServiceDescriptor,
+)
 from grpc_health.v1 import health_pb2
 from rocketmq.grpc_protocol import Code, service_pb2_grpc
 from rocketmq.grpc_protocol import definition_pb2 as pb
@@ -37,10 +42,12 @@ NOT_PROTOBUF = b"\x0a\x05\x0a"  # a length-delimited field running past the end
 GUARD_LINE = "refused an undecodable request"
 # Each RPC's bad requests this many times: far more calls than the guard may write lines.
 ROUNDS = 3
-BROKER_SERVICES = (
+BROKER_SERVICES: tuple[ServiceDescriptor, ServiceDescriptor, ServiceDescriptor] = (
     spb.DESCRIPTOR.services_by_name["MessagingService"],
     broker_admin_pb2.DESCRIPTOR.services_by_name["BrokerAdmin"],
-    health_pb2.DESCRIPTOR.services_by_name["Health"],
+    # types-protobuf types grpc_health's descriptors as upb's classes; at run time they are
+    # the same classes as the generated modules' (google.protobuf.descriptor under upb).
+    cast(ServiceDescriptor, health_pb2.DESCRIPTOR.services_by_name["Health"]),
 )
 
 
@@ -64,8 +71,9 @@ def bad_utf8(message: Descriptor, depth: int = 3) -> bytes:
         if field.type == FieldDescriptor.TYPE_STRING:
             return key + b"\x02\xff\xfe"
     for field in message.fields:
-        if field.type == FieldDescriptor.TYPE_MESSAGE and depth > 0:
-            inner = bad_utf8(field.message_type, depth - 1)
+        nested = field.message_type
+        if field.type == FieldDescriptor.TYPE_MESSAGE and nested is not None and depth > 0:
+            inner = bad_utf8(nested, depth - 1)
             if inner:
                 return _varint(field.number << 3 | 2) + _varint(len(inner)) + inner
     return b""

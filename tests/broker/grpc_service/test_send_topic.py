@@ -22,11 +22,14 @@ from rocketmq.grpc_protocol import definition_pb2 as pb
 from rocketmq.grpc_protocol import service_pb2 as spb
 
 from broker.config import BrokerConfig
+from broker.store.config import MessageStoreConfig
 from tests.broker.broker_process import BrokerProcess
 from tests.broker.grpc_service.test_edges import send, wire_message
 
 CALL_DEADLINE_S = 15.0
-DEFAULT_QUEUE_NUMS = BrokerConfig.__dataclass_fields__["default_topic_queue_nums"].default
+DEFAULT_QUEUE_NUMS = BrokerConfig(
+    store=MessageStoreConfig(store_path_root_dir=Path())
+).default_topic_queue_nums
 
 
 def route(endpoint: str, topic: str) -> spb.QueryRouteResponse:

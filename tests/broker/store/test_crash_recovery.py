@@ -110,7 +110,7 @@ def record_size(store_dir: Path, phy_offset: int, segment_size: int) -> int:
     with path.open("rb") as f:
         f.seek(phy_offset % segment_size)
         (size,) = struct.unpack(">i", f.read(4))
-    return size
+    return int(size)
 
 
 def overwrite(store_dir: Path, phy_offset: int, data: bytes, segment_size: int) -> None:

@@ -79,7 +79,7 @@ def test_threads_putting_concurrently_under_sync_flush(
 
     def producer(t: int) -> list[tuple[MessageExtBrokerInner, PutMessageResult]]:
         start_together.wait(timeout=10)
-        out = []
+        out: list[tuple[MessageExtBrokerInner, PutMessageResult]] = []
         for i in range(per_thread):
             m = message(b"%d-%d" % (t, i), queue_id=t % 4, msg_id=f"ID-{t}-{i:04d}")
             out.extend((m, r) for r in store.put_messages([m]))
