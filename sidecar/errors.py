@@ -54,8 +54,9 @@ class SendFailedError(SidecarError):
         super().__init__(f"{cause.value}: {detail}")
         self.cause = cause
         self.detail = detail
-        # The request may have reached the broker: a resend must check first (DESIGN §3).
-        self.maybe_stored = maybe_stored
+        # The request may have reached the broker: a resend must check first (DESIGN §3). An
+        # AMBIGUOUS failure is one by definition, so the flag alone says it wherever it is read.
+        self.maybe_stored = maybe_stored or cause is SpoolCause.AMBIGUOUS
 
 
 def internal_error(e: BaseException) -> SendRejectedError:

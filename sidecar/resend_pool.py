@@ -41,7 +41,7 @@ import time
 import uuid
 from collections.abc import Callable
 
-from outbox.entry import DeliveryReceipt, EntryState, OutboxEntry, SpoolCause
+from outbox.entry import DeliveryReceipt, EntryState, OutboxEntry
 from sidecar.async_outbox import AsyncOutbox
 from sidecar.backoff import Backoff
 from sidecar.clock import now_ms
@@ -88,12 +88,6 @@ def resend_jobs(claimed: list[OutboxEntry]) -> list[list[OutboxEntry]]:
         batch.append(entry)
         open_batches[m.topic] = (batch, batch_bytes + len(m.body))
     return jobs
-
-
-def failure_may_be_stored(failure: SendFailedError) -> bool:
-    """The failed resend may have reached the broker (it timed out after the request went out):
-    its reschedule says so, and the next resend asks the broker's index first."""
-    return failure.maybe_stored or failure.cause is SpoolCause.AMBIGUOUS
 
 
 class ResendPool:
@@ -293,7 +287,7 @@ class ResendPool:
         next_send_time_ms = now + self._backoff.delay_ms(attempts)
         done = await self._outbox.reschedule(
             entry.message_id, self.owner, next_send_time_ms, error, now,
-            maybe_stored=failure_may_be_stored(failure),
+            maybe_stored=failure.maybe_stored,
         )  # fmt: skip
         if done:
             self._count("RESCHEDULED")
