@@ -137,8 +137,8 @@ def test_one_version_everywhere() -> None:
     image = chart_values()["image"]
     assert isinstance(image, dict)
     assert image["tag"] == v
-    # The build instructions in the Dockerfile and the README tag the image the chart pulls.
-    for path in (DOCKERFILE, REPO / "README.md"):
+    # The build instructions in the Dockerfile and docs/kubernetes.md tag the image the chart pulls.
+    for path in (DOCKERFILE, REPO / "docs" / "kubernetes.md"):
         tags = re.findall(r"docker build -t rocketbox:(\S+) \.", path.read_text())
         assert tags, f"{path.name} gives no `docker build -t rocketbox:<version> .`"
         assert set(tags) == {v}, path.name
