@@ -16,16 +16,37 @@ import click
 from broker.config import BrokerConfig
 from broker.store.config import FlushDiskType, MessageStoreConfig
 from rocketbox.broker_admin_cli import flow_control, group, message, topic
-from rocketbox.broker_cli import broker, run_broker, store_geometry_options
+from rocketbox.broker_cli import (
+    SEGMENT_SIZE_MIB_DEFAULT,
+    broker,
+    broker_addresses,
+    run_broker,
+    store_geometry_options,
+)
 from rocketbox.event_loop import EVENT_LOOP_DEFAULT, EVENT_LOOPS
 from rocketbox.logs import LOG_FORMATS, configure_logging
 from rocketbox.outbox_cli import outbox_group
 from rocketbox.reconcile_cli import reconcile_command
 from rocketbox.run_settings import RunSettings, run_async
 from rocketbox.sidecar_cli import optional_listen, sidecar_command
+from rocketbox.start_checks import (
+    UP_BROKER_LISTEN_OPTIONS,
+    refuse_locked,
+    refuse_outbox_locked,
+    refuse_taken,
+)
 from sidecar.channels import Endpoint
 from sidecar.config import SidecarConfig
 from sidecar.producer import ProducerConfig
+
+# `rocketbox up`'s commitlog segments: a developer's default, on a laptop's disk. Each segment is
+# written in full when created and the next is prepared ahead, so RocketMQ's 1 GiB held 2 GiB of
+# disk for a few MB of messages. 64 MiB still holds 16 of the largest (4 MiB) messages and about
+# 60,000 of 1 KiB; retention deletes whole segments, so smaller ones also free disk sooner.
+# `rocketbox broker`, the production command, keeps RocketMQ's 1 GiB.
+UP_SEGMENT_SIZE_MIB_DEFAULT = 64
+# Under DATA_DIR: the sidecar's acknowledgement ledger, for `rocketbox reconcile --acks`.
+UP_ACK_LEDGER_NAME = "acks.jsonl"
 
 # `rocketbox up --profile`: where the embedded default keeps its outbox.
 UP_PROFILES = {
@@ -66,7 +87,7 @@ def main(ctx: click.Context, log_level: str, log_format: str, event_loop: str) -
     default=FlushDiskType.ASYNC_FLUSH.value,
     help="ASYNC_FLUSH: fsync periodically; SYNC_FLUSH: answer sends after their fsync.",
 )
-@store_geometry_options
+@store_geometry_options(UP_SEGMENT_SIZE_MIB_DEFAULT)
 @click.option("--file-reserved-hours", default=72.0, type=click.FloatRange(min=0.01))
 @click.option("--sidecar-port", default=8980, type=click.IntRange(0, 65535), help="0: a free port.")
 @click.option(
@@ -84,6 +105,15 @@ def main(ctx: click.Context, log_level: str, log_format: str, event_loop: str) -
     help="Serve the broker's and the sidecar's Prometheus metrics here (port 0: a free "
     "port; empty: off).",
 )
+@click.option(
+    "--ack-ledger",
+    "ack_ledger",
+    default=None,
+    metavar="PATH",
+    show_default=f"DATA_DIR/{UP_ACK_LEDGER_NAME}",
+    help="The sidecar's acknowledgement ledger (the answers sent to apps), read by "
+    "`rocketbox reconcile --acks`; empty: none.",
+)
 def up(
     data_dir: Path,
     listen_port: int,
@@ -96,10 +126,12 @@ def up(
     profile: str,
     outbox_url: str | None,
     metrics_listen: Endpoint | None,
+    ack_ledger: str | None,
 ) -> None:
     """Run rocketbox's embedded default on this machine, data under DATA_DIR: the broker
-    (apache.rocketmq.v2 on 127.0.0.1:8081, topics created on first use) and the sidecar
-    (rocketbox.v1 on 127.0.0.1:8980) with its outbox, until SIGINT/SIGTERM."""
+    (apache.rocketmq.v2 on 127.0.0.1:8081, topics created on first use, 64 MiB commitlog
+    segments) and the sidecar (rocketbox.v1 on 127.0.0.1:8980) with its outbox and its ack
+    ledger, until SIGINT/SIGTERM."""
     store_config = MessageStoreConfig(
         store_path_root_dir=(data_dir / "broker").resolve(),
         mapped_file_size_commit_log_bytes=segment_size_mib * 1024 * 1024,
@@ -117,15 +149,44 @@ def up(
         metrics_port=metrics_listen.port if metrics_listen else 0,
     )
     url = outbox_url or UP_PROFILES[profile].format(outbox_dir=(data_dir / "outbox").resolve())
+    ledger = (data_dir / UP_ACK_LEDGER_NAME).resolve() if ack_ledger is None else ack_ledger
+    ledger_path = Path(ledger).resolve() if ledger else None
+    refuse_locked(store_config.lock_file_path, "--data-dir")
+    refuse_outbox_locked(url, "--outbox" if outbox_url else "--data-dir")
+    refuse_taken(
+        [
+            *broker_addresses(config, UP_BROKER_LISTEN_OPTIONS),
+            ("--sidecar-port", "127.0.0.1", sidecar_port),
+        ]
+    )
 
     def sidecar_config(broker_port: int) -> SidecarConfig:
         return SidecarConfig(
             producer=ProducerConfig(access_points=(Endpoint("127.0.0.1", broker_port),)),
             outbox_url=url,
             listen_port=sidecar_port,
+            # The broker's metrics endpoint serves the sidecar's registry: keep its gauges fresh.
+            outbox_stats_enable=metrics_listen is not None,
+            ack_ledger_path=ledger_path,
         )
 
-    run_async(run_broker(config, [], [], sidecar_config))
+    def banner(c: SidecarConfig) -> list[str]:
+        return up_banner(data_dir, segment_size_mib, c)
+
+    run_async(run_broker(config, [], [], sidecar_config, banner))
+
+
+def up_banner(data_dir: Path, segment_size_mib: int, c: SidecarConfig) -> list[str]:
+    """What ``up`` keeps where, and the option that changes each."""
+    lines = [
+        f"data under {data_dir.resolve()}: commitlog segments of {segment_size_mib} MiB "
+        f"(--segment-size-mib; `rocketbox broker` keeps RocketMQ's {SEGMENT_SIZE_MIB_DEFAULT})"
+    ]
+    if c.ack_ledger_path is not None:
+        lines.append(
+            f"ack ledger {c.ack_ledger_path} (--ack-ledger): for rocketbox reconcile --acks"
+        )
+    return lines
 
 
 for command in (broker, sidecar_command, reconcile_command, outbox_group, topic, message, group):
