@@ -35,47 +35,12 @@ from rocketbox.start_checks import (
     refuse_locked,
     refuse_taken,
 )
+from rocketbox.store_geometry import store_geometry_options
 from rocketbox_api.listen import GRPC, METRICS, ListenError
 from sidecar.channels import Endpoint
 from sidecar.config import SidecarConfig
 
 LOG = logging.getLogger("rocketbox")
-
-
-# RocketMQ's commitlog segment (mappedFileSizeCommitLog): what ``rocketbox broker`` keeps.
-SEGMENT_SIZE_MIB_DEFAULT = 1024
-
-
-def store_geometry_options(
-    segment_size_mib_default: int = SEGMENT_SIZE_MIB_DEFAULT,
-) -> Callable[[Callable[..., None]], Callable[..., None]]:
-    """File sizes of the store. RocketMQ's defaults reserve about 1.4 GiB of disk up front
-    (a 1 GiB commitlog segment and a 420 MiB index file); small machines and tests shrink them."""
-    return lambda command: _store_geometry_options(command, segment_size_mib_default)
-
-
-def _store_geometry_options(
-    command: Callable[..., None], segment_size_mib_default: int
-) -> Callable[..., None]:
-    command = click.option(
-        "--index-num-max",
-        default=20_000_000,
-        type=click.IntRange(min=2),
-        help="Entries an index file holds (20 bytes each).",
-    )(command)
-    command = click.option(
-        "--hash-slot-num",
-        default=5_000_000,
-        type=click.IntRange(min=1),
-        help="Hash slots of an index file (4 bytes each).",
-    )(command)
-    return click.option(
-        "--segment-size-mib",
-        default=segment_size_mib_default,
-        type=click.IntRange(8, 4096),
-        help="Size of a commitlog segment file, written in full when it is created (the next "
-        "one is prepared ahead: two on disk at least).",
-    )(command)
 
 
 @click.command("broker")
@@ -143,6 +108,7 @@ def broker(
     segment_size_mib: int,
     hash_slot_num: int,
     index_num_max: int,
+    consume_queue_file_entries: int,
     file_reserved_hours: float,
     auto_create_topic: bool,
     topics: tuple[str, ...],
@@ -166,6 +132,7 @@ def broker(
         mapped_file_size_commit_log_bytes=segment_size_mib * 1024 * 1024,
         hash_slot_num=hash_slot_num,
         index_num_max=index_num_max,
+        mapped_file_size_consume_queue_entries=consume_queue_file_entries,
         flush_disk_type=FlushDiskType(flush_disk_type),
         file_reserved_hours=file_reserved_hours,
         message_size_bytes_max=message_size_bytes_max,

@@ -38,10 +38,12 @@ REFUSAL_DEADLINE_S = 60.0
 SPILLED_N = 3
 STORED_N = 4
 MIB = 1024 * 1024
-# What a fresh `up` may hold: two 64 MiB commitlog segments (the one written, the next prepared
-# ahead), the RocksDB outbox's 128 MiB full-disk reserve (outbox/disk_reserve.py) and a few MiB
-# of index, consume queues and RocksDB files. RocketMQ's 1 GiB segments held 2.1 GB.
-FRESH_UP_DISK_BYTES_MAX = (2 * 64 + 128 + 16) * MIB
+TOPICS_N = 4
+# What a fresh `up` that has seen TOPICS_N topics may hold: two 64 MiB commitlog segments (the
+# one written, the next prepared ahead), the RocksDB outbox's 128 MiB full-disk reserve
+# (outbox/disk_reserve.py), an 8 MiB index file, 8 consume queue files of 586 KiB per topic,
+# and RocksDB's own few MiB. RocketMQ's sizes held 2.1 GB (and 47 MiB more per topic).
+FRESH_UP_DISK_BYTES_MAX = (2 * 64 + 128 + 8 + TOPICS_N * 5 + 16) * MIB
 
 
 class Up(RocketboxProcess):
@@ -166,6 +168,8 @@ def test_a_fresh_up_is_small_and_a_second_on_its_directory_is_told_who_holds_it(
 ) -> None:
     up = Up(tmp_path)  # up's own store geometry, not the tests' small one
     try:
+        for topic in range(TOPICS_N):
+            assert up.send(f"Topic{topic}", 1) == ["stored"]
         used = sum(p.stat().st_blocks * 512 for p in tmp_path.rglob("*") if p.is_file())
         assert used <= FRESH_UP_DISK_BYTES_MAX, f"a fresh up holds {used / MIB:.0f} MiB"
         assert "commitlog segments of 64 MiB (--segment-size-mib" in up.output()
