@@ -25,11 +25,17 @@ import pytest
 
 from chaos.processes import BROKER_READY_LINE, SIDECAR_READY_LINE
 from rocketbox_api.v1 import sidecar_pb2_grpc
-from tests.broker.broker_process import SMALL_STORE_ARGS
+from tests.broker.broker_process import SMALL_STORE_ARGS, BrokerProcess
 from tests.prometheus import metrics_port, sample, scrape
 from tests.reconcile.rocketbox_reconcile import reconcile
 from tests.rocketbox_process import REPO_ROOT, RocketboxProcess, wait_until
-from tests.sidecar.sidecar_process import message, outcome, send, set_flow_control
+from tests.sidecar.sidecar_process import (
+    SidecarProcess,
+    message,
+    outcome,
+    send,
+    set_flow_control,
+)
 
 METRICS_LINE = re.compile(r"^metrics on http://[^\s]+:(\d+)/metrics", re.MULTILINE)
 # The outbox gauges are refreshed every 5 s (the sidecar's default --outbox-stats-interval-ms).
@@ -186,6 +192,32 @@ def test_a_fresh_up_is_small_and_a_second_on_its_directory_is_told_who_holds_it(
         )
     finally:
         up.stop()
+
+
+def test_a_held_broker_or_outbox_directory_is_one_line_naming_its_holder(tmp_path: Path) -> None:
+    broker = BrokerProcess(tmp_path / "broker")
+    outbox_url = f"rocksdb://{tmp_path / 'outbox'}"
+    sidecar = SidecarProcess(broker.endpoint, outbox_url)
+    try:
+        second_broker = rocketbox(
+            "broker", "--data-dir", str(tmp_path / "broker"), "--listen-port", str(broker.port),
+            *SMALL_STORE_ARGS,
+        )  # fmt: skip
+        assert _one_line(second_broker) == (
+            f"Error: {(tmp_path / 'broker').resolve()} is in use by another process "
+            f"(pid {broker.proc.pid}, another rocketbox?); stop it or choose another --data-dir"
+        )
+        second_sidecar = rocketbox(
+            "sidecar", "--broker", broker.endpoint, "--outbox", outbox_url,
+            "--listen", f"127.0.0.1:{sidecar.port}",
+        )  # fmt: skip
+        assert _one_line(second_sidecar) == (
+            f"Error: {tmp_path / 'outbox'} is in use by another process "
+            f"(pid {sidecar.proc.pid}, another rocketbox?); stop it or choose another --outbox"
+        )
+    finally:
+        sidecar.stop()
+        broker.stop()
 
 
 def test_reconcile_runs_on_up_data_beside_the_running_up(tmp_path: Path) -> None:
