@@ -1,7 +1,10 @@
 """BrokerController: the broker process's parts, started and stopped in order.
 
-start(): recover the store, load topics, start the timer, transaction and send services, then
-serve gRPC (apache.rocketmq.v2 messaging, admin, health). It returns once the server is bound.
+start(): lock the store directory, bind the gRPC port and the metrics endpoint (a held directory
+or a taken port fails here, before any work: StoreLockedError naming the holder, ListenError
+naming the address), recover the store, load topics, start the timer, transaction and send
+services, then serve gRPC (apache.rocketmq.v2 messaging, admin, health). It returns once the
+server serves.
 shutdown(): stop intake (the server refuses new calls and finishes the running ones within the
 grace period), drain the send queue, stop timer and transaction services (saving progress), then
 shut the store down (flush, checkpoint, clean-exit marker).
@@ -20,7 +23,6 @@ from wsgiref.simple_server import WSGIServer
 
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
-from prometheus_client import start_http_server
 from rocketmq.grpc_protocol import definition_pb2 as pb
 from rocketmq.grpc_protocol import service_pb2_grpc
 
@@ -51,6 +53,7 @@ from broker.timer_message import TimerMessageService
 from broker.topic_config import TopicConfigManager
 from broker.transaction_message import TransactionalMessageService
 from rocketbox_api.admin.v1 import broker_admin_pb2_grpc
+from rocketbox_api.listen import bind_grpc, start_metrics_server
 from rocketbox_api.server_guard import ServerGuard
 
 LOG = logging.getLogger(__name__)
@@ -97,10 +100,19 @@ class BrokerController:
         root = self._root = contextlib.AsyncExitStack()
         self._tasks = BackgroundTasks(await root.enter_async_context(asyncio.TaskGroup()))
         try:
-            # Bind first: the port (a free one when listen_port is 0) is the store host every
-            # record carries, and what routes advertise.
+            # The directory's lock first: a second broker on the same directory is told who
+            # holds it, not that a port is taken. Then bind: the port (a free one when
+            # listen_port is 0) is the store host every record carries, and what routes
+            # advertise. The metrics endpoint binds with it, so a taken one fails before
+            # recovery, not after it.
+            self.store.lock()
             server = self._server = self._bind()
+            self._start_metrics_server()
         except BaseException:
+            if self._server is not None:
+                await self._server.stop(None)  # bound, never started: gives the port back
+                self._server = None
+            self.store.unlock()
             await self._leave_root()
             raise
         try:
@@ -123,11 +135,7 @@ class BrokerController:
         for service in ("", MESSAGING_SERVICE_NAME, ADMIN_SERVICE_NAME):
             await self._health.set(service, health_pb2.HealthCheckResponse.SERVING)
         self.metrics.watch(self)
-        if cfg.metrics_host is not None:
-            self._metrics_server, _ = start_http_server(
-                cfg.metrics_port, cfg.metrics_host, registry=self.metrics.registry
-            )
-            self.metrics_port = self._metrics_server.server_port
+        if self._metrics_server is not None:
             LOG.info("broker metrics on http://%s:%s/metrics", cfg.metrics_host, self.metrics_port)
         LOG.info(
             "broker %s serving on %s:%s (store %s)",
@@ -243,6 +251,15 @@ class BrokerController:
     def commitlog_offsets(self) -> tuple[int, int]:
         return self.store.commit_log.max_offset, self.store.commit_log_flushed_offset
 
+    def _start_metrics_server(self) -> None:
+        """Serve the registry (until ``metrics.watch`` the state's gauges are absent from it)."""
+        cfg = self.config
+        if cfg.metrics_host is not None:
+            self._metrics_server = start_metrics_server(
+                cfg.metrics_host, cfg.metrics_port, self.metrics.registry
+            )
+            self.metrics_port = self._metrics_server.server_port
+
     def _bind(self) -> grpc.aio.Server:
         cfg = self.config
         server = grpc.aio.server(
@@ -260,10 +277,9 @@ class BrokerController:
             credentials = grpc.ssl_server_credentials(
                 [(cfg.tls_key_file.read_bytes(), cfg.tls_cert_file.read_bytes())]
             )
-            port = server.add_secure_port(address, credentials)
+            self.port = bind_grpc(server, address, credentials)
         else:
-            port = server.add_insecure_port(address)
-        self.port = int(port)
+            self.port = bind_grpc(server, address)
         return server
 
     def _request_transaction_check(self, topic: str, half: MessageExt, transaction_id: str) -> bool:

@@ -40,9 +40,12 @@ STOP_DEADLINE_S = 60.0
 KILL_DEADLINE_S = 10.0
 OUTPUT_LINES_MAX = 100_000
 POLL_INTERVAL_S = 0.02
-# What rocketbox prints when a port it was told to bind is taken: grpc's add_insecure_port, the
-# sidecar's own check, and the metrics' HTTP server.
-BIND_FAILED = re.compile(r"Failed to bind to address|cannot listen on|Address already in use")
+# What rocketbox prints when a port it was told to bind is taken: its one line
+# (rocketbox/start_checks.py), or a bind's own error (grpc's, the metrics' HTTP server's).
+BIND_FAILED = re.compile(
+    r"is in use \(another rocketbox|Failed to bind to address|cannot listen on"
+    r"|Address already in use"
+)
 
 # Small store files, so that a broker reserves about 9 MiB of disk, not RocketMQ's 1.4 GiB.
 SEGMENT_MIB = 8

@@ -20,33 +20,27 @@ from broker.config import BrokerConfig
 from broker.errors import BackgroundTaskError, BrokerError
 from broker.group_config import RETRY_MAX_TIMES_DEFAULT
 from broker.store.config import FlushDiskType, MessageStoreConfig
-from broker.store.errors import StoreError
+from broker.store.errors import StoreError, StoreLockedError
 from broker.topic_config import TopicMessageType
 from outbox.factory import redact
 from rocketbox.run_settings import run_async
 from rocketbox.sidecar_cli import optional_listen, start_sidecar, stop_sidecar
+from rocketbox.start_checks import (
+    BROKER_LISTEN_OPTIONS,
+    UP_BROKER_LISTEN_OPTIONS,
+    UP_SIDECAR_LISTEN_OPTIONS,
+    ListenOptions,
+    StartRefused,
+    listen_refused,
+    refuse_locked,
+    refuse_taken,
+)
+from rocketbox.store_geometry import store_geometry_options
+from rocketbox_api.listen import GRPC, METRICS, ListenError
 from sidecar.channels import Endpoint
 from sidecar.config import SidecarConfig
 
 LOG = logging.getLogger("rocketbox")
-
-
-def store_geometry_options(command: Callable[..., None]) -> Callable[..., None]:
-    """File sizes of the store. RocketMQ's defaults reserve about 1.4 GiB of disk up front
-    (a 1 GiB commitlog segment and a 420 MiB index file); small machines and tests shrink them."""
-    command = click.option(
-        "--index-num-max",
-        default=20_000_000,
-        type=click.IntRange(min=2),
-        help="Entries an index file holds (20 bytes each).",
-    )(command)
-    command = click.option(
-        "--hash-slot-num",
-        default=5_000_000,
-        type=click.IntRange(min=1),
-        help="Hash slots of an index file (4 bytes each).",
-    )(command)
-    return click.option("--segment-size-mib", default=1024, type=click.IntRange(8, 4096))(command)
 
 
 @click.command("broker")
@@ -60,7 +54,7 @@ def store_geometry_options(command: Callable[..., None]) -> Callable[..., None]:
     type=click.Choice([t.value for t in FlushDiskType]),
     default=FlushDiskType.ASYNC_FLUSH.value,
 )
-@store_geometry_options
+@store_geometry_options()
 @click.option(
     "--file-reserved-hours",
     default=72.0,
@@ -114,6 +108,7 @@ def broker(
     segment_size_mib: int,
     hash_slot_num: int,
     index_num_max: int,
+    consume_queue_file_entries: int,
     file_reserved_hours: float,
     auto_create_topic: bool,
     topics: tuple[str, ...],
@@ -137,6 +132,7 @@ def broker(
         mapped_file_size_commit_log_bytes=segment_size_mib * 1024 * 1024,
         hash_slot_num=hash_slot_num,
         index_num_max=index_num_max,
+        mapped_file_size_consume_queue_entries=consume_queue_file_entries,
         flush_disk_type=FlushDiskType(flush_disk_type),
         file_reserved_hours=file_reserved_hours,
         message_size_bytes_max=message_size_bytes_max,
@@ -165,7 +161,17 @@ def broker(
         group_specs = [parse_group_spec(spec) for spec in groups]
     except (BrokerError, ValueError) as e:
         raise click.BadParameter(str(e)) from e
+    refuse_locked(store_config.lock_file_path, "--data-dir")
+    refuse_taken(broker_addresses(config, BROKER_LISTEN_OPTIONS))
     run_async(run_broker(config, topic_specs, group_specs))
+
+
+def broker_addresses(config: BrokerConfig, options: ListenOptions) -> list[tuple[str, str, int]]:
+    """The broker's listen addresses, by the option that sets each, for ``refuse_taken``."""
+    addresses = [(options[GRPC], config.listen_host, config.listen_port)]
+    if config.metrics_host is not None:
+        addresses.append((options[METRICS], config.metrics_host, config.metrics_port))
+    return addresses
 
 
 def parse_topic_spec(spec: str) -> tuple[str, int | None, TopicMessageType]:
@@ -193,9 +199,13 @@ async def run_broker(
     topic_specs: list[tuple[str, int | None, TopicMessageType]],
     group_specs: list[tuple[str, bool, int]],
     sidecar_config: Callable[[int], SidecarConfig] | None = None,
+    banner: Callable[[SidecarConfig], list[str]] | None = None,
 ) -> None:
     """The broker, and with ``sidecar_config`` (``rocketbox up``) a sidecar in front of it in the
-    same process: started after the broker, stopped before it, so its last sends still land."""
+    same process: started after the broker, stopped before it, so its last sends still land.
+    ``banner``: lines about the sidecar printed once both serve (up's data and where to change
+    them)."""
+    options = BROKER_LISTEN_OPTIONS if sidecar_config is None else UP_BROKER_LISTEN_OPTIONS
     controller = BrokerController(config)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
@@ -203,6 +213,10 @@ async def run_broker(
         loop.add_signal_handler(signum, stop.set)
     try:
         port = await controller.start()
+    except ListenError as e:
+        raise listen_refused(e, options) from e
+    except StoreLockedError as e:
+        raise StartRefused(f"{e}; stop it or choose another --data-dir") from e
     except (StoreError, BrokerError, OSError) as e:
         raise click.ClickException(str(e)) from e
     try:
@@ -214,8 +228,10 @@ async def run_broker(
         click.echo(f"recovery: {controller.recovery_report.summary()}")
         sidecar = None
         if sidecar_config is not None:
-            sidecar = await start_sidecar(sidecar_config(port))
+            sidecar = await start_sidecar(sidecar_config(port), UP_SIDECAR_LISTEN_OPTIONS)
             c = sidecar.config
+            for line in banner(c) if banner is not None else []:
+                click.echo(line)
             click.echo(
                 f"sidecar listening on {c.listen_host}:{sidecar.port} (apps send here: "
                 f"rocketbox.v1.SidecarService), outbox {redact(c.outbox_url)}"

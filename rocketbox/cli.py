@@ -12,20 +12,51 @@ from __future__ import annotations
 from pathlib import Path
 
 import click
+from click.core import ParameterSource
 
 from broker.config import BrokerConfig
-from broker.store.config import FlushDiskType, MessageStoreConfig
+from broker.store.config import FlushDiskType
 from rocketbox.broker_admin_cli import flow_control, group, message, topic
-from rocketbox.broker_cli import broker, run_broker, store_geometry_options
+from rocketbox.broker_cli import broker, broker_addresses, run_broker
 from rocketbox.event_loop import EVENT_LOOP_DEFAULT, EVENT_LOOPS
 from rocketbox.logs import LOG_FORMATS, configure_logging
 from rocketbox.outbox_cli import outbox_group
 from rocketbox.reconcile_cli import reconcile_command
 from rocketbox.run_settings import RunSettings, run_async
 from rocketbox.sidecar_cli import optional_listen, sidecar_command
+from rocketbox.start_checks import (
+    UP_BROKER_LISTEN_OPTIONS,
+    refuse_locked,
+    refuse_outbox_locked,
+    refuse_taken,
+)
+from rocketbox.store_geometry import (
+    FIELDS,
+    ROCKETMQ_STORE_GEOMETRY,
+    StoreGeometry,
+    sizes_on_disk,
+    store_geometry_options,
+)
 from sidecar.channels import Endpoint
 from sidecar.config import SidecarConfig
 from sidecar.producer import ProducerConfig
+
+# `rocketbox up`'s store files: a developer's default, on a laptop's disk. Each file is written in
+# full when it is created, so RocketMQ's sizes held 2.1 GB for a few MB of messages (two 1 GiB
+# commitlog segments, a 400 MiB index file, 47 MiB per topic). 64 MiB segments still hold 16 of
+# the largest (4 MiB) messages and about 60,000 of 1 KiB, and retention, which deletes whole
+# segments, frees disk sooner; an index file of 400,000 entries (8 MiB, RocketMQ's 1:4 ratio of
+# slots to entries) covers about 200,000 messages before the next; 30,000 entries a consume
+# queue file (586 KiB) make a topic of 8 queues cost under 5 MiB. `rocketbox broker`, the
+# production command, keeps RocketMQ's sizes.
+UP_STORE_GEOMETRY = StoreGeometry(
+    segment_size_mib=64,
+    hash_slot_num=100_000,
+    index_num_max=400_000,
+    consume_queue_file_entries=30_000,
+)
+# Under DATA_DIR: the sidecar's acknowledgement ledger, for `rocketbox reconcile --acks`.
+UP_ACK_LEDGER_NAME = "acks.jsonl"
 
 # `rocketbox up --profile`: where the embedded default keeps its outbox.
 UP_PROFILES = {
@@ -66,7 +97,7 @@ def main(ctx: click.Context, log_level: str, log_format: str, event_loop: str) -
     default=FlushDiskType.ASYNC_FLUSH.value,
     help="ASYNC_FLUSH: fsync periodically; SYNC_FLUSH: answer sends after their fsync.",
 )
-@store_geometry_options
+@store_geometry_options(UP_STORE_GEOMETRY)
 @click.option("--file-reserved-hours", default=72.0, type=click.FloatRange(min=0.01))
 @click.option("--sidecar-port", default=8980, type=click.IntRange(0, 65535), help="0: a free port.")
 @click.option(
@@ -84,6 +115,15 @@ def main(ctx: click.Context, log_level: str, log_format: str, event_loop: str) -
     help="Serve the broker's and the sidecar's Prometheus metrics here (port 0: a free "
     "port; empty: off).",
 )
+@click.option(
+    "--ack-ledger",
+    "ack_ledger",
+    default=None,
+    metavar="PATH",
+    show_default=f"DATA_DIR/{UP_ACK_LEDGER_NAME}",
+    help="The sidecar's acknowledgement ledger (the answers sent to apps), read by "
+    "`rocketbox reconcile --acks`; empty: none.",
+)
 def up(
     data_dir: Path,
     listen_port: int,
@@ -91,20 +131,27 @@ def up(
     segment_size_mib: int,
     hash_slot_num: int,
     index_num_max: int,
+    consume_queue_file_entries: int,
     file_reserved_hours: float,
     sidecar_port: int,
     profile: str,
     outbox_url: str | None,
     metrics_listen: Endpoint | None,
+    ack_ledger: str | None,
 ) -> None:
     """Run rocketbox's embedded default on this machine, data under DATA_DIR: the broker
-    (apache.rocketmq.v2 on 127.0.0.1:8081, topics created on first use) and the sidecar
-    (rocketbox.v1 on 127.0.0.1:8980) with its outbox, until SIGINT/SIGTERM."""
-    store_config = MessageStoreConfig(
-        store_path_root_dir=(data_dir / "broker").resolve(),
-        mapped_file_size_commit_log_bytes=segment_size_mib * 1024 * 1024,
-        hash_slot_num=hash_slot_num,
-        index_num_max=index_num_max,
+    (apache.rocketmq.v2 on 127.0.0.1:8081, topics created on first use, 64 MiB commitlog
+    segments) and the sidecar (rocketbox.v1 on 127.0.0.1:8980) with its outbox and its ack
+    ledger, until SIGINT/SIGTERM."""
+    ctx = click.get_current_context()
+    store_dir = (data_dir / "broker").resolve()
+    geometry, kept = sizes_on_disk(
+        store_dir,
+        StoreGeometry(segment_size_mib, hash_slot_num, index_num_max, consume_queue_file_entries),
+        {n for n in FIELDS if ctx.get_parameter_source(n) is ParameterSource.DEFAULT},
+    )
+    store_config = geometry.store_config(
+        store_dir,
         flush_disk_type=FlushDiskType(flush_disk_type),
         file_reserved_hours=file_reserved_hours,
     )
@@ -117,15 +164,53 @@ def up(
         metrics_port=metrics_listen.port if metrics_listen else 0,
     )
     url = outbox_url or UP_PROFILES[profile].format(outbox_dir=(data_dir / "outbox").resolve())
+    ledger = (data_dir / UP_ACK_LEDGER_NAME).resolve() if ack_ledger is None else ack_ledger
+    ledger_path = Path(ledger).resolve() if ledger else None
+    refuse_locked(store_config.lock_file_path, "--data-dir")
+    refuse_outbox_locked(url, "--outbox" if outbox_url else "--data-dir")
+    refuse_taken(
+        [
+            *broker_addresses(config, UP_BROKER_LISTEN_OPTIONS),
+            ("--sidecar-port", "127.0.0.1", sidecar_port),
+        ]
+    )
 
     def sidecar_config(broker_port: int) -> SidecarConfig:
         return SidecarConfig(
             producer=ProducerConfig(access_points=(Endpoint("127.0.0.1", broker_port),)),
             outbox_url=url,
             listen_port=sidecar_port,
+            # The broker's metrics endpoint serves the sidecar's registry: keep its gauges fresh.
+            outbox_stats_enable=metrics_listen is not None,
+            ack_ledger_path=ledger_path,
         )
 
-    run_async(run_broker(config, [], [], sidecar_config))
+    def banner(c: SidecarConfig) -> list[str]:
+        return up_banner(data_dir, geometry, kept, c)
+
+    run_async(run_broker(config, [], [], sidecar_config, banner))
+
+
+def up_banner(
+    data_dir: Path, geometry: StoreGeometry, kept: list[str], c: SidecarConfig
+) -> list[str]:
+    """What ``up`` keeps where, and the option that changes each."""
+    rocketmq = ROCKETMQ_STORE_GEOMETRY.segment_size_mib
+    lines = [
+        f"data under {data_dir.resolve()}: commitlog segments of {geometry.segment_size_mib} "
+        f"MiB (--segment-size-mib; `rocketbox broker` keeps RocketMQ's {rocketmq}; --help "
+        "lists the other file sizes)"
+    ]
+    if kept:
+        lines.append(
+            "kept RocketMQ's sizes an earlier run wrote this store with: "
+            + ", ".join(f"--{name.replace('_', '-')}" for name in kept)
+        )
+    if c.ack_ledger_path is not None:
+        lines.append(
+            f"ack ledger {c.ack_ledger_path} (--ack-ledger): for rocketbox reconcile --acks"
+        )
+    return lines
 
 
 for command in (broker, sidecar_command, reconcile_command, outbox_group, topic, message, group):

@@ -101,6 +101,13 @@ def _check_rocksdb_exists(url: str) -> None:
         raise OutboxConfigError(f"outbox URL {redact(url)!r}: no RocksDB database at {path}")
 
 
+def open_for_reading(url: str) -> Outbox:
+    """An existing outbox, opened to be read beside the sidecar that writes it: a RocksDB one
+    read-only (a snapshot as of the open; RocksDB admits one writing process)."""
+    _check_rocksdb_exists(url)
+    return open_outbox(_read_only_url(url))
+
+
 class Session:
     """One command's outbox (opened on first use), its output mode and its clock."""
 
@@ -130,8 +137,7 @@ class Session:
             return self._outbox
         if self._reader is None:
             with _translated(self.url, opening=True):
-                _check_rocksdb_exists(self.url)
-                self._reader = open_outbox(_read_only_url(self.url))
+                self._reader = open_for_reading(self.url)
         return self._reader
 
     def refresh(self) -> None:

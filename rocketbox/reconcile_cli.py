@@ -15,8 +15,9 @@ import click
 
 from outbox.errors import OutboxError
 from outbox.export import export_parquet
-from outbox.factory import BACKENDS, open_outbox, redact
+from outbox.factory import BACKENDS, redact
 from reconcile.errors import InputError, ReconcileError
+from rocketbox.outbox_session import open_for_reading
 
 if TYPE_CHECKING:
     from reconcile.job import JobConfig
@@ -50,7 +51,8 @@ def _spark_conf(
     required=True,
     metavar="URL-or-EXPORT",
     help="An outbox export (.jsonl, or .parquet file or directory), or an outbox URL "
-    "(rocksdb:///path, redis://…, mysql+pymysql://…) exported first.",
+    "(rocksdb:///path, redis://…, mysql+pymysql://…) exported first; a RocksDB one is opened "
+    "read-only, so it may be a running sidecar's.",
 )
 @click.option(
     "--acks",
@@ -147,7 +149,8 @@ def _outbox_export(source: str, out_dir: Path) -> Path:
     path = out_dir / "inputs" / OUTBOX_EXPORT_NAME
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        with open_outbox(source) as outbox:
+        # Read-only: the sidecar may be running beside this command, holding a RocksDB outbox.
+        with open_for_reading(source) as outbox:
             export_parquet(outbox, path)
     except (OutboxError, OSError) as e:
         raise InputError(f"cannot export the outbox {redact(source)}: {e}") from e

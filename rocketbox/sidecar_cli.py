@@ -13,6 +13,14 @@ import click
 from outbox.entry import OutboxLimits
 from outbox.errors import OutboxError
 from rocketbox.run_settings import run_async
+from rocketbox.start_checks import (
+    SIDECAR_LISTEN_OPTIONS,
+    ListenOptions,
+    listen_refused,
+    refuse_outbox_locked,
+    refuse_taken,
+)
+from rocketbox_api.listen import ListenError
 from sidecar.channels import Endpoint
 from sidecar.coalescer import COALESCE_BYTES_MAX_LIMIT, CoalesceConfig
 from sidecar.config import ResendConfig, SidecarConfig
@@ -188,6 +196,11 @@ def sidecar_command(**options: Any) -> None:
         config = sidecar_config(options)
     except ValueError as e:
         raise click.BadParameter(str(e)) from e
+    refuse_outbox_locked(config.outbox_url, "--outbox")
+    addresses = [("--listen", config.listen_host, config.listen_port)]
+    if config.metrics_host is not None:
+        addresses.append(("--metrics-listen", config.metrics_host, config.metrics_port))
+    refuse_taken(addresses)
     run_async(run_sidecar(config))
 
 
@@ -246,12 +259,16 @@ def _resend_config(o: dict[str, Any]) -> ResendConfig:
     )
 
 
-async def start_sidecar(config: SidecarConfig) -> Sidecar:
+async def start_sidecar(
+    config: SidecarConfig, options: ListenOptions = SIDECAR_LISTEN_OPTIONS
+) -> Sidecar:
     """A started sidecar (``rocketbox sidecar`` and ``rocketbox up``); a failure to start is
-    the command's error."""
+    the command's error (a listener's in one line naming its option in ``options``)."""
     sidecar = Sidecar(config)
     try:
         await sidecar.start()
+    except ListenError as e:
+        raise listen_refused(e, options) from e
     except (OutboxError, OSError, ValueError) as e:
         raise click.ClickException(f"the sidecar cannot start: {e}") from e
     if sidecar.metrics_port:

@@ -116,6 +116,9 @@ class SidecarConfig:
     metrics_port: int = 0
     # How often the outbox gauges are refreshed from the outbox's stats.
     outbox_stats_interval_ms: int = 5_000
+    # Refresh them without a metrics endpoint of this sidecar's own: another serves its
+    # registry (rocketbox up's one endpoint for the broker and the sidecar).
+    outbox_stats_enable: bool = False
     # Optional acknowledgement ledger (JSON lines): the answers sent to apps, for reconciliation.
     ack_ledger_path: Path | None = None
     # When a sent answer reaches the ledger's file: 0 at once; N: every N ms (sidecar/ledger.py

@@ -45,10 +45,10 @@ from wsgiref.simple_server import WSGIServer
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
-from prometheus_client import start_http_server
 
 from outbox.errors import OutboxError, OutboxNoSpaceError
 from outbox.factory import open_outbox, redact
+from rocketbox_api.listen import bind_grpc, start_metrics_server
 from rocketbox_api.server_guard import ServerGuard
 from rocketbox_api.v1 import sidecar_pb2, sidecar_pb2_grpc
 from sidecar.async_outbox import AsyncOutbox
@@ -97,13 +97,13 @@ class Sidecar:
         await self._end_dead_leases()
         await self._open_parts()
         server = self._grpc_server()
-        self.port = server.add_insecure_port(f"{c.listen_host}:{c.listen_port}")
-        if self.port == 0:
-            raise OSError(f"cannot listen on {c.listen_host}:{c.listen_port}")
+        # After the outbox's open: a RocksDB outbox's lock refuses a second sidecar on the same
+        # directory, naming its holder, before a port could be found taken (ListenError).
+        self.port = bind_grpc(server, f"{c.listen_host}:{c.listen_port}")
         await self._check_ready()
         if c.metrics_host is not None:
-            self._metrics_server, _ = start_http_server(
-                c.metrics_port, c.metrics_host, registry=self.metrics.registry
+            self._metrics_server = start_metrics_server(
+                c.metrics_host, c.metrics_port, self.metrics.registry
             )
             self.metrics_port = self._metrics_server.server_port
         await server.start()
@@ -182,8 +182,9 @@ class Sidecar:
             ("readiness", self._readiness_loop()),
             ("FIFO fence refresh", self._fence_loop()),
         ]
-        if self._metrics_server is not None:
-            # Only for the gauges: stats may scan the outbox (MySQL), so not without a reader.
+        if self._metrics_server is not None or self.config.outbox_stats_enable:
+            # Only for the gauges: stats may scan the outbox (MySQL), so not without a reader
+            # (this sidecar's metrics endpoint, or one serving its registry: rocketbox up's).
             tasks.append(("outbox stats", self._stats_loop()))
         if self._ledger is not None:
             tasks.append(("ledger", self._ledger.run()))

@@ -84,10 +84,21 @@ class DefaultMessageStore(MessageReader):
         self._cleaner: StoreCleaner | None = None
 
     # == life cycle ================================================================================
+    def lock(self) -> None:
+        """Take the directory's lock (StoreLockedError naming its holder), before ``start``: a
+        broker takes it before binding its ports, so that a second one on the same directory is
+        told the directory is taken, not a port."""
+        self.config.store_path_root_dir.mkdir(parents=True, exist_ok=True)
+        self._lock.acquire()
+
+    def unlock(self) -> None:
+        """Give back a lock ``lock`` took for a store that did not start."""
+        if not self._running:
+            self._lock.release()
+
     def start(self) -> RecoveryReport:
         cfg = self.config
-        cfg.store_path_root_dir.mkdir(parents=True, exist_ok=True)
-        self._lock.acquire()
+        self.lock()
         try:
             report = self._recover()
         except BaseException:

@@ -9,6 +9,7 @@ import os
 from pathlib import Path
 
 from broker.store.errors import StoreLockedError
+from rocketbox_api.lock_holder import held_by
 
 
 class StoreLock:
@@ -18,7 +19,9 @@ class StoreLock:
         self._fd = -1
 
     def acquire(self) -> None:
-        """Take the lock; StoreLockedError when another process holds it."""
+        """Take the lock (again: a no-op); StoreLockedError naming the process that holds it."""
+        if self._fd >= 0:
+            return
         fd = os.open(self._lock_file_path, os.O_RDWR | os.O_CREAT, 0o644)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -26,6 +29,7 @@ class StoreLock:
             os.close(fd)
             raise StoreLockedError(
                 f"{self._store_path_root_dir} is in use by another process"
+                f"{held_by(self._lock_file_path)}: one broker per store directory"
             ) from e
         self._fd = fd
 

@@ -90,7 +90,7 @@ def test_a_restart_whose_port_is_still_taken_waits_for_it(tmp_path: Path) -> Non
         try:
             restarted.start()
             wait_until(
-                lambda: "Failed to bind" in broker.output(),
+                lambda: "is in use (another rocketbox?)" in broker.output(),
                 CALL_DEADLINE_S,
                 "a restart that found its port taken",
             )

@@ -35,6 +35,7 @@ from outbox.errors import OutboxConfigError, OutboxNoSpaceError, OutboxUnavailab
 from outbox.factory import redact
 from outbox.group_commit import GroupCommitter, Result
 from outbox.outbox import Outbox
+from rocketbox_api.lock_holder import lock_holders
 
 log = logging.getLogger("outbox.backends.rocksdb")
 
@@ -80,7 +81,11 @@ def rocksdb_errors(path: Path) -> Iterator[None]:
         # Exception; anything more specific is a bug of ours and must not pass as unavailability.
         if type(e) is not Exception:
             raise
-        hint = " (RocksDB allows one process, one instance)" if "lock" in str(e).lower() else ""
+        hint = ""
+        if "lock" in str(e).lower():
+            pids = lock_holders(path / "LOCK")
+            holder = f"pid {', '.join(map(str, pids))}" if pids else "another process or instance"
+            hint = f" (held by {holder}; RocksDB allows one process, one instance)"
         raise OutboxUnavailableError(f"rocksdb outbox {path}: {e}{hint}") from e
 
 

@@ -1,0 +1,60 @@
+"""The sidecar opens its outbox (a RocksDB outbox's lock) before it binds a port, and a taken
+port is a ListenError naming the listener and the address (issue #16, item 6).
+
+Proves, on a real Sidecar in this process: a gRPC or metrics port another socket holds fails
+``start`` with ListenError (the CLI's one line, rocketbox/start_checks.py), not grpc's
+RuntimeError; and the outbox was opened first (its directory exists by then).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from rocketbox_api.listen import GRPC, METRICS, ListenError
+from sidecar.channels import Endpoint
+from sidecar.config import SidecarConfig
+from sidecar.producer import ProducerConfig
+from sidecar.sidecar import Sidecar
+
+
+@pytest.fixture
+def squatter() -> Iterator[int]:
+    """A port this test listens on."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        s.listen()
+        yield s.getsockname()[1]
+
+
+async def start(config: SidecarConfig) -> None:
+    sidecar = Sidecar(config)
+    try:
+        await sidecar.start()
+    finally:
+        if hasattr(sidecar, "outbox"):
+            await sidecar.outbox.close()
+        if hasattr(sidecar, "producer"):
+            await sidecar.producer.close()
+
+
+@pytest.mark.parametrize("listener", [GRPC, METRICS])
+def test_a_taken_port_is_a_listen_error_after_the_outbox_is_open(
+    tmp_path: Path, squatter: int, listener: str
+) -> None:
+    outbox_dir = tmp_path / "outbox"
+    config = SidecarConfig(
+        producer=ProducerConfig(access_points=(Endpoint("127.0.0.1", 1),)),
+        outbox_url=f"rocksdb://{outbox_dir}",
+        listen_port=squatter if listener == GRPC else 0,
+        metrics_host="127.0.0.1" if listener == METRICS else None,
+        metrics_port=squatter if listener == METRICS else 0,
+    )
+    with pytest.raises(ListenError) as refused:
+        asyncio.run(start(config))
+    assert (refused.value.listener, refused.value.address) == (listener, f"127.0.0.1:{squatter}")
+    assert (outbox_dir / "CURRENT").is_file(), "the outbox (its lock) comes before the ports"
