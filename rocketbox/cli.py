@@ -37,6 +37,7 @@ from rocketbox.store_geometry import (
     sizes_on_disk,
     store_geometry_options,
 )
+from rocketbox.up_layout import UP_ACK_LEDGER_NAME, up_ack_ledger, up_broker_dir, up_outbox_dir
 from sidecar.channels import Endpoint
 from sidecar.config import SidecarConfig
 from sidecar.producer import ProducerConfig
@@ -56,7 +57,6 @@ UP_STORE_GEOMETRY = StoreGeometry(
     consume_queue_file_entries=30_000,
 )
 # Under DATA_DIR: the sidecar's acknowledgement ledger, for `rocketbox reconcile --acks`.
-UP_ACK_LEDGER_NAME = "acks.jsonl"
 
 # `rocketbox up --profile`: where the embedded default keeps its outbox.
 UP_PROFILES = {
@@ -144,7 +144,7 @@ def up(
     segments) and the sidecar (rocketbox.v1 on 127.0.0.1:8980) with its outbox and its ack
     ledger, until SIGINT/SIGTERM."""
     ctx = click.get_current_context()
-    store_dir = (data_dir / "broker").resolve()
+    store_dir = up_broker_dir(data_dir)
     geometry, kept = sizes_on_disk(
         store_dir,
         StoreGeometry(segment_size_mib, hash_slot_num, index_num_max, consume_queue_file_entries),
@@ -163,8 +163,8 @@ def up(
         metrics_host=metrics_listen.host if metrics_listen else None,
         metrics_port=metrics_listen.port if metrics_listen else 0,
     )
-    url = outbox_url or UP_PROFILES[profile].format(outbox_dir=(data_dir / "outbox").resolve())
-    ledger = (data_dir / UP_ACK_LEDGER_NAME).resolve() if ack_ledger is None else ack_ledger
+    url = outbox_url or UP_PROFILES[profile].format(outbox_dir=up_outbox_dir(data_dir))
+    ledger = up_ack_ledger(data_dir) if ack_ledger is None else ack_ledger
     ledger_path = Path(ledger).resolve() if ledger else None
     refuse_locked(store_config.lock_file_path, "--data-dir")
     refuse_outbox_locked(url, "--outbox" if outbox_url else "--data-dir")

@@ -18,6 +18,7 @@ from outbox.export import export_parquet
 from outbox.factory import BACKENDS, redact
 from reconcile.errors import InputError, ReconcileError
 from rocketbox.outbox_session import open_for_reading
+from rocketbox.up_layout import up_ack_ledger, up_broker_dir, up_outbox_dir
 
 if TYPE_CHECKING:
     from reconcile.job import JobConfig
@@ -40,15 +41,20 @@ def _spark_conf(
 
 @click.command("reconcile")
 @click.option(
+    "--data-dir",
+    type=click.Path(path_type=Path, file_okay=False, exists=True),
+    default=None,
+    help="A `rocketbox up` data directory: its broker store, its RocksDB outbox and its ack "
+    "ledger (DATA_DIR/broker, DATA_DIR/outbox, DATA_DIR/acks.jsonl), each unless given below.",
+)
+@click.option(
     "--commitlog",
-    required=True,
     type=click.Path(path_type=Path, file_okay=False),
     help="A broker's store directory (holding commitlog/) or its commitlog directory.",
 )
 @click.option(
     "--outbox",
     "outbox_source",
-    required=True,
     metavar="URL-or-EXPORT",
     help="An outbox export (.jsonl, or .parquet file or directory), or an outbox URL "
     "(rocksdb:///path, redis://…, mysql+pymysql://…) exported first; a RocksDB one is opened "
@@ -95,8 +101,9 @@ def _spark_conf(
 )
 @click.option("--json", "as_json", is_flag=True, help="Print the whole summary as JSON.")
 def reconcile_command(
-    commitlog: Path,
-    outbox_source: str,
+    data_dir: Path | None,
+    commitlog: Path | None,
+    outbox_source: str | None,
     ledgers: tuple[Path, ...],
     master: str,
     out_dir: Path,
@@ -114,6 +121,11 @@ def reconcile_command(
     from reconcile.report import write_outputs  # noqa: PLC0415 - PySpark loads only for this command
     from reconcile.session import SparkSettings  # noqa: PLC0415 - PySpark loads only for this command
 
+    if data_dir is not None:
+        commitlog, outbox_source, ledgers = _up_inputs(data_dir, commitlog, outbox_source, ledgers)
+    if commitlog is None or outbox_source is None:
+        missing = "--commitlog" if commitlog is None else "--outbox"
+        raise click.UsageError(f"Missing option '{missing}' (or --data-dir of a `rocketbox up`)")
     try:
         outbox_path = _outbox_export(outbox_source, out_dir)
         config = JobConfig(
@@ -139,6 +151,21 @@ def reconcile_command(
         click.echo(summary_text(summary, config, summary_path, report_path))
     if summary["totals"]["lost"]:
         raise SystemExit(EXIT_LOST)
+
+
+def _up_inputs(
+    data_dir: Path, commitlog: Path | None, outbox_source: str | None, ledgers: tuple[Path, ...]
+) -> tuple[Path, str, tuple[Path, ...]]:
+    """The inputs ``rocketbox up --data-dir DATA_DIR`` keeps, where not given explicitly; its
+    ledger only when it exists (``up --ack-ledger ''`` keeps none)."""
+    ledger = up_ack_ledger(data_dir)
+    if not ledgers and ledger.is_file():
+        ledgers = (ledger,)
+    return (
+        commitlog or up_broker_dir(data_dir),
+        outbox_source or f"rocksdb://{up_outbox_dir(data_dir)}",
+        ledgers,
+    )
 
 
 def _outbox_export(source: str, out_dir: Path) -> Path:

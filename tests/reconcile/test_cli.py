@@ -71,7 +71,9 @@ def test_usage_errors_exit_2(tmp_path: Path) -> None:
     bad_conf = reconcile("--commitlog", str(tmp_path), "--outbox", "x.jsonl", "--conf", "nokey",
                          out=tmp_path / "out")  # fmt: skip
     no_outbox = reconcile("--commitlog", str(tmp_path), out=tmp_path / "out")
+    no_commitlog = reconcile("--outbox", "x.jsonl", out=tmp_path / "out")
 
-    assert (bad_conf.code, no_outbox.code) == (EXIT_USAGE, EXIT_USAGE)
+    assert (bad_conf.code, no_outbox.code, no_commitlog.code) == (EXIT_USAGE,) * 3
     assert "is not KEY=VALUE" in bad_conf.stderr
     assert "--outbox" in no_outbox.stderr
+    assert "--commitlog" in no_commitlog.stderr

@@ -231,13 +231,9 @@ def test_reconcile_runs_on_up_data_beside_the_running_up(tmp_path: Path) -> None
         assert up.send("Orders", SPILLED_N) == ["spooled"] * SPILLED_N
         lines = STORED_N + SPILLED_N
         wait_until(lambda: len(ledger.read_text().splitlines()) == lines, 10.0, "up's ack ledger")
-        done = reconcile(
-            "--commitlog", str(data / "broker"),
-            "--outbox", f"rocksdb://{(data / 'outbox').resolve()}",
-            "--acks", str(ledger),
-            "--master", "local[1]",
-            out=tmp_path / "report",
-        )  # fmt: skip
+        # --data-dir: the broker store, the RocksDB outbox (opened read-only beside the running
+        # up) and the ack ledger that up keeps under it.
+        done = reconcile("--data-dir", str(data), "--master", "local[1]", out=tmp_path / "report")
         assert done.code == 0, (done.stdout, done.stderr)
         assert "NOTHING LOST" in done.stdout
         totals = done.summary["totals"]
