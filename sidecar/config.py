@@ -16,6 +16,10 @@ from sidecar.producer import ProducerConfig
 
 # A sidecar id, with ``/<incarnation>`` after it, is a lease owner (MySQL holds 255 characters).
 SIDECAR_ID_CHARS_MAX = 128
+# A bound on one message's bytes in a request besides its body, from intake's limits (properties
+# 16 KiB, topic, ids, group, times) and protobuf's framing: generous, so that no valid request is
+# refused by gRPC's own receive cap.
+MESSAGE_FIELDS_BYTES_MAX = 32 * 1024
 _SIDECAR_ID = re.compile(r"[A-Za-z0-9._:-]+")
 
 
@@ -125,6 +129,22 @@ class SidecarConfig:
     # run of the same id left are ended at start. Each sidecar sharing an outbox needs its own.
     # "": default_sidecar_id(listen_port).
     sidecar_id: str = ""
+
+    @property
+    def grpc_receive_bytes_max(self) -> int:
+        """gRPC's own cap on one received request (``grpc.max_receive_message_length``). Past it
+        gRPC's core refuses the request before any handler runs, with its own RESOURCE_EXHAUSTED
+        ("Received message larger than max"), which apps read as "full, retry later". So the cap
+        is the largest valid request (``send_batch_bytes_max`` of bodies plus every message's
+        other fields) and as much again as ``send_batch_bytes_max`` above it: a request over
+        the API's limits but under the cap reaches the handlers, which answer INVALID_ARGUMENT
+        naming the size and the limit. Above the cap nothing can be done at the server (the
+        bytes are never read); rocketbox_client maps that answer to RequestTooLargeError, which
+        is not retriable."""
+        valid_bytes_max = (
+            self.send_batch_bytes_max + self.send_batch_entries_max * MESSAGE_FIELDS_BYTES_MAX
+        )
+        return valid_bytes_max + self.send_batch_bytes_max
 
     def __post_init__(self) -> None:
         if not self.sidecar_id:

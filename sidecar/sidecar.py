@@ -160,7 +160,7 @@ class Sidecar:
             # rate-limited line, never UNKNOWN with a traceback per call.
             interceptors=[ServerGuard()],
             options=(
-                ("grpc.max_receive_message_length", c.send_batch_bytes_max + 1024 * 1024),
+                ("grpc.max_receive_message_length", c.grpc_receive_bytes_max),
                 ("grpc.so_reuseport", 0),
                 ("grpc.server.max_pending_requests", c.pending_calls_max),
                 ("grpc.server.max_pending_requests_hard_limit", c.pending_calls_max),
