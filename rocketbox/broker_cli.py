@@ -24,7 +24,7 @@ from broker.store.errors import StoreError
 from broker.topic_config import TopicMessageType
 from outbox.factory import redact
 from rocketbox.run_settings import run_async
-from rocketbox.sidecar_cli import optional_listen, start_sidecar, stop_sidecar
+from rocketbox.sidecar_cli import optional_listen, readiness_note, start_sidecar, stop_sidecar
 from sidecar.channels import Endpoint
 from sidecar.config import SidecarConfig
 
@@ -219,6 +219,7 @@ async def run_broker(
             click.echo(
                 f"sidecar listening on {c.listen_host}:{sidecar.port} (apps send here: "
                 f"rocketbox.v1.SidecarService), outbox {redact(c.outbox_url)}"
+                + readiness_note(sidecar)
             )
             # One process, one scrape target: the broker's endpoint serves the sidecar's too.
             controller.metrics.registry.register(sidecar.metrics.registry)

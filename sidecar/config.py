@@ -11,6 +11,7 @@ from pathlib import Path
 
 from outbox.entry import OutboxLimits
 from sidecar.coalescer import CoalesceConfig
+from sidecar.health_log import STATE_LOG_INTERVAL_MS_DEFAULT
 from sidecar.ledger import ACK_LEDGER_FLUSH_INTERVAL_MS_DEFAULT
 from sidecar.producer import ProducerConfig
 
@@ -115,6 +116,9 @@ class SidecarConfig:
     shutdown_grace_ms: int = 10_000
     # How often readiness re-checks that the outbox is writable.
     readiness_interval_ms: int = 1_000
+    # How often a lasting outage (broker not taking messages, outbox unreachable) is logged
+    # again, with counts since the last line (sidecar/health_log.py); changes are logged at once.
+    state_log_interval_ms: int = STATE_LOG_INTERVAL_MS_DEFAULT
     # Prometheus endpoint (sidecar/metrics.py); None: off. Port 0: a free port.
     metrics_host: str | None = None
     metrics_port: int = 0
@@ -151,7 +155,10 @@ class SidecarConfig:
             # A frozen dataclass sets a derived default through object.__setattr__.
             object.__setattr__(self, "sidecar_id", default_sidecar_id(self.listen_port))
         check_sidecar_id(self.sidecar_id)
-        for name in ("intake_in_flight_max", "pending_calls_max", "fifo_fence_refresh_interval_ms"):
+        for name in (
+            "intake_in_flight_max", "pending_calls_max", "fifo_fence_refresh_interval_ms",
+            "state_log_interval_ms",
+        ):  # fmt: skip
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
         if self.ack_ledger_flush_interval_ms < 0:
