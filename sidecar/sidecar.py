@@ -1,7 +1,15 @@
 """The sidecar process's parts, started and stopped in order.
 
 start: open the outbox → producer → resend pool → gRPC server (SidecarService, health,
-reflection) bound and serving. ``start`` returns once it serves.
+reflection) bound and serving. ``start`` returns once it serves. An outbox on a server (Redis,
+MySQL) that cannot be reached yet does not stop the start: it is opened once it can be
+(AsyncOutbox.opened_later), and meanwhile the sidecar serves NOT READY. What needs the outbox at
+start (ending an earlier run's leases, loading the FIFO fence) is done once it is reached; until
+the fence is loaded, FIFO messages are refused UNAVAILABLE.
+
+State lines (sidecar/health_log.py): the broker's and the outbox's changes of state are logged
+once each, and repeated at most every ``state_log_interval_ms`` while they last; intake, the
+resend pool and readiness feed them, and log no line per message or per poll of their own.
 
 Readiness (gRPC health, service "" and "rocketbox.v1.SidecarService") is SERVING only while the
 outbox is writable: a sidecar that could not spool must not be sent traffic. Its reason
