@@ -2,10 +2,11 @@
 
 - a short broker outage is exactly three lines: broker unreachable (WARNING, with the cause),
   broker back draining N entries, drained; no line names a message;
-- an outbox on a Redis that cannot be reached: the sidecar starts NOT READY (its banner says so
-  and why, gRPC health answers NOT_SERVING), says so in one line without a traceback, repeats it
-  at most every ``--state-log-interval-ms`` with the failures counted in between, refuses FIFO
-  messages while it cannot know their groups' entries, and says in one line when Redis is back.
+- an outbox on a Redis or MySQL that cannot be reached: the sidecar starts NOT READY (its banner
+  says so and why, gRPC health answers NOT_SERVING), says so in one line without a traceback,
+  repeats it at most every ``--state-log-interval-ms`` with the failures counted in between,
+  refuses FIFO messages while it cannot know their groups' entries, and says in one line when
+  Redis is back (and takes FIFO messages again).
 """
 
 from __future__ import annotations
@@ -109,6 +110,45 @@ def health(endpoint: str) -> int:
         return HealthStub(channel).Check(request, timeout=CALL_DEADLINE_S).status
 
 
+def says_unreachable_once(sidecar: SidecarProcess, port: int) -> None:
+    """The start banner says NOT READY and why, health agrees, FIFO messages are refused, and
+    the log says it once, then in rate-limited repeats, with no traceback and no password."""
+    banner = next(line for line in sidecar.lines if line.startswith("sidecar listening on"))
+    assert "NOT READY (OUTBOX_UNAVAILABLE" in banner
+    assert f"127.0.0.1:{port}" in banner
+    assert health(sidecar.endpoint) == health_pb2.HealthCheckResponse.NOT_SERVING
+    with sidecar.client() as stub, pytest.raises(grpc.RpcError) as fifo:
+        send(stub, message("Fifo", b"first", message_group="g"))
+    assert fifo.value.code() == grpc.StatusCode.UNAVAILABLE
+    assert "FIFO groups" in (fifo.value.details() or "")
+
+    def repeats() -> list[int]:
+        return [int(m[1]) for line in sidecar.lines if (m := STILL_UNREACHABLE.search(line))]
+
+    wait_until(lambda: len(repeats()) >= 2, DEADLINE_S, "two repeat lines")
+    output = sidecar.output()
+    assert count(sidecar.lines, "outbox unreachable (") == 1, output
+    assert "Start the outbox's server or correct --outbox" in output
+    assert "secret" not in output
+    assert "Traceback" not in output
+    assert "failed:" not in output  # no line of the resend pool's own per poll
+    # The resend pool polls every 50 ms, readiness every second: the lines are fewer than the
+    # failures they count.
+    assert sum(repeats()) > len(repeats())
+
+
+def test_an_unreachable_mysql_outbox_is_one_line_then_rate_limited_repeats(
+    broker: BrokerProcess,
+) -> None:
+    port = free_port()
+    url = f"mysql+pymysql://root:secret@127.0.0.1:{port}/test?table=statelines"
+    sidecar = SidecarProcess(broker.endpoint, url, f"--state-log-interval-ms={REPEAT_INTERVAL_MS}")
+    try:
+        says_unreachable_once(sidecar, port)
+    finally:
+        sidecar.stop()
+
+
 def test_an_unreachable_redis_outbox_is_one_line_then_rate_limited_repeats(
     broker: BrokerProcess, tmp_path: Path
 ) -> None:
@@ -116,29 +156,7 @@ def test_an_unreachable_redis_outbox_is_one_line_then_rate_limited_repeats(
     url = f"redis://:secret@127.0.0.1:{port}/0?prefix=statelines"
     sidecar = SidecarProcess(broker.endpoint, url, f"--state-log-interval-ms={REPEAT_INTERVAL_MS}")
     try:
-        banner = next(line for line in sidecar.lines if line.startswith("sidecar listening on"))
-        assert "NOT READY (OUTBOX_UNAVAILABLE" in banner
-        assert f"127.0.0.1:{port}" in banner
-        assert health(sidecar.endpoint) == health_pb2.HealthCheckResponse.NOT_SERVING
-        with sidecar.client() as stub, pytest.raises(grpc.RpcError) as fifo:
-            send(stub, message("Fifo", b"first", message_group="g"))
-        assert fifo.value.code() == grpc.StatusCode.UNAVAILABLE
-        assert "FIFO groups" in (fifo.value.details() or "")
-
-        def repeats() -> list[int]:
-            return [int(m[1]) for line in sidecar.lines if (m := STILL_UNREACHABLE.search(line))]
-
-        wait_until(lambda: len(repeats()) >= 2, DEADLINE_S, "two repeat lines")
-        output = sidecar.output()
-        assert count(sidecar.lines, "outbox unreachable (") == 1, output
-        assert "Start the outbox's server or correct --outbox" in output
-        assert "secret" not in output
-        assert "Traceback" not in output
-        assert "failed:" not in output  # no line of the resend pool's own per poll
-        # The resend pool polls every 50 ms, readiness every second: the lines are fewer than
-        # the failures they count.
-        assert sum(repeats()) > len(repeats())
-
+        says_unreachable_once(sidecar, port)
         with redis_server(port, tmp_path / "redis"):
             wait_until(
                 lambda: count(sidecar.lines, "reachable again: the sidecar is READY") == 1,
