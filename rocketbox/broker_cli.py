@@ -24,7 +24,12 @@ from broker.store.errors import StoreError, StoreLockedError
 from broker.topic_config import TopicMessageType
 from outbox.factory import redact
 from rocketbox.run_settings import run_async
-from rocketbox.sidecar_cli import optional_listen, start_sidecar, stop_sidecar
+from rocketbox.sidecar_cli import (
+    optional_listen,
+    readiness_note,
+    start_sidecar,
+    stop_sidecar,
+)
 from rocketbox.start_checks import (
     BROKER_LISTEN_OPTIONS,
     UP_BROKER_LISTEN_OPTIONS,
@@ -235,6 +240,7 @@ async def run_broker(
             click.echo(
                 f"sidecar listening on {c.listen_host}:{sidecar.port} (apps send here: "
                 f"rocketbox.v1.SidecarService), outbox {redact(c.outbox_url)}"
+                + readiness_note(sidecar)
             )
             # One process, one scrape target: the broker's endpoint serves the sidecar's too.
             controller.metrics.registry.register(sidecar.metrics.registry)

@@ -24,7 +24,9 @@ from rocketbox_api.listen import ListenError
 from sidecar.channels import Endpoint
 from sidecar.coalescer import COALESCE_BYTES_MAX_LIMIT, CoalesceConfig
 from sidecar.config import ResendConfig, SidecarConfig
+from sidecar.health_log import STATE_LOG_INTERVAL_MS_DEFAULT
 from sidecar.ledger import ACK_LEDGER_FLUSH_INTERVAL_MS_DEFAULT
+from sidecar.metrics import READY
 from sidecar.producer import ProducerConfig
 from sidecar.sidecar import Sidecar
 
@@ -175,6 +177,13 @@ def optional_listen(
     help="How often the in-memory FIFO fence is re-read from the outbox.",
 )
 @click.option(
+    "--state-log-interval-ms",
+    default=STATE_LOG_INTERVAL_MS_DEFAULT,
+    type=click.IntRange(min=1),
+    help="While the broker does not take messages, or the outbox is unreachable, say so again "
+    "at most this often, with counts since the last line (changes are logged at once).",
+)
+@click.option(
     "--ack-ledger",
     "ack_ledger_path",
     default=None,
@@ -241,6 +250,7 @@ def sidecar_config(o: dict[str, Any]) -> SidecarConfig:
         ack_ledger_path=o["ack_ledger_path"],
         ack_ledger_flush_interval_ms=o["ack_ledger_flush_interval_ms"],
         sidecar_id=o["sidecar_id"],
+        state_log_interval_ms=o["state_log_interval_ms"],
     )
 
 
@@ -276,6 +286,16 @@ async def start_sidecar(
     return sidecar
 
 
+def readiness_note(sidecar: Sidecar) -> str:
+    """What the start banner adds when the sidecar is not ready: NOT READY, and why."""
+    if sidecar.readiness_reason == READY:
+        return ""
+    return (
+        f" - NOT READY ({sidecar.readiness_reason}: {sidecar.readiness_detail}); it serves, "
+        "answers health NOT_SERVING and becomes READY by itself once the outbox can be written"
+    )
+
+
 async def run_sidecar(config: SidecarConfig) -> None:
     """Run until SIGINT/SIGTERM, then stop gracefully."""
     stop = asyncio.Event()
@@ -283,7 +303,7 @@ async def run_sidecar(config: SidecarConfig) -> None:
     for signum in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(signum, stop.set)
     sidecar = await start_sidecar(config)
-    click.echo(f"sidecar listening on {config.listen_host}:{sidecar.port}")
+    click.echo(f"sidecar listening on {config.listen_host}:{sidecar.port}{readiness_note(sidecar)}")
     try:
         await stop.wait()
         LOG.info("stopping the sidecar")

@@ -11,11 +11,16 @@ from pathlib import Path
 
 from outbox.entry import OutboxLimits
 from sidecar.coalescer import CoalesceConfig
+from sidecar.health_log import STATE_LOG_INTERVAL_MS_DEFAULT
 from sidecar.ledger import ACK_LEDGER_FLUSH_INTERVAL_MS_DEFAULT
 from sidecar.producer import ProducerConfig
 
 # A sidecar id, with ``/<incarnation>`` after it, is a lease owner (MySQL holds 255 characters).
 SIDECAR_ID_CHARS_MAX = 128
+# A bound on one message's bytes in a request besides its body, from intake's limits (properties
+# 16 KiB, topic, ids, group, times) and protobuf's framing: generous, so that no valid request is
+# refused by gRPC's own receive cap.
+MESSAGE_FIELDS_BYTES_MAX = 32 * 1024
 _SIDECAR_ID = re.compile(r"[A-Za-z0-9._:-]+")
 
 
@@ -111,6 +116,9 @@ class SidecarConfig:
     shutdown_grace_ms: int = 10_000
     # How often readiness re-checks that the outbox is writable.
     readiness_interval_ms: int = 1_000
+    # How often a lasting outage (broker not taking messages, outbox unreachable) is logged
+    # again, with counts since the last line (sidecar/health_log.py); changes are logged at once.
+    state_log_interval_ms: int = STATE_LOG_INTERVAL_MS_DEFAULT
     # Prometheus endpoint (sidecar/metrics.py); None: off. Port 0: a free port.
     metrics_host: str | None = None
     metrics_port: int = 0
@@ -129,12 +137,31 @@ class SidecarConfig:
     # "": default_sidecar_id(listen_port).
     sidecar_id: str = ""
 
+    @property
+    def grpc_receive_bytes_max(self) -> int:
+        """gRPC's own cap on one received request (``grpc.max_receive_message_length``). Past it
+        gRPC's core refuses the request before any handler runs, with its own RESOURCE_EXHAUSTED
+        ("Received message larger than max"), which apps read as "full, retry later". So the cap
+        is the largest valid request (``send_batch_bytes_max`` of bodies plus every message's
+        other fields) and as much again as ``send_batch_bytes_max`` above it: a request over
+        the API's limits but under the cap reaches the handlers, which answer INVALID_ARGUMENT
+        naming the size and the limit. Above the cap nothing can be done at the server (the
+        bytes are never read); rocketbox_client maps that answer to RequestTooLargeError, which
+        is not retriable."""
+        valid_bytes_max = (
+            self.send_batch_bytes_max + self.send_batch_entries_max * MESSAGE_FIELDS_BYTES_MAX
+        )
+        return valid_bytes_max + self.send_batch_bytes_max
+
     def __post_init__(self) -> None:
         if not self.sidecar_id:
             # A frozen dataclass sets a derived default through object.__setattr__.
             object.__setattr__(self, "sidecar_id", default_sidecar_id(self.listen_port))
         check_sidecar_id(self.sidecar_id)
-        for name in ("intake_in_flight_max", "pending_calls_max", "fifo_fence_refresh_interval_ms"):
+        for name in (
+            "intake_in_flight_max", "pending_calls_max", "fifo_fence_refresh_interval_ms",
+            "state_log_interval_ms",
+        ):  # fmt: skip
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
         if self.ack_ledger_flush_interval_ms < 0:

@@ -37,6 +37,9 @@ class FifoFence:
         # repeats an old generation); a group absent here has generation 0.
         self._generations: dict[GroupKey, int] = {}
         self._counter = itertools.count(1)
+        # What the outbox holds was read once (load or refresh): until then, the fence does not
+        # know which groups have entries there, and intake refuses FIFO messages.
+        self.loaded = False
 
     def __contains__(self, key: GroupKey) -> bool:
         return key in self._fenced
@@ -52,6 +55,7 @@ class FifoFence:
         """Fence every group the outbox has PENDING entries of."""
         for key in await self._outbox.pending_groups():
             self.add(key)
+        self.loaded = True
 
     async def recheck(self, key: GroupKey) -> None:
         """Lift the group's fence if the outbox has nothing PENDING of it."""
@@ -70,6 +74,7 @@ class FifoFence:
             self.add(key)
         for key in self._fenced - pending:
             self._lift(key, before.get(key, 0))
+        self.loaded = True
 
     def _lift(self, key: GroupKey, generation: int) -> None:
         if self._generations.get(key, 0) != generation:

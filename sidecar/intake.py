@@ -20,6 +20,9 @@ check, the send and the spool of one are done before the next begins, so no late
 group can overtake an earlier one that is being spooled. The fence is kept in memory, backed by
 the outbox (sidecar/fifo_fence.py): a message costs no trip to the outbox unless it is spooled.
 
+Each send's outcome is also reported to ``broker_log`` (sidecar/health_log.py), whose lines say
+when the broker stops and starts taking messages: a comparison per message, no line per message.
+
 Each send's outcome is reported to ``pull_in`` (sidecar/pull_in.py), if given: a stored send
 pulls in its topic's entries waiting out an UNAVAILABLE back-off.
 """
@@ -40,6 +43,7 @@ from sidecar.clock import now_ms
 from sidecar.coalescer import SendCoalescer
 from sidecar.errors import SendFailedError, SendRejectedError
 from sidecar.fifo_fence import FifoFence
+from sidecar.health_log import SPOOLED, BrokerStateLog
 from sidecar.producer import SendReceipt
 from sidecar.pull_in import RecoveryPullIn
 from sidecar.spool_writer import SpoolWriter
@@ -72,6 +76,7 @@ class Intake:
         backoff: Backoff,
         on_spooled: Callable[[], None],
         pull_in: RecoveryPullIn | None = None,
+        broker_log: BrokerStateLog | None = None,
     ) -> None:
         self._coalescer = coalescer
         self._spool_writer = spool_writer
@@ -79,6 +84,7 @@ class Intake:
         self._backoff = backoff
         self._on_spooled = on_spooled
         self._pull_in = pull_in
+        self._broker_log = broker_log
         # One lock per FIFO group with messages in intake, and how many hold or await it.
         self._group_locks: dict[tuple[str, str], tuple[asyncio.Lock, int]] = {}
 
@@ -87,6 +93,12 @@ class Intake:
         validate_message(message)
         if not message.message_group:
             return await self._send_or_spool(message)
+        if not self._fence.loaded:
+            raise SendRejectedError(
+                "", "the sidecar has not yet read which FIFO groups have entries in the outbox "
+                "(it cannot reach the outbox): a FIFO message sent now could overtake them",
+                grpc.StatusCode.UNAVAILABLE, OUTBOX_UNAVAILABLE_RETRY_AFTER_MS,
+            )  # fmt: skip
         key = (message.topic, message.message_group)
         # The lock lives while anyone holds or awaits it: dropping it while a woken waiter has
         # not yet run would let a newcomer take a fresh lock and overtake that waiter.
@@ -128,10 +140,14 @@ class Intake:
             )
             if self._pull_in is not None:
                 self._pull_in.backing_off(spooled.entry, outcome.cause)
+            if self._broker_log is not None:
+                self._broker_log.failed(outcome, SPOOLED)
             return spooled
         if self._pull_in is not None:
             # The topic's sends are stored again: its entries backing off may go now.
             self._pull_in.stored(message.topic)
+        if self._broker_log is not None:
+            self._broker_log.stored()
         return Stored(outcome)
 
     async def _spool(

@@ -42,13 +42,16 @@ import uuid
 from collections.abc import Callable
 
 from outbox.entry import DeliveryReceipt, EntryState, OutboxEntry
+from outbox.errors import OutboxError
+from rocketbox_api.rate_limited_log import RateLimitedLog
 from sidecar.async_outbox import AsyncOutbox
 from sidecar.backoff import Backoff
 from sidecar.clock import now_ms
 from sidecar.coalescer import coalescable
 from sidecar.config import ResendConfig
 from sidecar.errors import SendFailedError, SendRejectedError
-from sidecar.metrics import SidecarMetrics
+from sidecar.health_log import RESCHEDULED, BrokerStateLog, OutboxStateLog
+from sidecar.metrics import READY, SidecarMetrics
 from sidecar.producer import Producer
 from sidecar.pull_in import RecoveryPullIn
 
@@ -100,15 +103,23 @@ class ResendPool:
         metrics: SidecarMetrics | None = None,
         on_fifo_delivered: Callable[[str, str], None] | None = None,
         owner: str | None = None,
+        broker_log: BrokerStateLog | None = None,
+        outbox_log: OutboxStateLog | None = None,
     ) -> None:
         """``owner`` is what the pool leases entries as (the sidecar's ``<id>/<incarnation>``);
-        a random one by default."""
+        a random one by default. ``broker_log`` and ``outbox_log`` (sidecar/health_log.py) are
+        told of deliveries, failed resends and failed outbox calls: an outage is their lines,
+        not one line per entry or per poll."""
         self.config = config
         self._producer = producer
         self._outbox = outbox
         self._backoff = backoff
         self._metrics = metrics or SidecarMetrics()
         self._on_fifo_delivered = on_fifo_delivered
+        self._broker_log = broker_log or BrokerStateLog()
+        self._outbox_log = outbox_log
+        # An outbox call failing while readiness says the outbox is fine (else its lines say it).
+        self._outbox_errors = RateLimitedLog(LOG, logging.WARNING)
         # A wave is at most one claim's worth, and is over by the time a resend's lease is.
         self.pull_in = RecoveryPullIn(
             outbox, backoff, config.pull_in_ids_max, config.claim_batch_max, config.lease_ms,
@@ -180,28 +191,37 @@ class ResendPool:
                 now_ms(), self.config.claim_batch_max, self.config.lease_ms, self.owner
             )
         except Exception as e:  # the outbox is down: readiness says so; try again next poll
-            LOG.warning("claiming due outbox entries failed: %s", e)
+            self._outbox_failed("claiming due outbox entries", e)
             return []
+
+    def _outbox_failed(self, what: str, e: Exception) -> None:
+        """An outbox call failed: while the outbox is known to be unreachable its state lines
+        count it; otherwise a rate-limited line (with the traceback when it is no outbox
+        error: a bug)."""
+        if isinstance(e, OutboxError) and self._outbox_log is not None:
+            self._outbox_log.call_failed()
+            if self._outbox_log.state != READY:
+                LOG.debug("%s failed: %s", what, e)
+                return
+        trace = None if isinstance(e, OutboxError) else e
+        self._outbox_errors.log("%s failed: %s", what, e, exc_info=trace)
 
     async def _release(self, entries: list[OutboxEntry]) -> None:
         for entry in entries:
             try:
                 await self._outbox.release(entry.message_id, self.owner)
-            except Exception:  # the lease expires by itself
-                LOG.warning(
-                    "releasing the lease of %s failed", entry.message_id, exc_info=True,
-                    extra={"message_id": entry.message_id, "topic": entry.message.topic},
-                )  # fmt: skip
+            except Exception as e:  # the lease expires by itself
+                self._outbox_failed(f"releasing the lease of {entry.message_id}", e)
 
     async def _resend(self, job: list[OutboxEntry]) -> None:
         try:
             if len(job) == 1 and job[0].maybe_stored and await self._settled_by_index(job[0]):
                 return
             await self._send(job)
-        except Exception:
+        except Exception as e:
             # The outbox call after the send failed: the lease expires and the entry comes
             # again (checked against the index first if it may be stored).
-            LOG.exception("resend of %s left to its lease", [e.message_id for e in job])
+            self._outbox_failed(f"resend of {[x.message_id for x in job]} left to its lease", e)
         finally:
             self._slots.release()
 
@@ -248,6 +268,7 @@ class ResendPool:
         # Counted whatever the answer: an entry already delivered (by another sidecar, or by
         # an earlier resend whose tombstone came late) is at the broker all the same.
         self._count("DELIVERED", len(delivered))
+        self._broker_log.delivered(len(delivered))
         # A job is of one topic.
         self.pull_in.stored(delivered[0][0].message.topic, (e.message_id for e, _ in delivered))
         for (entry, _), changed in zip(delivered, done, strict=True):
@@ -291,6 +312,7 @@ class ResendPool:
         )  # fmt: skip
         if done:
             self._count("RESCHEDULED")
+            self._broker_log.failed(failure, RESCHEDULED)
             self.pull_in.backing_off(entry, failure.cause)
         else:
             LOG.warning(
@@ -312,8 +334,8 @@ class ResendPool:
         before_ms = now_ms() - int(self.config.delivered_retention_hours * HOUR_MS)
         try:
             purged = await self._outbox.purge(EntryState.DELIVERED, before_ms)
-        except Exception:
-            LOG.warning("purging delivered tombstones failed", exc_info=True)
+        except Exception as e:
+            self._outbox_failed("purging delivered tombstones", e)
             return
         if purged:
             LOG.info("purged %d delivered tombstones older than the retention", purged)

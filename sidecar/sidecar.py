@@ -1,7 +1,15 @@
 """The sidecar process's parts, started and stopped in order.
 
 start: open the outbox → producer → resend pool → gRPC server (SidecarService, health,
-reflection) bound and serving. ``start`` returns once it serves.
+reflection) bound and serving. ``start`` returns once it serves. An outbox on a server (Redis,
+MySQL) that cannot be reached yet does not stop the start: it is opened once it can be
+(AsyncOutbox.opened_later), and meanwhile the sidecar serves NOT READY. What needs the outbox at
+start (ending an earlier run's leases, loading the FIFO fence) is done once it is reached; until
+the fence is loaded, FIFO messages are refused UNAVAILABLE.
+
+State lines (sidecar/health_log.py): the broker's and the outbox's changes of state are logged
+once each, and repeated at most every ``state_log_interval_ms`` while they last; intake, the
+resend pool and readiness feed them, and log no line per message or per poll of their own.
 
 Readiness (gRPC health, service "" and "rocketbox.v1.SidecarService") is SERVING only while the
 outbox is writable: a sidecar that could not spool must not be sent traffic. Its reason
@@ -36,18 +44,20 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import uuid
 from collections.abc import Coroutine
 from typing import Any
+from urllib.parse import urlsplit
 from wsgiref.simple_server import WSGIServer
 
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
-from outbox.errors import OutboxError, OutboxNoSpaceError
-from outbox.factory import open_outbox, redact
+from outbox.errors import OutboxError, OutboxNoSpaceError, OutboxUnavailableError
+from outbox.factory import backend_class, open_outbox, redact
 from rocketbox_api.listen import bind_grpc, start_metrics_server
 from rocketbox_api.server_guard import ServerGuard
 from rocketbox_api.v1 import sidecar_pb2, sidecar_pb2_grpc
@@ -57,6 +67,7 @@ from sidecar.clock import now_ms
 from sidecar.coalescer import SendCoalescer
 from sidecar.config import SidecarConfig
 from sidecar.fifo_fence import FifoFence
+from sidecar.health_log import BrokerStateLog, OutboxStateLog
 from sidecar.intake import Intake
 from sidecar.ledger import AckLedger
 from sidecar.metrics import OUTBOX_NO_SPACE, OUTBOX_UNAVAILABLE, READY, SidecarMetrics
@@ -85,22 +96,23 @@ class Sidecar:
         # What the resend pool leases as: this process, among the sidecar's incarnations.
         self.lease_owner = f"{config.sidecar_id}/{uuid.uuid4().hex[:12]}"
         self.readiness_reason = ""
+        self.readiness_detail = ""
+        self._leases_ended = False
 
     async def start(self) -> None:
         """Open the parts, serve, and start the background tasks under the root TaskGroup.
         ``start`` and ``stop`` are awaited by one task: the one the root TaskGroup cancels when
         a background task fails (module docstring)."""
         c = self.config
-        loop = asyncio.get_running_loop()
-        outbox = await loop.run_in_executor(None, open_outbox, c.outbox_url, c.outbox_limits)
-        self.outbox = AsyncOutbox(outbox, c.outbox_threads)
-        await self._end_dead_leases()
+        self.outbox = await _open_outbox(c)
+        self.outbox_log = OutboxStateLog(redact(c.outbox_url), c.state_log_interval_ms)
         await self._open_parts()
         server = self._grpc_server()
         # After the outbox's open: a RocksDB outbox's lock refuses a second sidecar on the same
         # directory, naming its holder, before a port could be found taken (ListenError).
         self.port = bind_grpc(server, f"{c.listen_host}:{c.listen_port}")
-        await self._check_ready()
+        if await self._check_ready():
+            await self._outbox_reached()
         if c.metrics_host is not None:
             self._metrics_server = start_metrics_server(
                 c.metrics_host, c.metrics_port, self.metrics.registry
@@ -123,11 +135,13 @@ class Sidecar:
         c = self.config
         self.producer = Producer(c.producer)
         backoff = Backoff(c.resend.backoff_initial_ms, c.resend.backoff_max_ms)
+        # Loaded once the outbox is reached (_outbox_reached); FIFO messages wait for it.
         self.fence = FifoFence(self.outbox)
-        await self.fence.load()
+        self.broker_log = BrokerStateLog(self._pending_count, c.state_log_interval_ms)
         self.pool = ResendPool(
             c.resend, self.producer, self.outbox, backoff, self.metrics,
             on_fifo_delivered=self._recheck_fence, owner=self.lease_owner,
+            broker_log=self.broker_log, outbox_log=self.outbox_log,
         )  # fmt: skip
         self.intake = Intake(
             SendCoalescer(self.producer, c.coalesce, self.metrics),
@@ -136,6 +150,7 @@ class Sidecar:
             backoff,
             on_spooled=self.pool.wake,
             pull_in=self.pool.pull_in,
+            broker_log=self.broker_log,
         )
         if c.ack_ledger_path is not None:
             self._ledger = AckLedger(c.ack_ledger_path, c.ack_ledger_flush_interval_ms)
@@ -160,7 +175,7 @@ class Sidecar:
             # rate-limited line, never UNKNOWN with a traceback per call.
             interceptors=[ServerGuard()],
             options=(
-                ("grpc.max_receive_message_length", c.send_batch_bytes_max + 1024 * 1024),
+                ("grpc.max_receive_message_length", c.grpc_receive_bytes_max),
                 ("grpc.so_reuseport", 0),
                 ("grpc.server.max_pending_requests", c.pending_calls_max),
                 ("grpc.server.max_pending_requests_hard_limit", c.pending_calls_max),
@@ -181,6 +196,7 @@ class Sidecar:
         tasks = [
             ("readiness", self._readiness_loop()),
             ("FIFO fence refresh", self._fence_loop()),
+            ("broker state log", self.broker_log.run()),
         ]
         if self._metrics_server is not None or self.config.outbox_stats_enable:
             # Only for the gauges: stats may scan the outbox (MySQL), so not without a reader
@@ -256,12 +272,9 @@ class Sidecar:
             reason, detail = OUTBOX_UNAVAILABLE, str(e)
         else:
             reason, detail = READY, ""
-        if reason != self.readiness_reason:
-            if reason == READY:
-                LOG.info("ready: the outbox is writable")
-            else:
-                LOG.warning("not ready (%s): %s", reason, detail)
-        self.readiness_reason = reason
+        # The state's lines (sidecar/health_log.py): one per change, rate-limited repeats.
+        self.outbox_log.checked(reason, detail)
+        self.readiness_reason, self.readiness_detail = reason, detail
         self.metrics.observe_readiness(reason)
         ready = reason == READY
         status = (
@@ -273,11 +286,26 @@ class Sidecar:
             await self._health.set(name, status)
         return ready
 
+    async def _outbox_reached(self) -> None:
+        """What start does with the outbox once it can reach it: end the leases of earlier runs
+        and load the FIFO fence (until then FIFO messages are refused UNAVAILABLE: a group's
+        entries in the outbox are not known). Again by the readiness loop while not done."""
+        if not self._leases_ended:
+            await self._end_dead_leases()
+            self._leases_ended = True
+        if not self.fence.loaded:
+            with contextlib.suppress(OutboxError):  # the readiness loop tries again
+                await self.fence.load()
+
+    async def _pending_count(self) -> int:
+        return (await self.outbox.stats(now_ms())).pending
+
     async def _readiness_loop(self) -> None:
         while True:
             await asyncio.sleep(self.config.readiness_interval_ms / 1000.0)
             with contextlib.suppress(Exception):
-                await self._check_ready()
+                if await self._check_ready():
+                    await self._outbox_reached()
 
     async def _stats_loop(self) -> None:
         while True:
@@ -312,6 +340,24 @@ class Sidecar:
                 await self.fence.refresh()
             except OutboxError as e:  # fences stay up meanwhile: order is kept, not lost
                 LOG.debug("FIFO fence refresh failed: %s", e)
+
+
+async def _open_outbox(c: SidecarConfig) -> AsyncOutbox:
+    """The outbox, opened. One on a server (Redis, MySQL: shared by sidecars) that cannot be
+    reached yet is opened later (AsyncOutbox.opened_later): the sidecar serves NOT READY and
+    says why until it can, as a native sidecar whose startup probe waits for it must (a
+    RocksDB outbox that cannot be opened, a bad URL, stop the start instead)."""
+    loop = asyncio.get_running_loop()
+    try:
+        outbox = await loop.run_in_executor(None, open_outbox, c.outbox_url, c.outbox_limits)
+    except OutboxUnavailableError:
+        scheme = urlsplit(c.outbox_url).scheme.lower()
+        if not backend_class(scheme).features.shared_by_sidecars:
+            raise
+        return AsyncOutbox.opened_later(
+            functools.partial(open_outbox, c.outbox_url, c.outbox_limits), c.outbox_threads
+        )
+    return AsyncOutbox(outbox, c.outbox_threads)
 
 
 async def _watched(name: str, work: Coroutine[Any, Any, None]) -> None:

@@ -29,8 +29,12 @@ assert {"Send", "SendBatch"} <= set(_SERVICE.methods_by_name), "the API lost a m
 # The sidecar's limits of one SendBatch (rocketbox/v1/sidecar.proto).
 SEND_BATCH_MESSAGES_MAX = 1_000
 SEND_BATCH_BYTES_MAX = 16 * 1024 * 1024
-# A request may exceed the bodies' bytes by the messages' other fields.
-REQUEST_BYTES_MAX = SEND_BATCH_BYTES_MAX + 1024 * 1024
+# The largest request the client sends: the sidecar's gRPC receive cap with its default limits
+# (sidecar/config.py, SidecarConfig.grpc_receive_bytes_max: a valid batch's bytes, each message's
+# other fields at most 32 KiB, and SEND_BATCH_BYTES_MAX above that). A request over the API's
+# limits but under it reaches the sidecar, whose answer names the field, the size and the limit;
+# one over it is refused here by gRPC (RequestTooLargeError), as the sidecar would.
+REQUEST_BYTES_MAX = 2 * SEND_BATCH_BYTES_MAX + SEND_BATCH_MESSAGES_MAX * 32 * 1024
 # No single back-off (ours, or the channel's between reconnects) grows past this: a sidecar that
 # comes back is found again within it.
 RETRY_BACKOFF_MAX_MS = 2_000

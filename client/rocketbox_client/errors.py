@@ -3,6 +3,8 @@
     RocketboxError                  retriable?
     ├── RejectedError               (per subclass; the base for a code this client does not know)
     │   ├── InvalidMessageError     no:  INVALID_ARGUMENT, ``field`` names what is wrong
+    │   │   └── RequestTooLargeError no: the request was over gRPC's size cap (the sidecar's or
+    │   │                                the client's; gRPC's own RESOURCE_EXHAUSTED)
     │   ├── TopicNotFoundError      no:  NOT_FOUND, the topic does not exist (field "topic")
     │   ├── ResourceExhaustedError  yes, after ``retry_after_ms``: the sidecar's outbox or intake
     │   │                                is full, or the batching sender's buffer stayed full
@@ -30,6 +32,10 @@ import grpc
 from google.rpc import error_details_pb2, status_pb2
 
 STATUS_DETAILS_KEY = "grpc-status-details-bin"
+# How gRPC's core words its refusal of a message over its size cap (grpc/src/core's message
+# size filter): "Received message larger than max (N vs. M)" from the sidecar's receive cap,
+# "CLIENT: Sent message larger than max (N vs. M)" from this client's own send cap.
+GRPC_TOO_LARGE_TEXT = "message larger than max ("
 _CODES_BY_NUMBER = {code.value[0]: code for code in grpc.StatusCode}
 
 
@@ -67,6 +73,14 @@ class RejectedError(RocketboxError):
 class InvalidMessageError(RejectedError):
     """INVALID_ARGUMENT: the message breaks one of RocketMQ's limits; resending it as is fails
     the same way."""
+
+
+class RequestTooLargeError(InvalidMessageError):
+    """The request was larger than gRPC's size cap, the sidecar's receive cap or this client's
+    send cap (the same by default), far above the API's limits (4 MiB of body a message, 16 MiB
+    of bodies a batch). gRPC itself refused it with RESOURCE_EXHAUSTED before the sidecar read
+    it; unlike the sidecar's own RESOURCE_EXHAUSTED ("full, retry later") sending it again fails
+    the same way. ``code`` stays gRPC's."""
 
 
 class TopicNotFoundError(RejectedError):
@@ -141,6 +155,11 @@ def translate(error: grpc.RpcError, message_id: str | None, timeout_s: float) ->
     details = error.details() or ""
     if code == grpc.StatusCode.DEADLINE_EXCEEDED:
         translated: RocketboxError = deadline_exceeded(message_id, timeout_s, details)
+    elif code == grpc.StatusCode.RESOURCE_EXHAUSTED and GRPC_TOO_LARGE_TEXT in details:
+        translated = RequestTooLargeError(
+            code, "", f"the request is too large for the sidecar ({details}); it can never pass: "
+            "send smaller messages or fewer per batch", message_id,
+        )  # fmt: skip
     elif code in _REJECTIONS:
         field, reason, retry_after_ms = _rich_details(error, details)
         translated = rejection(code, field, reason, message_id, retry_after_ms)

@@ -7,7 +7,8 @@ import rocketbox_client
 
 EXPECTED = {
     "AsyncBatchingSender", "AsyncClient", "BatchingSender", "Client", "DeadlineExceededError",
-    "InvalidMessageError", "Message", "RejectedError", "ResourceExhaustedError", "RocketboxError",
+    "InvalidMessageError", "Message", "RejectedError", "RequestTooLargeError",
+    "ResourceExhaustedError", "RocketboxError",
     "SendResult", "SenderStats", "Spooled", "Stored", "TopicNotFoundError", "UnavailableError",
 }  # fmt: skip
 

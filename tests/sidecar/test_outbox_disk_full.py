@@ -104,7 +104,8 @@ def test_a_full_outbox_disk_refuses_spools_and_still_delivers_what_it_holds(
 
             disk.fill()
             wait_until(lambda: says_no_space(sidecar), DEADLINE_S, "readiness to say no space")
-            assert "not ready (OUTBOX_NO_SPACE)" in sidecar.output()
+            assert "has no space (" in sidecar.output()
+            assert "NOT READY" in sidecar.output()
             with sidecar.client() as stub, pytest.raises(grpc.RpcError) as refused:
                 send(stub, message(TOPIC, b"one more"))
             assert refused.value.code() == grpc.StatusCode.UNAVAILABLE
