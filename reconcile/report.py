@@ -101,7 +101,8 @@ def render(summary: dict[str, Any]) -> str:
             f'<script type="text/javascript">{plotly.offline.get_plotlyjs()}</script>',
             "</head><body>",
             "<h1>rocketbox reconciliation</h1>",
-            f'<p class="verdict {"bad" if lost else "good"}">{html.escape(verdict)}</p>',
+            f'<p><span class="verdict {"bad" if lost else "good"}">{html.escape(verdict)}</span>'
+            f"{_verdict_note(totals)}</p>",
             _counters(totals),
             '<div class="charts">',
             *(f'<div class="chart">{c}</div>' for c in charts),
@@ -125,6 +126,16 @@ def _figure_html(fig: go.Figure, div_id: str) -> str:
         full_html=False, include_plotlyjs=False, div_id=div_id, config=_PLOTLY_CONFIG
     )
     return text
+
+
+def _verdict_note(totals: dict[str, Any]) -> str:
+    """Beside the verdict, what is not a loss although it may dwarf the rest of the charts."""
+    notes = [
+        f"{totals[key]:,} {label}: {meaning}"
+        for key, label, meaning in COUNTERS
+        if key in ("unexpected", "unchecked") and totals[key]
+    ]
+    return f' <span class="verdict-note">{html.escape("; ".join(notes))}</span>' if notes else ""
 
 
 def _counters(totals: dict[str, Any]) -> str:
@@ -286,6 +297,7 @@ body { font-family: system-ui, sans-serif; margin: 24px; color: #222; background
 .verdict { font-size: 1.4em; font-weight: bold; padding: 8px 12px; display: inline-block; }
 .verdict.good { background: #e3f4e3; color: #1d6b1d; }
 .verdict.bad { background: #fbe3e3; color: #a11d1d; }
+.verdict-note { margin-left: 12px; color: #8c564b; }
 .counters { display: grid; grid-template-columns: repeat(auto-fill, minmax(15em, 1fr));
   gap: 6px; margin: 8px 0 16px; }
 .counter { border: 1px solid #ddd; border-left: 6px solid #444; padding: 4px 8px; }

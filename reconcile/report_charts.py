@@ -48,7 +48,12 @@ def ordered(categories: Sequence[str]) -> list[str]:
 
 def findings_chart(summary: dict[str, Any]) -> go.Figure:
     findings = ("lost", "duplicated", "recovered", "unexpected", "pending", "dead")
-    return _bucket_chart(summary, findings, f"Findings per {bucket_text(summary)} bucket")
+    # Unexpected messages can dwarf the rest: the title says they are no loss.
+    title = (
+        f"Findings per {bucket_text(summary)} bucket<br><sup>only lost is a loss; unexpected: "
+        "stored, never acknowledged</sup>"
+    )
+    return _bucket_chart(summary, findings, title)
 
 
 def outcomes_chart(summary: dict[str, Any], outcomes: Sequence[str]) -> go.Figure:

@@ -270,7 +270,9 @@ def test_the_report_reads_plainly_in_chromium(summary: dict[str, Any], tmp_path:
     for _, label, meaning in COUNTERS:
         assert f"{label}\n" in text or f"{label} " in text, label
         assert meaning in text, meaning
-    assert "stored, never acknowledged — not a loss" in text
+    # Beside the verdict, what is no loss although it may dwarf the charts.
+    assert "2 unexpected: stored, never acknowledged — not a loss" in text
+    assert "only lost is a loss; unexpected: stored, never acknowledged" in page.dom
     assert "duplicate_copies" not in text
     assert "event_time_ms" not in text
     # Times as ISO-8601 in UTC, in the drill-down and on the charts' time axes; no epoch ms left.
