@@ -17,6 +17,9 @@ HELM := build/bin/helm
 # Debian's chromium, which the reconciliation report's test opens headless (tests/reconcile): the
 # binary is its own stamp, installed with apt-get when missing.
 CHROMIUM := /usr/bin/chromium
+# promtool, which checks the chart's alert rules and the dashboard's queries (tests/helm): Debian's
+# prometheus package ships it (its service is not started: the tests run promtool alone).
+PROMTOOL := /usr/bin/promtool
 
 .PHONY: run test lint bench bench-compiled bench-broker clean
 
@@ -48,6 +51,10 @@ $(CHROMIUM):
 	apt-get update
 	apt-get install -y --no-install-recommends chromium
 
+$(PROMTOOL):
+	apt-get update
+	apt-get install -y --no-install-recommends prometheus
+
 run: $(STAMP)
 	$(BIN)/rocketbox up --data-dir $(DATA_DIR)
 
@@ -66,7 +73,7 @@ lint: $(STAMP)
 # timing-sensitive tests (flow control's 200 ms wait in the send queue) for a bigger number only.
 COVERAGE_BROKER_STORE_MIN_PERCENT := 92
 COVERAGE_OUTBOX_MIN_PERCENT := 94
-test: lint $(NODE_STAMP) $(HELM) $(CHROMIUM)
+test: lint $(NODE_STAMP) $(HELM) $(CHROMIUM) $(PROMTOOL)
 	$(BIN)/pytest --cov --cov-report=term
 	$(BIN)/coverage report --include='broker/store/**' --fail-under=$(COVERAGE_BROKER_STORE_MIN_PERCENT)
 	$(BIN)/coverage report --include='outbox/**' --fail-under=$(COVERAGE_OUTBOX_MIN_PERCENT)

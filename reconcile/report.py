@@ -2,47 +2,70 @@
 
 Both are made from the summary alone (job.py), so a report can be drawn again from a summary.
 The page is one self-contained file: plotly.js is inlined (about 4.6 MiB), so it opens offline
-and from a CI artifact. Its charts, each in a ``div`` whose id is in ``CHART_IDS``:
+and from a CI artifact. Under the verdict, one card per counter with its human label and what it
+means (an "unexpected" count beside a "nothing lost" verdict reads as alarming unless it says that
+it is no loss). Then the charts (reconcile/report_charts.py), each in a ``div`` whose id is in
+``CHART_IDS``:
 
 - findings per 10-minute bucket (stacked: lost, duplicated, recovered, unexpected, pending, dead);
 - messages per bucket by outcome (ok beside the findings, to see the load they came from);
 - per topic: each outcome, on a log axis (a handful lost beside millions ok must still show);
 - time from first failure to delivery: the histogram of delivery latency, with its percentiles.
 
-Below them: the inputs, the commitlog scan (segments, where a scan stopped early and why), and
-the drill-down (message ids per finding, at most the job's ``drill_down_ids_max`` each).
+Below them: the commitlog scan (segments, where a scan stopped early and why), the inputs, and
+the drill-down (message ids per finding, at most the job's ``drill_down_ids_max`` each). Times
+are ISO-8601 in UTC, never epoch milliseconds. A table keeps to the page's width: a long cell is
+cut with an ellipsis (its whole value on hover) and a wide table scrolls inside its own box.
 """
 
 from __future__ import annotations
 
 import html
 import json
-import math
-from collections.abc import Sequence
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 import plotly.graph_objects as go
 import plotly.offline
 
-from reconcile.classify import FINDINGS, OUTCOMES
+from reconcile.classify import OUTCOMES
+from reconcile.report_charts import (
+    CATEGORY_ORDER,
+    CHART_HEIGHT_PX,
+    COLOURS,
+    findings_chart,
+    latency_chart,
+    outcomes_chart,
+    topics_chart,
+)
+
+__all__ = ["CATEGORY_ORDER", "CHART_IDS", "COLOURS", "COUNTERS", "render", "write_outputs"]
 
 SUMMARY_FILE = "summary.json"
 REPORT_FILE = "report.html"
 CHART_IDS = ("chart-findings", "chart-outcomes", "chart-topics", "chart-latency")
-# One colour per category, the same in every chart.
-COLOURS = {
-    "lost": "#d62728",
-    "duplicated": "#9467bd",
-    "recovered": "#ff7f0e",
-    "unexpected": "#8c564b",
-    "pending": "#17becf",
-    "dead": "#7f7f7f",
-    "ok": "#2ca02c",
-    "unchecked": "#bcbd22",
-}
-CHART_HEIGHT_PX = 380
 _PLOTLY_CONFIG = {"displaylogo": False, "responsive": True}
+# The summary's counters, in the page's order: (key, human label, what it means).
+COUNTERS = (
+    ("messages", "messages", "seen in a ledger, the outbox or the commitlog"),
+    ("ok", "ok", "acknowledged or delivered, and stored"),
+    ("lost", "lost", "acknowledged, yet not stored: the one finding that is a loss"),
+    ("duplicated", "duplicated", "stored more than once"),
+    ("duplicate_copies", "extra copies", "copies beyond each message's first"),
+    ("recovered", "recovered", "an uncertain answer or an open outbox entry, yet stored"),
+    ("unexpected", "unexpected", "stored, never acknowledged — not a loss"),
+    ("unchecked", "unchecked", "stored in a topic no ledger names — not a loss"),
+    ("pending", "pending", "in the outbox, not stored yet: still to be sent"),
+    ("dead", "dead", "given up in the outbox, not stored: needs an operator"),
+    ("resend_pending", "resend pending", "stored, and still pending in the outbox"),
+    ("parked_only", "parked only", "stored only as a delayed copy, not yet delivered"),
+)
+# Columns that hold a time in epoch milliseconds: shown as ISO-8601 (UTC).
+TIME_COLUMNS = frozenset(
+    {"event_time_ms", "first_store_timestamp_ms", "first_ack_ms", "spooled_ms", "delivered_ms",
+     "bucket_start_ms", "time_ms", "created_ms"}
+)  # fmt: skip
 
 
 def write_outputs(summary: dict[str, Any], out_dir: Path) -> tuple[Path, Path]:
@@ -57,8 +80,8 @@ def write_outputs(summary: dict[str, Any], out_dir: Path) -> tuple[Path, Path]:
 def render(summary: dict[str, Any]) -> str:
     charts = [
         _figure_html(findings_chart(summary), CHART_IDS[0]),
-        _figure_html(outcomes_chart(summary), CHART_IDS[1]),
-        _figure_html(topics_chart(summary), CHART_IDS[2]),
+        _figure_html(outcomes_chart(summary, OUTCOMES), CHART_IDS[1]),
+        _figure_html(topics_chart(summary, OUTCOMES), CHART_IDS[2]),
         _figure_html(latency_chart(summary), CHART_IDS[3]),
     ]
     totals = summary["totals"]
@@ -72,13 +95,15 @@ def render(summary: dict[str, Any]) -> str:
         [
             "<!DOCTYPE html>",
             '<html lang="en"><head><meta charset="utf-8">',
+            '<meta name="viewport" content="width=device-width, initial-scale=1">',
             "<title>rocketbox reconciliation</title>",
             f"<style>{_CSS}</style>",
             f'<script type="text/javascript">{plotly.offline.get_plotlyjs()}</script>',
             "</head><body>",
             "<h1>rocketbox reconciliation</h1>",
-            f'<p class="verdict {"bad" if lost else "good"}">{html.escape(verdict)}</p>',
-            _totals_table(totals),
+            f'<p><span class="verdict {"bad" if lost else "good"}">{html.escape(verdict)}</span>'
+            f"{_verdict_note(totals)}</p>",
+            _counters(totals),
             '<div class="charts">',
             *(f'<div class="chart">{c}</div>' for c in charts),
             "</div>",
@@ -92,103 +117,66 @@ def render(summary: dict[str, Any]) -> str:
 
 
 def _figure_html(fig: go.Figure, div_id: str) -> str:
-    fig.update_layout(height=CHART_HEIGHT_PX, margin={"l": 60, "r": 20, "t": 50, "b": 50})
+    if fig.layout.height is None:
+        fig.update_layout(height=CHART_HEIGHT_PX)
+    # One legend order on every chart: the traces' own (CATEGORY_ORDER), never plotly's reversal
+    # of a stack.
+    fig.update_layout(margin={"l": 60, "r": 20, "t": 50, "b": 50}, legend={"traceorder": "normal"})
     text: str = fig.to_html(
         full_html=False, include_plotlyjs=False, div_id=div_id, config=_PLOTLY_CONFIG
     )
     return text
 
 
-def findings_chart(summary: dict[str, Any]) -> go.Figure:
-    findings = ("lost", "duplicated", "recovered", "unexpected", "pending", "dead")
-    return _bucket_chart(summary, findings, f"Findings per {_bucket_text(summary)} bucket")
-
-
-def outcomes_chart(summary: dict[str, Any]) -> go.Figure:
-    title = f"Messages per {_bucket_text(summary)} bucket, by outcome"
-    return _bucket_chart(summary, OUTCOMES, title)
-
-
-def _bucket_chart(summary: dict[str, Any], categories: Sequence[str], title: str) -> go.Figure:
-    """One stacked bar per time bucket, a segment per category."""
-    buckets = summary["per_bucket"]
-    x = [b["bucket_start"] for b in buckets]
-    bars = [
-        go.Bar(name=c, x=x, y=[b[c] for b in buckets], marker_color=COLOURS[c]) for c in categories
+def _verdict_note(totals: dict[str, Any]) -> str:
+    """Beside the verdict, what is not a loss although it may dwarf the rest of the charts."""
+    notes = [
+        f"{totals[key]:,} {label}: {meaning}"
+        for key, label, meaning in COUNTERS
+        if key in ("unexpected", "unchecked") and totals[key]
     ]
-    fig = go.Figure(bars)
-    fig.update_layout(
-        title=title, barmode="stack", xaxis_title="bucket start (UTC)", yaxis_title="messages"
-    )
-    return fig
+    return f' <span class="verdict-note">{html.escape("; ".join(notes))}</span>' if notes else ""
 
 
-def topics_chart(summary: dict[str, Any]) -> go.Figure:
-    topics = summary["per_topic"]
-    names = [t["topic"] for t in topics]
-    categories = [*OUTCOMES, "duplicated"]
-    fig = go.Figure(
-        [
-            go.Bar(name=c, y=names, x=[t[c] for t in topics], orientation="h",
-                   marker_color=COLOURS[c])
-            for c in categories
-        ]
-    )  # fmt: skip
-    largest = max((t[c] for t in topics for c in categories), default=1)
-    fig.update_layout(title="Per topic", barmode="group", xaxis_title="messages (log)")
-    # From 0.5: on a log axis a bar of 1 would otherwise have no length.
-    fig.update_xaxes(type="log", range=[math.log10(0.5), math.log10(max(largest, 1) * 2)])
-    return fig
-
-
-def latency_chart(summary: dict[str, Any]) -> go.Figure:
-    latency = summary["delivery_latency"]
-    bins = latency["histogram"]
-    labels = [
-        f"{_ms_text(b['from_ms'])} to {_ms_text(b['to_ms'])}"
-        if b["to_ms"]
-        else f"≥ {_ms_text(b['from_ms'])}"
-        for b in bins
-    ]
-    fig = go.Figure(
-        [go.Bar(x=labels, y=[b["messages"] for b in bins], marker_color=COLOURS["recovered"])]
-    )
-    title = "Time from first failure to delivery"
-    if latency.get("messages"):
-        title += (
-            f"<br><sup>{latency['messages']:,} messages: p50 {_ms_text(latency['p50_ms'])}, "
-            f"p90 {_ms_text(latency['p90_ms'])}, p99 {_ms_text(latency['p99_ms'])}, "
-            f"max {_ms_text(latency['max_ms'])}</sup>"
+def _counters(totals: dict[str, Any]) -> str:
+    """One card per counter: the number, its label and its meaning, in its category's colour."""
+    cards = []
+    for key, label, meaning in COUNTERS:
+        colour = COLOURS.get(key, "#444444")
+        cards.append(
+            f'<div class="counter" id="counter-{key}" style="border-left-color: {colour}">'
+            f'<span class="count">{totals[key]:,}</span> '
+            f'<span class="label">{html.escape(label)}</span>'
+            f'<span class="meaning">{html.escape(meaning)}</span></div>'
         )
-    else:
-        fig.add_annotation(text="no message failed before it was stored", showarrow=False)
-    fig.update_layout(title=title, xaxis_title="latency", yaxis_title="messages")
-    return fig
+    return f'<div class="counters">{"".join(cards)}</div>'
 
 
-def _bucket_text(summary: dict[str, Any]) -> str:
-    return _ms_text(int(summary["bucket_ms"]))
+def iso_time(ms: int) -> str:
+    """Epoch milliseconds as ISO-8601 in UTC, to the millisecond when it has any."""
+    moment = datetime.fromtimestamp(ms / 1000, tz=UTC)
+    text = moment.isoformat(timespec="milliseconds" if ms % 1000 else "seconds")
+    return text.replace("+00:00", "Z")
 
 
-def _ms_text(ms: int | None) -> str:
-    if ms is None:
-        return "?"
-    for unit, size in (("d", 86_400_000), ("h", 3_600_000), ("min", 60_000), ("s", 1_000)):
-        if ms >= size:
-            value = ms / size
-            return f"{value:g} {unit}" if value == int(value) else f"{value:.1f} {unit}"
-    return f"{ms} ms"
-
-
-def _table(header: list[str], rows: list[list[Any]]) -> str:
+def _table(header: list[str], rows: list[list[Any]], kind: str = "") -> str:
     head = "".join(f"<th>{html.escape(h)}</th>" for h in header)
+    kinds = ["id" if h == "message id" else "" for h in header]
     body = "".join(
-        "<tr>" + "".join(f"<td>{html.escape(_cell(v))}</td>" for v in row) + "</tr>" for row in rows
+        "<tr>" + "".join(_td(_cell(v), k) for v, k in zip(row, kinds, strict=True)) + "</tr>"
+        for row in rows
     )
     return (
-        f'<div class="table"><table><thead><tr>{head}</tr></thead>'
+        f'<div class="table {kind}"><table><thead><tr>{head}</tr></thead>'
         f"<tbody>{body}</tbody></table></div>"
     )
+
+
+def _td(text: str, kind: str = "") -> str:
+    # The title holds the whole value: a cell cut with an ellipsis shows it on hover.
+    escaped = html.escape(text)
+    cls = f' class="{kind}"' if kind else ""
+    return f'<td{cls} title="{escaped}">{escaped}</td>' if text else f"<td{cls}></td>"
 
 
 def _cell(value: Any) -> str:
@@ -199,10 +187,17 @@ def _cell(value: Any) -> str:
     return str(value)
 
 
-def _totals_table(totals: dict[str, Any]) -> str:
-    names = ["messages", *FINDINGS, "duplicated", "duplicate_copies", "resend_pending", "ok",
-             "unchecked", "parked_only"]  # fmt: skip
-    return _table(names, [[totals[n] for n in names]])
+def _column_label(name: str) -> str:
+    """``first_store_timestamp_ms`` -> ``first store timestamp (UTC)``."""
+    if name in TIME_COLUMNS:
+        return name.removesuffix("_ms").replace("_", " ") + " (UTC)"
+    return name.replace("_", " ")
+
+
+def _column_value(name: str, value: Any) -> Any:
+    if name in TIME_COLUMNS and isinstance(value, int) and not isinstance(value, bool):
+        return iso_time(value)
+    return value
 
 
 def _commitlog_section(summary: dict[str, Any]) -> str:
@@ -211,9 +206,11 @@ def _commitlog_section(summary: dict[str, Any]) -> str:
         "<h2>Commitlog</h2>",
         _table(
             ["segments", "bytes", "records", "kept", "parked", "system topics", "without id",
-             "blank bytes"],
+             "blank bytes", "first stored (UTC)", "last stored (UTC)"],
             [[c["segments"], c["bytes"], c["records"], c["kept_records"], c["parked_records"],
-              c["system_topic_records"], c["records_without_id"], c["blank_bytes"]]],
+              c["system_topic_records"], c["records_without_id"], c["blank_bytes"],
+              _column_value("time_ms", c.get("first_store_timestamp_ms")),
+              _column_value("time_ms", c.get("last_store_timestamp_ms"))]],
         ),
     ]  # fmt: skip
     if c["stops"]:
@@ -241,11 +238,11 @@ def _inputs_section(summary: dict[str, Any]) -> str:
     rows = [
         [k, v if isinstance(v, str | int) else json.dumps(v)] for k, v in summary["inputs"].items()
     ]
-    rows += [[f"ledger {k}", v] for k, v in ledgers.items() if k != "scope_topics"]
+    rows += [[f"ledger {_column_label(k)}", v] for k, v in ledgers.items() if k != "scope_topics"]
     rows.append(["topics in scope", ", ".join(ledgers["scope_topics"])])
-    rows += [[f"outbox {k}", v] for k, v in outbox.items()]
+    rows += [[f"outbox {_column_label(k)}", v] for k, v in outbox.items()]
     rows.append(["elapsed", f"{summary.get('elapsed_s', 0)} s"])
-    return "<h2>Inputs</h2>" + _table(["input", "value"], rows)
+    return "<h2>Inputs</h2>" + _table(["input", "value"], rows, kind="inputs")
 
 
 def _drill_down_section(summary: dict[str, Any]) -> str:
@@ -259,7 +256,13 @@ def _drill_down_section(summary: dict[str, Any]) -> str:
             continue
         header = list(rows[0])
         parts.append(f"<h3>{html.escape(finding)} (first {len(rows):,})</h3>")
-        parts.append(_table(header, [[r[h] for h in header] for r in rows]))
+        parts.append(
+            _table(
+                [_column_label(h) for h in header],
+                [[_column_value(h, r[h]) for h in header] for r in rows],
+                kind="drill-down",
+            )
+        )
     return "\n".join(parts)
 
 
@@ -294,10 +297,25 @@ body { font-family: system-ui, sans-serif; margin: 24px; color: #222; background
 .verdict { font-size: 1.4em; font-weight: bold; padding: 8px 12px; display: inline-block; }
 .verdict.good { background: #e3f4e3; color: #1d6b1d; }
 .verdict.bad { background: #fbe3e3; color: #a11d1d; }
+.verdict-note { margin-left: 12px; color: #8c564b; }
+.counters { display: grid; grid-template-columns: repeat(auto-fill, minmax(15em, 1fr));
+  gap: 6px; margin: 8px 0 16px; }
+.counter { border: 1px solid #ddd; border-left: 6px solid #444; padding: 4px 8px; }
+.counter .count { font-size: 1.3em; font-weight: bold; }
+.counter .label { font-weight: bold; }
+.counter .meaning { display: block; font-size: 0.85em; color: #555; }
 .charts { display: grid; grid-template-columns: repeat(2, minmax(0, 1fr)); gap: 12px; }
-.chart { border: 1px solid #ddd; }
+.chart { border: 1px solid #ddd; min-width: 0; }
+/* A wide table scrolls inside its own box; the page never scrolls sideways. */
 .table { overflow-x: auto; max-width: 100%; }
 table { border-collapse: collapse; margin: 8px 0; font-size: 0.9em; }
 th, td { border: 1px solid #ccc; padding: 3px 6px; text-align: right; }
-th { background: #f3f3f3; }
+th { background: #f3f3f3; white-space: normal; vertical-align: bottom; }
+/* A long value is cut with an ellipsis; its cell's title shows all of it on hover. */
+td { white-space: nowrap; overflow: hidden; text-overflow: ellipsis; max-width: 22em; }
+.inputs td { text-align: left; }
+.drill-down td { max-width: 14em; }
+/* The message id is what a reader copies: never cut. */
+.drill-down td.id { max-width: none; text-align: left; font-family: ui-monospace, monospace; }
+.drill-down th { min-width: 5em; }
 """

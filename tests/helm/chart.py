@@ -31,7 +31,10 @@ OUTBOX_TYPES = ("rocksdb", "redis", "mysql")
 # newest Kubernetes the installed kubernetes-validate knows.
 KUBERNETES_VERSIONS = ("1.29.0", "1.37.0")
 # Kinds kubernetes-validate has no schema for (custom resources): checked by the tests instead.
-CUSTOM_KINDS = {("monitoring.coreos.com/v1", "ServiceMonitor")}
+CUSTOM_KINDS = {
+    ("monitoring.coreos.com/v1", "ServiceMonitor"),
+    ("monitoring.coreos.com/v1", "PrometheusRule"),
+}
 HELM_TIMEOUT_S = 60
 
 Doc = dict[str, Any]

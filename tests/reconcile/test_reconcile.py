@@ -19,11 +19,16 @@ Proves, with one Spark session (local[2]) for the module:
 - the Parquet export of the same outbox gives the same summary as the JSON lines export;
 - without ledgers nothing is unexpected (no topic is in scope) and SPOOLED-only losses vanish;
 - report.html renders in headless Chromium: every chart draws its SVG with its bars, and the
-  screenshot shows the charts' colours.
+  screenshot shows the charts' colours;
+- it reads plainly, as Chromium lays it out: every counter with its label and meaning (unexpected:
+  "not a loss"), times as ISO-8601 and no epoch milliseconds, one legend order and one colour per
+  category on every chart, whole-number count axes, no table wider than the window (a cut cell
+  keeps its value as its title), and thirty long topic names each labelled on the per-topic axis.
 """
 
 from __future__ import annotations
 
+import copy
 import json
 from pathlib import Path
 from typing import Any
@@ -32,9 +37,20 @@ import pyarrow.parquet as pq
 import pytest
 from pyspark.sql import SparkSession
 
-from reconcile.classify import FINDINGS
+from reconcile.classify import FINDINGS, OUTCOMES
 from reconcile.job import JobConfig, run
-from reconcile.report import CHART_IDS, COLOURS, write_outputs
+from reconcile.report import CATEGORY_ORDER, CHART_IDS, COLOURS, COUNTERS, write_outputs
+from reconcile.report_charts import (
+    CHART_HEIGHT_PX,
+    RANGE_DASH,
+    TOPIC_LABEL_CHARS_MAX,
+    findings_chart,
+    ordered,
+    outcomes_chart,
+    topic_label,
+    topic_labels,
+    topics_chart,
+)
 from tests.reconcile.chromium import dump_dom, pixels_of, read_png, screenshot
 from tests.reconcile.planted import (
     BUCKET_MS,
@@ -45,6 +61,7 @@ from tests.reconcile.planted import (
     expected_counts,
     planted,
 )
+from tests.reconcile.report_page import EPOCH_MS, measure
 
 
 @pytest.fixture(scope="module")
@@ -233,3 +250,79 @@ def test_the_report_renders_its_charts_in_chromium(summary: dict[str, Any], tmp_
     assert colours > 50, "a blank or nearly blank screenshot"
     for category in ("ok", "lost", "recovered", "duplicated", "pending"):
         assert pixels_of(image, COLOURS[category]) > 50, category
+
+
+def test_the_report_reads_plainly_in_chromium(summary: dict[str, Any], tmp_path: Path) -> None:
+    """Counters with labels and meanings, ISO times, one legend order, tables within the page."""
+    write_outputs(summary, tmp_path)
+    page = measure(tmp_path / "report.html", tmp_path / "profile")
+    facts = page.facts
+
+    # Nothing wider than the window: a wide table scrolls inside its own box.
+    assert facts["page_scroll_width_px"] <= facts["viewport_px"]
+    assert facts["table_right_px"]
+    assert max(facts["table_right_px"]) <= facts["viewport_px"]
+    # A cell cut with an ellipsis carries its whole value as its title; message ids are never cut.
+    for cell in facts["cut_cells"]:
+        assert cell["title"] == cell["text"], cell
+        assert "id" not in cell["kind"].split(), cell
+    text = facts["visible_text"]
+    for _, label, meaning in COUNTERS:
+        assert f"{label}\n" in text or f"{label} " in text, label
+        assert meaning in text, meaning
+    # Beside the verdict, what is no loss although it may dwarf the charts.
+    assert "2 unexpected: stored, never acknowledged — not a loss" in text
+    assert "only lost is a loss; unexpected: stored, never acknowledged" in page.dom
+    assert "duplicate_copies" not in text
+    assert "event_time_ms" not in text
+    # Times as ISO-8601 in UTC, in the drill-down and on the charts' time axes; no epoch ms left.
+    assert "2026-01-01T00:00:50Z" in text
+    assert EPOCH_MS.search(page.text_without_scripts()) is None
+    assert page.ticks(CHART_IDS[0], CHART_IDS[1], "x")[0] == "2026-01-01T00:00Z"
+    # One legend order on every chart, and whole numbers on every count axis.
+    legends = [page.legend(c, f) for c, f in zip(CHART_IDS, [*CHART_IDS[1:], None], strict=True)]
+    assert legends[0] == ["lost", "duplicated", "recovered", "unexpected", "pending", "dead"]
+    assert legends[1] == ["lost", "recovered", "unexpected", "unchecked", "pending", "dead", "ok"]
+    assert legends[2] == list(CATEGORY_ORDER)
+    for chart, following in ((CHART_IDS[0], CHART_IDS[1]), (CHART_IDS[3], None)):
+        ticks = page.ticks(chart, following, "y")
+        assert ticks
+        assert all(t.replace(",", "").isdigit() for t in ticks), ticks
+        assert len(set(ticks)) == len(ticks), ticks  # no 0, 0, 1, 1 from fractional steps
+    bins = page.ticks(CHART_IDS[3], None, "x")
+    assert bins[:2] == [f"0{RANGE_DASH}1 ms", f"200{RANGE_DASH}500 ms"]
+
+
+def test_every_chart_draws_a_category_in_its_one_colour(summary: dict[str, Any]) -> None:
+    figures = [findings_chart(summary), outcomes_chart(summary, OUTCOMES),
+               topics_chart(summary, OUTCOMES)]  # fmt: skip
+    for fig in figures:
+        names = [trace.name for trace in fig.data]
+        assert names == ordered(names)
+        for trace in fig.data:
+            assert trace.marker.color == COLOURS[trace.name], trace.name
+
+
+def test_many_long_topic_names_stay_readable(summary: dict[str, Any], tmp_path: Path) -> None:
+    topic_count = 30
+    many = copy.deepcopy(summary)
+    template = many["per_topic"][0]
+    many["per_topic"] = [
+        template | {"topic": f"orders.payment-events.settlement-confirmations.tenant-{i:02d}",
+                    "ok": 10 * i + 1}
+        for i in range(topic_count)
+    ]  # fmt: skip
+    write_outputs(many, tmp_path)
+    page = measure(tmp_path / "report.html", tmp_path / "profile")
+
+    labels = page.ticks(CHART_IDS[2], CHART_IDS[3], "y")
+    # Every topic named, each cut to a readable label (the hover holds the whole name).
+    assert len(labels) == topic_count
+    assert len(set(labels)) == topic_count
+    assert all(len(label) <= TOPIC_LABEL_CHARS_MAX and "…" in label for label in labels)
+    assert set(labels) == {topic_label(t["topic"]) for t in many["per_topic"]}
+    # Two names that would read alike once cut keep their whole names instead.
+    alike = ["a" * 40 + "-x-" + "b" * 40, "a" * 40 + "-y-" + "b" * 40, "short"]
+    assert topic_labels(alike) == [*alike[:2], "short"]
+    assert page.facts["page_scroll_width_px"] <= page.facts["viewport_px"]
+    assert topics_chart(many, OUTCOMES).layout.height > CHART_HEIGHT_PX
