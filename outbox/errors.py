@@ -9,6 +9,8 @@ SQLAlchemy) into these at one place, chained with ``from``.
     ├── OutboxFullError              ``outbox_entries_max`` / ``outbox_bytes_max`` reached
     │                                (retriable after ``retry_after_ms``)
     ├── OutboxConfigError            a bad URL or limit (not retriable)
+    ├── OutboxNotFoundError          opened without ``create``: there is no outbox at the URL
+    │                                (no RocksDB database, no MySQL table); not retriable
     └── EntryTooLargeError           one entry larger than the backend accepts (not retriable)
 """
 
@@ -40,6 +42,13 @@ class OutboxFullError(OutboxError):
 
 
 class OutboxConfigError(OutboxError):
+    retriable = False
+
+
+class OutboxNotFoundError(OutboxError):
+    """Only a writer (the sidecar) creates its outbox: a reader (an admin command) that finds
+    none at the URL says so, rather than creating one and reporting it empty."""
+
     retriable = False
 
 

@@ -11,7 +11,8 @@ Exit codes (the broker admin commands in rocketbox/broker_admin_cli.py use 1 and
     0  done
     1  the operation failed (the backend refused it or answered what it should not)
     2  usage error, or a bad --outbox URL (click's own code for usage errors)
-    3  the backend is unreachable, or a change to a RocksDB outbox held by a running process
+    3  no outbox there (no MySQL table, no RocksDB database: commands never create one), the
+       backend is unreachable, or a RocksDB outbox's holder (a running sidecar) is not answering
     4  no such entry
     5  refused: a purge not confirmed
 """
@@ -68,7 +69,8 @@ def outbox_group(ctx: click.Context) -> None:
       0  done
       1  the operation failed (the backend refused it)
       2  usage error, or a bad --outbox URL
-      3  the backend is unreachable, or a change to a RocksDB outbox held by a running process
+      3  no outbox there (commands never create one), the backend is
+         unreachable, or the sidecar holding a RocksDB outbox is not answering
       4  no such entry
       5  refused: a purge not confirmed (no --yes, and no terminal or the answer no)
     """

@@ -19,7 +19,12 @@ import click
 from rich.console import RenderableType
 
 from outbox.entry import EntryState, SpoolCause
-from outbox.errors import OutboxConfigError, OutboxError, OutboxUnavailableError
+from outbox.errors import (
+    OutboxConfigError,
+    OutboxError,
+    OutboxNotFoundError,
+    OutboxUnavailableError,
+)
 from outbox.factory import hide_password, open_outbox, redact
 from outbox.outbox import Outbox
 from rocketbox import outbox_render as render
@@ -68,6 +73,10 @@ def _translated(url: str, *, opening: bool) -> Iterator[None]:
                 f"{message}. Accepted URLs: {ACCEPTED_URLS}", param_hint=OUTBOX_PARAM_HINT
             ) from e
         raise OutboxOperationError(message) from e
+    except OutboxNotFoundError as e:
+        # Exit 3 as for an unreachable one: there is no outbox to act on (4 is an entry missing
+        # from an outbox that is there).
+        raise OutboxUnreachableError(hide_password(str(e), url)) from e
     except OutboxUnavailableError as e:
         raise OutboxUnreachableError(
             f"the outbox is unreachable: {hide_password(str(e), url)}"
@@ -89,18 +98,6 @@ def _read_only_url(url: str) -> str:
     return urlunsplit(parts._replace(query=query))
 
 
-def _check_rocksdb_exists(url: str) -> None:
-    """Opening a RocksDB outbox creates it when missing: right for a sidecar, wrong for an
-    admin command, where a mistyped path would show an empty outbox instead of an error."""
-    if not _is_rocksdb(url):
-        return
-    from outbox.backends.rocksdb.store import rocksdb_path  # noqa: PLC0415 - imports rocksdict
-
-    path = rocksdb_path(url)
-    if not (path / "CURRENT").is_file():
-        raise OutboxConfigError(f"outbox URL {redact(url)!r}: no RocksDB database at {path}")
-
-
 class Session:
     """One command's outbox (opened on first use), its output mode and its clock."""
 
@@ -117,8 +114,7 @@ class Session:
         """The outbox, for a command that changes it."""
         if self._outbox is None:
             with _translated(self.url, opening=True):
-                _check_rocksdb_exists(self.url)
-                self._outbox = open_outbox(self.url)
+                self._outbox = open_outbox(self.url, create=False)
         return self._outbox
 
     @property
@@ -130,8 +126,7 @@ class Session:
             return self._outbox
         if self._reader is None:
             with _translated(self.url, opening=True):
-                _check_rocksdb_exists(self.url)
-                self._reader = open_outbox(_read_only_url(self.url))
+                self._reader = open_outbox(_read_only_url(self.url), create=False)
         return self._reader
 
     def refresh(self) -> None:
