@@ -6,6 +6,8 @@ SQLAlchemy) into these at one place, chained with ``from``.
     │   └── OutboxNoSpaceError       its storage has no room for new entries (a full disk,
     │                                Redis at maxmemory): puts are refused, while what it
     │                                holds is still claimed and delivered (retriable)
+    │   └── OutboxHeldError          a RocksDB outbox's lock is held by another process (its
+    │                                holder file, outbox/holder.py, may say which)
     ├── OutboxFullError              ``outbox_entries_max`` / ``outbox_bytes_max`` reached
     │                                (retriable after ``retry_after_ms``)
     ├── OutboxConfigError            a bad URL or limit (not retriable)
@@ -29,6 +31,10 @@ class OutboxNoSpaceError(OutboxUnavailableError):
     """The backend's storage is full: new entries are refused until it has room again, while
     claims and deliveries, which shrink the outbox, go on (each backend's docstring says how
     far). Not ``OutboxFullError``: no bound of ours was reached, the storage under it was."""
+
+
+class OutboxHeldError(OutboxUnavailableError):
+    """Another process holds the (single-process) outbox: RocksDB's LOCK."""
 
 
 class OutboxFullError(OutboxError):

@@ -13,6 +13,7 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import ParamSpec, TypeVar
 
+from outbox.admin import Breakdown, breakdown
 from outbox.entry import DeliveryReceipt, EntryState, OutboxEntry, OutboxStats
 from outbox.errors import OutboxError
 from outbox.outbox import Outbox
@@ -72,6 +73,16 @@ class AsyncOutbox:
 
     async def retry_now(self, message_ids: Sequence[str] | None, now_ms: int) -> int:
         return await self._run(self.outbox.retry_now, message_ids, now_ms)
+
+    async def requeue(self, message_ids: Sequence[str] | None, now_ms: int) -> int:
+        return await self._run(self.outbox.requeue, message_ids, now_ms)
+
+    async def scan(self, state: EntryState | None, after_seq: int, limit: int) -> list[OutboxEntry]:
+        return await self._run(self.outbox.scan, state, after_seq, limit)
+
+    async def breakdown(self) -> Breakdown:
+        """outbox/admin.py's pass over every entry, on the outbox's threads."""
+        return await self._run(breakdown, self.outbox)
 
     async def purge(self, state: EntryState, before_ms: int) -> int:
         return await self._run(self.outbox.purge, state, before_ms)

@@ -1,7 +1,9 @@
 """The sidecar process's parts, started and stopped in order.
 
-start: open the outbox → producer → resend pool → gRPC server (SidecarService, health,
-reflection) bound and serving. ``start`` returns once it serves.
+start: open the outbox → producer → resend pool → gRPC server (SidecarService,
+OutboxAdminService, health, reflection) bound and serving → a RocksDB outbox's holder file
+written (outbox/holder.py: how ``rocketbox outbox`` finds this sidecar to change the outbox it
+holds). ``start`` returns once it serves.
 
 Readiness (gRPC health, service "" and "rocketbox.v1.SidecarService") is SERVING only while the
 outbox is writable: a sidecar that could not spool must not be sent traffic. Its reason
@@ -21,7 +23,7 @@ lost); give each sidecar its own id.
 
 stop (SIGTERM): stop intake (new calls are answered UNAVAILABLE) → let calls in flight finish
 or spool within ``shutdown_grace_ms`` → stop the resend pool (resends in flight finish, unstarted
-leases released) → close producer, outbox and ledger.
+leases released) → close producer, outbox and ledger; remove the holder file.
 
 One root TaskGroup holds every background task (the resend pool, readiness, the FIFO fence's
 refresh and rechecks, outbox stats, the ledger's flush), entered by ``start`` and left by
@@ -37,8 +39,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
 import uuid
 from collections.abc import Coroutine
+from pathlib import Path
 from typing import Any
 from wsgiref.simple_server import WSGIServer
 
@@ -49,8 +53,9 @@ from prometheus_client import start_http_server
 
 from outbox.errors import OutboxError, OutboxNoSpaceError
 from outbox.factory import open_outbox, redact
+from outbox.holder import Holder, remove_holder, rocksdb_dir, write_holder
 from rocketbox_api.server_guard import ServerGuard
-from rocketbox_api.v1 import sidecar_pb2, sidecar_pb2_grpc
+from rocketbox_api.v1 import outbox_admin_pb2, outbox_admin_pb2_grpc, sidecar_pb2, sidecar_pb2_grpc
 from sidecar.async_outbox import AsyncOutbox
 from sidecar.backoff import Backoff
 from sidecar.clock import now_ms
@@ -60,6 +65,7 @@ from sidecar.fifo_fence import FifoFence
 from sidecar.intake import Intake
 from sidecar.ledger import AckLedger
 from sidecar.metrics import OUTBOX_NO_SPACE, OUTBOX_UNAVAILABLE, READY, SidecarMetrics
+from sidecar.outbox_admin_service import OutboxAdminService
 from sidecar.producer import Producer
 from sidecar.resend_pool import ResendPool
 from sidecar.server import SidecarService
@@ -67,6 +73,9 @@ from sidecar.spool_writer import SpoolWriter
 
 LOG = logging.getLogger(__name__)
 SERVICE_NAME = sidecar_pb2.DESCRIPTOR.services_by_name["SidecarService"].full_name
+ADMIN_SERVICE_NAME = outbox_admin_pb2.DESCRIPTOR.services_by_name["OutboxAdminService"].full_name
+# The hosts a listener bound to every interface is reached at from this machine.
+ANY_HOSTS = {"0.0.0.0": "127.0.0.1", "::": "[::1]", "[::]": "[::1]", "": "127.0.0.1"}  # noqa: S104 - not a bind: a bound listener's address
 
 
 class Sidecar:
@@ -85,6 +94,8 @@ class Sidecar:
         # What the resend pool leases as: this process, among the sidecar's incarnations.
         self.lease_owner = f"{config.sidecar_id}/{uuid.uuid4().hex[:12]}"
         self.readiness_reason = ""
+        # The RocksDB outbox's directory, once this sidecar recorded itself as its holder.
+        self._held_dir: Path | None = None
 
     async def start(self) -> None:
         """Open the parts, serve, and start the background tasks under the root TaskGroup.
@@ -108,6 +119,7 @@ class Sidecar:
             self.metrics_port = self._metrics_server.server_port
         await server.start()
         self._server = server
+        self._record_holder()
         self._root = await self._exit_stack.enter_async_context(asyncio.TaskGroup())
         self._root.create_task(_watched("resend pool", self.pool.run()), name="resend pool")
         for name, work in self._background_loops():
@@ -167,13 +179,32 @@ class Sidecar:
             ),
         )
         sidecar_pb2_grpc.add_SidecarServiceServicer_to_server(self.service, server)
+        outbox_admin_pb2_grpc.add_OutboxAdminServiceServicer_to_server(
+            OutboxAdminService(self.outbox, self.pool.wake), server
+        )
         health_pb2_grpc.add_HealthServicer_to_server(self._health, server)
         reflection.enable_server_reflection(
-            (SERVICE_NAME, health_pb2.DESCRIPTOR.services_by_name["Health"].full_name,
-             reflection.SERVICE_NAME),
+            (SERVICE_NAME, ADMIN_SERVICE_NAME, reflection.SERVICE_NAME,
+             health_pb2.DESCRIPTOR.services_by_name["Health"].full_name),
             server,
         )  # fmt: skip
         return server
+
+    def _record_holder(self) -> None:
+        """Write the holder file beside a RocksDB outbox (outbox/holder.py): where
+        ``rocketbox outbox`` asks for a change while this sidecar holds the outbox."""
+        outbox_dir = rocksdb_dir(self.config.outbox_url)
+        if outbox_dir is None:
+            return
+        host = self.config.listen_host
+        host = ANY_HOSTS.get(host, f"[{host}]" if ":" in host and "[" not in host else host)
+        holder = Holder(os.getpid(), f"{host}:{self.port}", "rocketbox sidecar", now_ms())
+        try:
+            write_holder(outbox_dir, holder)
+        except OSError as e:  # the CLI then says the outbox is held, without naming by whom
+            LOG.warning("could not record this sidecar as the outbox's holder: %s", e)
+            return
+        self._held_dir = outbox_dir
 
     def _background_loops(self) -> list[tuple[str, Coroutine[Any, Any, None]]]:
         """The loops under the root TaskGroup beside the resend pool, by name: they run until
@@ -220,6 +251,8 @@ class Sidecar:
     async def _close(self) -> None:
         await self.producer.close()
         await self.outbox.close()
+        if self._held_dir is not None:
+            remove_holder(self._held_dir, os.getpid())
         if self._metrics_server is not None:
             self._metrics_server.shutdown()
             self._metrics_server.server_close()
