@@ -61,8 +61,10 @@ def outbox_group(ctx: click.Context) -> None:
 
     \b
     Every command takes --outbox URL (or ROCKETBOX_OUTBOX), and --json to print
-    JSON for scripts and nothing else. A RocksDB outbox admits one process at a
-    time: stop the sidecar using it first (Redis and MySQL outboxes are shared).
+    JSON for scripts and nothing else. A RocksDB outbox admits one process: while
+    a sidecar holds it, retry-now and requeue ask that sidecar (found from the
+    holder file it keeps beside the outbox; --sidecar HOST:PORT names one), reads
+    open it read-only, and purge needs the sidecar stopped.
 
     \b
     Exit codes:
@@ -89,9 +91,13 @@ def stats_command(session: Session) -> None:
     The totals are the backend's own counters; the depth and the histogram read every entry of
     the outbox (one pass, page by page).
     """
-    now_ms = session.now_ms()
-    stats = session.reader.stats(now_ms)
-    data = render.stats_json(stats, breakdown(session.reader), now_ms)
+    remote = session.holder() if session.sidecar is not None else None
+    if remote is not None:  # asked of the sidecar, measured by its clock
+        now_ms, stats, found = remote.stats()
+    else:
+        now_ms = session.now_ms()
+        stats, found = session.reader.stats(now_ms), breakdown(session.reader)
+    data = render.stats_json(stats, found, now_ms)
     session.emit(data, lambda: render.stats_view(data))
 
 
@@ -176,7 +182,7 @@ def show_command(session: Session, message_id: str, with_body: bool) -> None:
 def requeue_command(session: Session, message_ids: tuple[str, ...], every: bool) -> None:
     """DEAD entries back to PENDING, due now, attempts reset: the sidecar sends them again."""
     ids = ids_or_all(message_ids, every)
-    requeued = session.outbox.requeue(ids, session.now_ms())
+    requeued = session.requeue(ids)
     data = {"requeued": requeued, "asked": None if ids is None else len(set(ids))}
     text = f"requeued {requeued} dead entries: pending, due now"
     if ids is not None and requeued < len(set(ids)):
@@ -195,7 +201,7 @@ def retry_now_command(session: Session, message_ids: tuple[str, ...], every: boo
     flight, and entries not PENDING.
     """
     ids = ids_or_all(message_ids, every)
-    made_due = session.outbox.retry_now(ids, session.now_ms())
+    made_due = session.retry_now(ids)
     data = {"made_due": made_due, "asked": None if ids is None else len(set(ids))}
     text = f"{made_due} pending entries made due now"
     if ids is not None and made_due < len(set(ids)):
