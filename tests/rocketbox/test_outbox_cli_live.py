@@ -2,9 +2,11 @@
 create an outbox.
 
 What it proves:
-- retry-now, requeue and stats work while a real sidecar holds the outbox (broker down, entries
-  spooled): the CLI finds the sidecar through the holder file beside the outbox, or through
-  --sidecar, and answers exactly what changed; the holder file goes at the sidecar's clean stop;
+- retry-now, requeue and stats work while a real sidecar (or `rocketbox up`) holds the outbox
+  (broker down or throttling, entries spooled): the CLI finds the sidecar through the holder
+  file beside the outbox, or through --sidecar, and answers exactly what changed; the holder
+  file goes at the sidecar's clean stop; its admin service refuses a bad selection naming the
+  field and the limit;
 - a holder file whose pid is dead is ignored: the outbox is opened directly;
 - a holder that does not answer is named (pid, admin endpoint), exit 3; a lock held by a process
   that left no holder file says so and how to go on: never "unreachable … LOCK";
@@ -24,15 +26,25 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+import grpc
 import pytest
 import sqlalchemy as sa
 
 from outbox import open_outbox
 from outbox.holder import Holder, holder_path, read_holder, write_holder
+from rocketbox_api.v1 import outbox_admin_pb2 as pb
+from rocketbox_api.v1 import outbox_admin_pb2_grpc, sidecar_pb2_grpc
 from tests.rocketbox.outbox_cli_support import CLI_DEADLINE_S, HOUR_MS, run
+from tests.rocketbox.test_up import Up
 from tests.rocketbox_process import REPO_ROOT, wait_until
 from tests.services import free_port, mysql_url, redis_url, unique_name
-from tests.sidecar.sidecar_process import SidecarProcess, message, outcome, send
+from tests.sidecar.sidecar_process import (
+    SidecarProcess,
+    message,
+    outcome,
+    send,
+    set_flow_control,
+)
 
 # Spooled entries wait an hour: only retry-now makes them due.
 HOUR_BACKOFF_ARGS = (
@@ -214,3 +226,63 @@ def test_the_sidecar_option_reads_the_environment(tmp_path: Path) -> None:
         )
         assert result.returncode == 0, result.stderr
         assert json.loads(result.stdout)["totals"]["pending"] == SPOOLED
+
+
+def test_rocketbox_up_is_found_and_asked_while_it_holds_its_outbox(tmp_path: Path) -> None:
+    up = Up(tmp_path)
+    try:
+        url = f"rocksdb://{tmp_path / 'outbox'}"
+        holder = read_holder(tmp_path / "outbox")
+        assert holder is not None
+        assert holder.admin_endpoint == up.endpoint
+        set_flow_control(up.broker_endpoint, on=True)  # "system busy": sends spool, THROTTLED
+        with grpc.insecure_channel(up.endpoint) as channel:
+            stub = sidecar_pb2_grpc.SidecarServiceStub(channel)
+            results = [send(stub, message("Orders", f"b{i}".encode())) for i in range(SPOOLED)]
+        assert {outcome(r) for r in results} == {"spooled"}
+        # While throttled, resends reschedule; what retry-now made due is at most what waits.
+        made_due = run_json("retry-now", "--all", "--outbox", url)["made_due"]
+        assert 0 <= made_due <= SPOOLED
+        assert run_json("requeue", "--all", "--outbox", url)["requeued"] == 0  # none dead
+        set_flow_control(up.broker_endpoint, on=False)
+        run_json("retry-now", "--all", "--outbox", url)  # no waiting out the back-off
+        wait_until(
+            lambda: (
+                run_json("stats", "--outbox", url, "--sidecar", up.endpoint)["totals"]["delivered"]
+                == SPOOLED
+            ),
+            CLI_DEADLINE_S,
+            "the spooled entries to be delivered",
+        )
+        assert up.interrupt() == 0, up.output()
+        assert not holder_path(tmp_path / "outbox").exists()
+    finally:
+        up.kill()
+
+
+def test_the_admin_service_refuses_a_bad_selection_naming_the_field_and_the_limit(
+    tmp_path: Path,
+) -> None:
+    with (
+        spooling_sidecar(tmp_path) as (sidecar, _),
+        grpc.insecure_channel(sidecar.endpoint) as channel,
+    ):
+        stub = outbox_admin_pb2_grpc.OutboxAdminServiceStub(channel)
+        too_many = pb.EntrySelection(message_ids=[f"id{i}" for i in range(1_001)])
+        neither = pb.EntrySelection()
+        both = pb.EntrySelection(message_ids=["a"], all=True)
+        for selection, says in (
+            (too_many, "selection.message_ids: has 1001 ids; the limit is 1000"),
+            (neither, "selection: name entries in message_ids, or set all"),
+            (both, "selection: name entries in message_ids, or set all"),
+        ):
+            with pytest.raises(grpc.RpcError) as refused:
+                stub.Requeue(pb.RequeueRequest(selection=selection), timeout=CLI_DEADLINE_S)
+            assert refused.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+            assert says in str(refused.value.details())
+        # Paged: --all reads at most a page; a short page says it reached the end.
+        answer = stub.RetryNow(
+            pb.RetryNowRequest(selection=pb.EntrySelection(all=True)), timeout=CLI_DEADLINE_S
+        )
+        assert (answer.change.changed, answer.change.selected) == (SPOOLED, SPOOLED)
+        assert not answer.change.HasField("next_after_seq")
