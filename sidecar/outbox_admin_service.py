@@ -28,6 +28,8 @@ from sidecar.clock import now_ms
 ADMIN_CHANGE_ENTRIES_MAX = 1_000
 # Depth rows one Stats answer carries (one per state, topic and cause): bounds the answer's size.
 STATS_DEPTH_ROWS_MAX = 1_000
+# seq is a signed 64-bit integer in every backend (MySQL's BIGINT).
+SEQ_MAX = 2**63 - 1
 # A message id is at most 128 characters (sidecar.proto); a longer one cannot be in the outbox.
 MESSAGE_ID_CHARS_MAX = 128
 
@@ -100,6 +102,8 @@ async def _check_selection(
         problem = (
             f"selection.message_ids: has {len(ids)} ids; the limit is {ADMIN_CHANGE_ENTRIES_MAX}"
         )
+    elif selection.after_seq > SEQ_MAX:
+        problem = f"selection.after_seq: is {selection.after_seq}; the limit is {SEQ_MAX}"
     elif not selection.all and selection.after_seq:
         problem = "selection.after_seq: pages an all selection; named ids take none"
     elif any(not i or len(i) > MESSAGE_ID_CHARS_MAX for i in ids):
