@@ -12,7 +12,8 @@ Exit codes (the broker admin commands in rocketbox/broker_admin_cli.py use 1 and
     1  the operation failed (the backend refused it or answered what it should not)
     2  usage error, or a bad --outbox URL (click's own code for usage errors)
     3  no outbox there (no MySQL table, no RocksDB database: commands never create one), the
-       backend is unreachable, or a RocksDB outbox's holder (a running sidecar) is not answering
+       backend is unreachable, or a RocksDB outbox is held by a process that cannot be asked
+       (a sidecar not answering, or not a sidecar) or that does not serve the command (purge)
     4  no such entry
     5  refused: a purge not confirmed
 """
@@ -72,7 +73,8 @@ def outbox_group(ctx: click.Context) -> None:
       1  the operation failed (the backend refused it)
       2  usage error, or a bad --outbox URL
       3  no outbox there (commands never create one), the backend is
-         unreachable, or the sidecar holding a RocksDB outbox is not answering
+         unreachable, or a RocksDB outbox is held by a process that cannot
+         do the command (a sidecar not answering; purge while one runs)
       4  no such entry
       5  refused: a purge not confirmed (no --yes, and no terminal or the answer no)
     """

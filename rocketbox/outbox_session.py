@@ -164,8 +164,11 @@ class Session:
         assert outbox_dir is not None  # only RocksDB has a lock
         found = read_holder(outbox_dir)
         if found is not None and found.alive():
-            who = f"held by {found.describe()}"
-            return f"the outbox {outbox_dir} is {who}, which this command could not ask"
+            # retry-now and requeue would have asked it: this command is one it does not serve.
+            return (
+                f"the outbox {outbox_dir} is held by {found.describe()}; this command needs the "
+                "outbox to itself: stop that sidecar first"
+            )
         stale = f" (the holder file names {found.describe()}, not running)" if found else ""
         return (
             f"the outbox {outbox_dir} is held by another process{stale}: RocksDB admits one, and "

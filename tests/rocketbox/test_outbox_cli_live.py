@@ -5,8 +5,8 @@ What it proves:
 - retry-now, requeue and stats work while a real sidecar (or `rocketbox up`) holds the outbox
   (broker down or throttling, entries spooled): the CLI finds the sidecar through the holder
   file beside the outbox, or through --sidecar, and answers exactly what changed; the holder
-  file goes at the sidecar's clean stop; its admin service refuses a bad selection naming the
-  field and the limit;
+  file goes at the sidecar's clean stop; purge, which it does not serve, names it; its admin
+  service refuses a bad selection naming the field and the limit;
 - a holder file whose pid is dead is ignored: the outbox is opened directly;
 - a holder that does not answer is named (pid, admin endpoint), exit 3; a lock held by a process
   that left no holder file says so and how to go on: never "unreachable … LOCK";
@@ -116,6 +116,11 @@ def test_retry_now_requeue_and_stats_go_through_the_running_sidecar(tmp_path: Pa
         assert run_json("stats", "--outbox", url)["totals"]["dead"] == SPOOLED - 1
         every = run_json("requeue", "--all", "--outbox", url, "--sidecar", sidecar.endpoint)
         assert every == {"requeued": SPOOLED - 1, "asked": None}
+        # purge is not served by the sidecar: it needs the outbox to itself, and says whose it is.
+        purge = run("purge", "--state", "dead", "--older-than", "0s", "--yes", "--outbox", url)
+        assert purge.returncode == 3, purge.stderr
+        assert f"held by rocketbox sidecar pid {sidecar.proc.pid}" in purge.stderr
+        assert "stop that sidecar first" in purge.stderr
         sidecar.stop()
     assert not holder_path(tmp_path / "outbox").exists(), "the clean stop left its holder file"
 
