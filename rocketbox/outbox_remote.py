@@ -46,6 +46,8 @@ class SidecarOutbox:
         self._deadline_s = deadline_s
         self._channel = grpc.insecure_channel(endpoint)
         self._stub = outbox_admin_pb2_grpc.OutboxAdminServiceStub(self._channel)
+        # Calls the sidecar answered: none means nothing was changed through it.
+        self.answered = 0
 
     def close(self) -> None:
         self._channel.close()
@@ -83,7 +85,7 @@ class SidecarOutbox:
 
     def _call(self, method: Callable[..., Any], request: Any) -> Any:
         try:
-            return method(request, timeout=self._deadline_s)
+            answer = method(request, timeout=self._deadline_s)
         except grpc.RpcError as e:
             code, details = e.code(), e.details()
             if code in _UNREACHABLE_CODES:
@@ -95,6 +97,8 @@ class SidecarOutbox:
                 f"the sidecar at {self.endpoint} refused: {code.name}: {details}",
                 unreachable=False,
             ) from e
+        self.answered += 1
+        return answer
 
 
 def from_stats_response(answer: pb.StatsResponse) -> tuple[int, OutboxStats, Breakdown]:

@@ -147,16 +147,37 @@ class Session:
         return self._remote
 
     def retry_now(self, message_ids: Sequence[str] | None) -> int:
-        remote = self.holder()
-        if remote is not None:
-            return remote.retry_now(message_ids)
-        return self.outbox.retry_now(message_ids, self.now_ms())
+        return self._change(
+            lambda remote: remote.retry_now(message_ids),
+            lambda outbox: outbox.retry_now(message_ids, self.now_ms()),
+        )
 
     def requeue(self, message_ids: Sequence[str] | None) -> int:
+        return self._change(
+            lambda remote: remote.requeue(message_ids),
+            lambda outbox: outbox.requeue(message_ids, self.now_ms()),
+        )
+
+    def _change(
+        self, through: Callable[[SidecarOutbox], int], directly: Callable[[Outbox], int]
+    ) -> int:
         remote = self.holder()
-        if remote is not None:
-            return remote.requeue(message_ids)
-        return self.outbox.requeue(message_ids, self.now_ms())
+        if remote is None:
+            return directly(self.outbox)
+        try:
+            return through(remote)
+        except SidecarAdminError as e:
+            # A holder file naming a live pid that does not answer may be stale all the same (a
+            # dead sidecar's pid taken by another process): RocksDB's lock is the truth. Tried
+            # only when nothing went through the sidecar, so that the count stays exact.
+            if not e.unreachable or self.sidecar is not None or remote.answered:
+                raise
+            try:
+                with _translated(self.url, opening=True):
+                    self._outbox = open_outbox(self.url, create=False)
+            except OutboxUnreachableError:
+                raise e from None
+        return directly(self._outbox)
 
     def _held_text(self) -> str:
         """Why a RocksDB outbox could not be opened for a change: who holds it, if known."""

@@ -7,7 +7,8 @@ What it proves:
   file beside the outbox, or through --sidecar, and answers exactly what changed; the holder
   file goes at the sidecar's clean stop; purge, which it does not serve, names it; its admin
   service refuses a bad selection naming the field and the limit;
-- a holder file whose pid is dead is ignored: the outbox is opened directly;
+- a holder file whose pid is dead, or whose live pid does not answer while the outbox's lock is
+  free (the pid reused), is stale: the outbox is opened directly;
 - a holder that does not answer is named (pid, admin endpoint), exit 3; a lock held by a process
   that left no holder file says so and how to go on: never "unreachable … LOCK";
 - reads never create an outbox: a misspelt MySQL table is "no such outbox table", exit 3, and no
@@ -133,6 +134,11 @@ def test_a_stale_holder_file_is_ignored(tmp_path: Path) -> None:
     assert stale is not None
     assert not stale.alive()
     assert run_json("retry-now", "--all", "--outbox", url)["made_due"] == SPOOLED
+    # A dead holder's pid taken by another process looks alive: its silence, and the lock
+    # free, show the file stale all the same.
+    nobody = f"127.0.0.1:{free_port()}"
+    write_holder(tmp_path / "outbox", Holder(os.getpid(), nobody, "rocketbox sidecar", 0))
+    assert run_json("requeue", "--all", "--outbox", url) == {"requeued": 0, "asked": None}
 
 
 @contextmanager
