@@ -15,6 +15,7 @@ from outbox.errors import (
     OutboxError,
     OutboxFullError,
     OutboxNoSpaceError,
+    OutboxNotFoundError,
     OutboxUnavailableError,
 )
 from outbox.factory import open_outbox
@@ -33,6 +34,7 @@ __all__ = [
     "OutboxLimits",
     "OutboxMessage",
     "OutboxNoSpaceError",
+    "OutboxNotFoundError",
     "OutboxStats",
     "OutboxUnavailableError",
     "SpoolCause",

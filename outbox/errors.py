@@ -6,9 +6,13 @@ SQLAlchemy) into these at one place, chained with ``from``.
     │   └── OutboxNoSpaceError       its storage has no room for new entries (a full disk,
     │                                Redis at maxmemory): puts are refused, while what it
     │                                holds is still claimed and delivered (retriable)
+    │   └── OutboxHeldError          a RocksDB outbox's lock is held by another process (its
+    │                                holder file, outbox/holder.py, may say which)
     ├── OutboxFullError              ``outbox_entries_max`` / ``outbox_bytes_max`` reached
     │                                (retriable after ``retry_after_ms``)
     ├── OutboxConfigError            a bad URL or limit (not retriable)
+    ├── OutboxNotFoundError          opened without ``create``: there is no outbox at the URL
+    │                                (no RocksDB database, no MySQL table); not retriable
     └── EntryTooLargeError           one entry larger than the backend accepts (not retriable)
 """
 
@@ -29,6 +33,10 @@ class OutboxNoSpaceError(OutboxUnavailableError):
     far). Not ``OutboxFullError``: no bound of ours was reached, the storage under it was."""
 
 
+class OutboxHeldError(OutboxUnavailableError):
+    """Another process holds the (single-process) outbox: RocksDB's LOCK."""
+
+
 class OutboxFullError(OutboxError):
     """The bound is reached: nothing of the refused put was written."""
 
@@ -40,6 +48,13 @@ class OutboxFullError(OutboxError):
 
 
 class OutboxConfigError(OutboxError):
+    retriable = False
+
+
+class OutboxNotFoundError(OutboxError):
+    """Only a writer (the sidecar) creates its outbox: a reader (an admin command) that finds
+    none at the URL says so, rather than creating one and reporting it empty."""
+
     retriable = False
 
 

@@ -28,8 +28,9 @@ BACKENDS: dict[str, tuple[str, str]] = {
 }
 
 
-def open_outbox(url: str, limits: OutboxLimits | None = None) -> Outbox:
-    """The backend ``url`` names, opened (and its schema created when missing)."""
+def open_outbox(url: str, limits: OutboxLimits | None = None, *, create: bool = True) -> Outbox:
+    """The backend ``url`` names, opened (and its schema created when missing; with
+    ``create=False``, OutboxNotFoundError instead: admin commands never create an outbox)."""
     scheme = urlsplit(url).scheme.lower()
     if scheme not in BACKENDS:
         close = difflib.get_close_matches(scheme, BACKENDS, n=1)
@@ -38,7 +39,7 @@ def open_outbox(url: str, limits: OutboxLimits | None = None) -> Outbox:
             f"outbox URL {redact(url)!r}: unknown scheme {scheme!r}{hint} "
             f"(known: {', '.join(sorted(BACKENDS))})"
         )
-    return backend_class(scheme).from_url(url, limits or OutboxLimits())
+    return backend_class(scheme).from_url(url, limits or OutboxLimits(), create=create)
 
 
 def backend_class(scheme: str) -> type[Outbox]:

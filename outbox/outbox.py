@@ -99,8 +99,10 @@ class Outbox(abc.ABC):
 
     @classmethod
     @abc.abstractmethod
-    def from_url(cls, url: str, limits: OutboxLimits) -> Outbox:
-        """Open the backend ``url`` names (outbox/factory.py), creating its schema if missing."""
+    def from_url(cls, url: str, limits: OutboxLimits, *, create: bool = True) -> Outbox:
+        """Open the backend ``url`` names (outbox/factory.py), creating its schema if missing;
+        with ``create=False`` (readers, admin commands) raise OutboxNotFoundError instead, where
+        the backend can tell (each backend's docstring says whether it can)."""
 
     @abc.abstractmethod
     def put(self, entries: Sequence[OutboxEntry]) -> list[OutboxEntry]:

@@ -11,7 +11,9 @@ Exit codes (the broker admin commands in rocketbox/broker_admin_cli.py use 1 and
     0  done
     1  the operation failed (the backend refused it or answered what it should not)
     2  usage error, or a bad --outbox URL (click's own code for usage errors)
-    3  the backend is unreachable, or a change to a RocksDB outbox held by a running process
+    3  no outbox there (no MySQL table, no RocksDB database: commands never create one), the
+       backend is unreachable, or a RocksDB outbox is held by a process that cannot be asked
+       (a sidecar not answering, or not a sidecar) or that does not serve the command (purge)
     4  no such entry
     5  refused: a purge not confirmed
 """
@@ -60,15 +62,19 @@ def outbox_group(ctx: click.Context) -> None:
 
     \b
     Every command takes --outbox URL (or ROCKETBOX_OUTBOX), and --json to print
-    JSON for scripts and nothing else. A RocksDB outbox admits one process at a
-    time: stop the sidecar using it first (Redis and MySQL outboxes are shared).
+    JSON for scripts and nothing else. A RocksDB outbox admits one process: while
+    a sidecar holds it, retry-now and requeue ask that sidecar (found from the
+    holder file it keeps beside the outbox; --sidecar HOST:PORT names one), reads
+    open it read-only, and purge needs the sidecar stopped.
 
     \b
     Exit codes:
       0  done
       1  the operation failed (the backend refused it)
       2  usage error, or a bad --outbox URL
-      3  the backend is unreachable, or a change to a RocksDB outbox held by a running process
+      3  no outbox there (commands never create one), the backend is
+         unreachable, or a RocksDB outbox is held by a process that cannot
+         do the command (a sidecar not answering; purge while one runs)
       4  no such entry
       5  refused: a purge not confirmed (no --yes, and no terminal or the answer no)
     """
@@ -87,9 +93,13 @@ def stats_command(session: Session) -> None:
     The totals are the backend's own counters; the depth and the histogram read every entry of
     the outbox (one pass, page by page).
     """
-    now_ms = session.now_ms()
-    stats = session.reader.stats(now_ms)
-    data = render.stats_json(stats, breakdown(session.reader), now_ms)
+    remote = session.holder() if session.sidecar is not None else None
+    if remote is not None:  # asked of the sidecar, measured by its clock
+        now_ms, stats, found = remote.stats()
+    else:
+        now_ms = session.now_ms()
+        stats, found = session.reader.stats(now_ms), breakdown(session.reader)
+    data = render.stats_json(stats, found, now_ms)
     session.emit(data, lambda: render.stats_view(data))
 
 
@@ -174,7 +184,7 @@ def show_command(session: Session, message_id: str, with_body: bool) -> None:
 def requeue_command(session: Session, message_ids: tuple[str, ...], every: bool) -> None:
     """DEAD entries back to PENDING, due now, attempts reset: the sidecar sends them again."""
     ids = ids_or_all(message_ids, every)
-    requeued = session.outbox.requeue(ids, session.now_ms())
+    requeued = session.requeue(ids)
     data = {"requeued": requeued, "asked": None if ids is None else len(set(ids))}
     text = f"requeued {requeued} dead entries: pending, due now"
     if ids is not None and requeued < len(set(ids)):
@@ -193,7 +203,7 @@ def retry_now_command(session: Session, message_ids: tuple[str, ...], every: boo
     flight, and entries not PENDING.
     """
     ids = ids_or_all(message_ids, every)
-    made_due = session.outbox.retry_now(ids, session.now_ms())
+    made_due = session.retry_now(ids)
     data = {"made_due": made_due, "asked": None if ids is None else len(set(ids))}
     text = f"{made_due} pending entries made due now"
     if ids is not None and made_due < len(set(ids)):

@@ -1,6 +1,7 @@
 """What every ``rocketbox outbox`` command shares (outbox_cli.py holds the commands): the
-``--outbox``/``--json`` options, the outbox opened on first use (read-only for a command that only
-reads a RocksDB outbox), the exit codes, the one place backend errors become them
+``--outbox``/``--json``/``--sidecar`` options, the running sidecar asked for a change to the
+outbox it holds (outbox_remote.py), the outbox opened on first use (read-only for a command that
+only reads a RocksDB outbox), the exit codes, the one place backend errors become them
 (``_translated``), and the arguments' types.
 """
 
@@ -9,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import json
+import os
 import re
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -19,10 +21,18 @@ import click
 from rich.console import RenderableType
 
 from outbox.entry import EntryState, SpoolCause
-from outbox.errors import OutboxConfigError, OutboxError, OutboxUnavailableError
+from outbox.errors import (
+    OutboxConfigError,
+    OutboxError,
+    OutboxHeldError,
+    OutboxNotFoundError,
+    OutboxUnavailableError,
+)
 from outbox.factory import hide_password, open_outbox, redact
+from outbox.holder import holder_path, read_holder, rocksdb_dir
 from outbox.outbox import Outbox
 from rocketbox import outbox_render as render
+from rocketbox.outbox_remote import SidecarAdminError, SidecarOutbox
 
 OPERATION_ERROR_EXIT_CODE = 1
 USAGE_EXIT_CODE = 2
@@ -68,6 +78,14 @@ def _translated(url: str, *, opening: bool) -> Iterator[None]:
                 f"{message}. Accepted URLs: {ACCEPTED_URLS}", param_hint=OUTBOX_PARAM_HINT
             ) from e
         raise OutboxOperationError(message) from e
+    except SidecarAdminError as e:
+        if e.unreachable:
+            raise OutboxUnreachableError(str(e)) from e
+        raise OutboxOperationError(str(e)) from e
+    except OutboxNotFoundError as e:
+        # Exit 3 as for an unreachable one: there is no outbox to act on (4 is an entry missing
+        # from an outbox that is there).
+        raise OutboxUnreachableError(hide_password(str(e), url)) from e
     except OutboxUnavailableError as e:
         raise OutboxUnreachableError(
             f"the outbox is unreachable: {hide_password(str(e), url)}"
@@ -89,30 +107,22 @@ def _read_only_url(url: str) -> str:
     return urlunsplit(parts._replace(query=query))
 
 
-def _check_rocksdb_exists(url: str) -> None:
-    """Opening a RocksDB outbox creates it when missing: right for a sidecar, wrong for an
-    admin command, where a mistyped path would show an empty outbox instead of an error."""
-    if not _is_rocksdb(url):
-        return
-    from outbox.backends.rocksdb.store import rocksdb_path  # noqa: PLC0415 - imports rocksdict
-
-    path = rocksdb_path(url)
-    if not (path / "CURRENT").is_file():
-        raise OutboxConfigError(f"outbox URL {redact(url)!r}: no RocksDB database at {path}")
-
-
 def open_for_reading(url: str) -> Outbox:
     """An existing outbox, opened to be read beside the sidecar that writes it: a RocksDB one
-    read-only (a snapshot as of the open; RocksDB admits one writing process)."""
-    _check_rocksdb_exists(url)
-    return open_outbox(_read_only_url(url))
+    read-only (a snapshot as of the open; RocksDB admits one writing process). Nothing is
+    created: a missing one is OutboxNotFoundError."""
+    return open_outbox(_read_only_url(url), create=False)
 
 
 class Session:
     """One command's outbox (opened on first use), its output mode and its clock."""
 
-    def __init__(self, url: str, as_json: bool, pinned_now_ms: int | None) -> None:
+    def __init__(
+        self, url: str, as_json: bool, pinned_now_ms: int | None, sidecar: str | None = None
+    ) -> None:
         self.url = url
+        self.sidecar = sidecar
+        self._remote: SidecarOutbox | None = None
         self.shown_url = hide_password(redact(url), url)
         self.as_json = as_json
         self._pinned_now_ms = pinned_now_ms
@@ -124,9 +134,75 @@ class Session:
         """The outbox, for a command that changes it."""
         if self._outbox is None:
             with _translated(self.url, opening=True):
-                _check_rocksdb_exists(self.url)
-                self._outbox = open_outbox(self.url)
+                try:
+                    self._outbox = open_outbox(self.url, create=False)
+                except OutboxHeldError as e:
+                    raise OutboxUnreachableError(self._held_text()) from e
         return self._outbox
+
+    def holder(self) -> SidecarOutbox | None:
+        """The running sidecar to ask for changes: --sidecar, else a RocksDB outbox's live
+        holder (outbox/holder.py); None: the outbox is opened directly."""
+        if self._remote is None and self.sidecar is not None:
+            self._remote = SidecarOutbox(self.sidecar, f"served by the sidecar at {self.sidecar}")
+        elif self._remote is None and _is_rocksdb(self.url):
+            with _translated(self.url, opening=True):
+                outbox_dir = rocksdb_dir(self.url)
+            found = read_holder(outbox_dir) if outbox_dir is not None else None
+            if found is not None and found.pid != os.getpid() and found.alive():
+                self._remote = SidecarOutbox(found.admin_endpoint, f"held by {found.describe()}")
+        return self._remote
+
+    def retry_now(self, message_ids: Sequence[str] | None) -> int:
+        return self._change(
+            lambda remote: remote.retry_now(message_ids),
+            lambda outbox: outbox.retry_now(message_ids, self.now_ms()),
+        )
+
+    def requeue(self, message_ids: Sequence[str] | None) -> int:
+        return self._change(
+            lambda remote: remote.requeue(message_ids),
+            lambda outbox: outbox.requeue(message_ids, self.now_ms()),
+        )
+
+    def _change(
+        self, through: Callable[[SidecarOutbox], int], directly: Callable[[Outbox], int]
+    ) -> int:
+        remote = self.holder()
+        if remote is None:
+            return directly(self.outbox)
+        try:
+            return through(remote)
+        except SidecarAdminError as e:
+            # A holder file naming a live pid that does not answer may be stale all the same (a
+            # dead sidecar's pid taken by another process): RocksDB's lock is the truth. Tried
+            # only when nothing went through the sidecar, so that the count stays exact.
+            if not e.unreachable or self.sidecar is not None or remote.answered:
+                raise
+            try:
+                with _translated(self.url, opening=True):
+                    self._outbox = open_outbox(self.url, create=False)
+            except OutboxUnreachableError:
+                raise e from None
+        return directly(self._outbox)
+
+    def _held_text(self) -> str:
+        """Why a RocksDB outbox could not be opened for a change: who holds it, if known."""
+        outbox_dir = rocksdb_dir(self.url)
+        assert outbox_dir is not None  # only RocksDB has a lock
+        found = read_holder(outbox_dir)
+        if found is not None and found.alive():
+            # retry-now and requeue would have asked it: this command is one it does not serve.
+            return (
+                f"the outbox {outbox_dir} is held by {found.describe()}; this command needs the "
+                "outbox to itself: stop that sidecar first"
+            )
+        stale = f" (the holder file names {found.describe()}, not running)" if found else ""
+        return (
+            f"the outbox {outbox_dir} is held by another process{stale}: RocksDB admits one, and "
+            f"no running rocketbox sidecar recorded itself in {holder_path(outbox_dir)}. Stop "
+            "that process, or name the sidecar holding it: --sidecar HOST:PORT"
+        )
 
     @property
     def reader(self) -> Outbox:
@@ -147,6 +223,8 @@ class Session:
             self._reader = None
 
     def close(self) -> None:
+        if self._remote is not None:
+            self._remote.close()
         for opened in (self._outbox, self._reader):
             if opened is not None:
                 opened.close()
@@ -175,12 +253,26 @@ def outbox_command(f: Callable[..., None]) -> Callable[..., None]:
         "mysql+pymysql://user:password@host:port/db?table=NAME.",
     )
     @click.option("--json", "as_json", is_flag=True, help="Print JSON for scripts, nothing else.")
+    @click.option(
+        "--sidecar",
+        envvar="ROCKETBOX_SIDECAR",
+        metavar="HOST:PORT",
+        default=None,
+        help="Ask the sidecar serving here for retry-now, requeue and stats (found without it "
+        "for a RocksDB outbox a running sidecar holds).",
+    )
     # The clock ages are measured from: tests pin it to assert ages exactly, as the contract
     # takes its times as arguments.
     @click.option("--now-ms", "pinned_now_ms", type=click.IntRange(min=0), hidden=True)
     @functools.wraps(f)
-    def command(outbox_url: str, as_json: bool, pinned_now_ms: int | None, **kwargs: Any) -> None:
-        session = Session(outbox_url, as_json, pinned_now_ms)
+    def command(
+        outbox_url: str,
+        as_json: bool,
+        sidecar: str | None,
+        pinned_now_ms: int | None,
+        **kwargs: Any,
+    ) -> None:
+        session = Session(outbox_url, as_json, pinned_now_ms, sidecar)
         with _translated(outbox_url, opening=False):
             try:
                 f(session, **kwargs)

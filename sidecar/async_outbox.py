@@ -13,13 +13,17 @@ when the server comes (sidecar/sidecar.py).
 from __future__ import annotations
 
 import asyncio
+import functools
 import threading
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import TypeVar
+from urllib.parse import urlsplit
 
-from outbox.entry import DeliveryReceipt, EntryState, OutboxEntry, OutboxStats
-from outbox.errors import OutboxError
+from outbox.admin import Breakdown, breakdown
+from outbox.entry import DeliveryReceipt, EntryState, OutboxEntry, OutboxLimits, OutboxStats
+from outbox.errors import OutboxError, OutboxUnavailableError
+from outbox.factory import backend_class, open_outbox
 from outbox.outbox import Outbox
 
 T = TypeVar("T")
@@ -93,6 +97,16 @@ class AsyncOutbox:
     async def retry_now(self, message_ids: Sequence[str] | None, now_ms: int) -> int:
         return await self._run(lambda o: o.retry_now(message_ids, now_ms))
 
+    async def requeue(self, message_ids: Sequence[str] | None, now_ms: int) -> int:
+        return await self._run(lambda o: o.requeue(message_ids, now_ms))
+
+    async def scan(self, state: EntryState | None, after_seq: int, limit: int) -> list[OutboxEntry]:
+        return await self._run(lambda o: o.scan(state, after_seq, limit))
+
+    async def breakdown(self) -> Breakdown:
+        """outbox/admin.py's pass over every entry, on the outbox's threads."""
+        return await self._run(breakdown)
+
     async def purge(self, state: EntryState, before_ms: int) -> int:
         return await self._run(lambda o: o.purge(state, before_ms))
 
@@ -118,3 +132,19 @@ class AsyncOutbox:
     async def _run(self, call: Callable[[Outbox], T]) -> T:
         loop = asyncio.get_running_loop()
         return await loop.run_in_executor(self._executor, lambda: call(self._opened()))
+
+
+async def open_async_outbox(url: str, limits: OutboxLimits, threads: int) -> AsyncOutbox:
+    """The outbox, opened. One on a server (Redis, MySQL: shared by sidecars) that cannot be
+    reached yet is opened later (AsyncOutbox.opened_later): the sidecar serves NOT READY and
+    says why until it can, as a native sidecar whose startup probe waits for it must (a
+    RocksDB outbox that cannot be opened, a bad URL, stop the start instead)."""
+    loop = asyncio.get_running_loop()
+    try:
+        outbox = await loop.run_in_executor(None, open_outbox, url, limits)
+    except OutboxUnavailableError:
+        scheme = urlsplit(url).scheme.lower()
+        if not backend_class(scheme).features.shared_by_sidecars:
+            raise
+        return AsyncOutbox.opened_later(functools.partial(open_outbox, url, limits), threads)
+    return AsyncOutbox(outbox, threads)

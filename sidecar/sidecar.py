@@ -1,11 +1,13 @@
 """The sidecar process's parts, started and stopped in order.
 
-start: open the outbox → producer → resend pool → gRPC server (SidecarService, health,
-reflection) bound and serving. ``start`` returns once it serves. An outbox on a server (Redis,
-MySQL) that cannot be reached yet does not stop the start: it is opened once it can be
-(AsyncOutbox.opened_later), and meanwhile the sidecar serves NOT READY. What needs the outbox at
-start (ending an earlier run's leases, loading the FIFO fence) is done once it is reached; until
-the fence is loaded, FIFO messages are refused UNAVAILABLE.
+start: open the outbox → producer → resend pool → gRPC server (SidecarService,
+OutboxAdminService, health, reflection) bound and serving → a RocksDB outbox's holder file
+written (outbox/holder.py: how ``rocketbox outbox`` finds this sidecar to change the outbox it
+holds). ``start`` returns once it serves. An outbox on a server (Redis, MySQL) that cannot be
+reached yet does not stop the start: it is opened once it can be (AsyncOutbox.opened_later), and
+meanwhile the sidecar serves NOT READY. What needs the outbox at start (ending an earlier run's
+leases, loading the FIFO fence) is done once it is reached; until the fence is loaded, FIFO
+messages are refused UNAVAILABLE.
 
 State lines (sidecar/health_log.py): the broker's and the outbox's changes of state are logged
 once each, and repeated at most every ``state_log_interval_ms`` while they last; intake, the
@@ -29,7 +31,7 @@ lost); give each sidecar its own id.
 
 stop (SIGTERM): stop intake (new calls are answered UNAVAILABLE) → let calls in flight finish
 or spool within ``shutdown_grace_ms`` → stop the resend pool (resends in flight finish, unstarted
-leases released) → close producer, outbox and ledger.
+leases released) → close producer, outbox and ledger; remove the holder file.
 
 One root TaskGroup holds every background task (the resend pool, readiness, the FIFO fence's
 refresh and rechecks, outbox stats, the ledger's flush), entered by ``start`` and left by
@@ -44,24 +46,25 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import functools
 import logging
+import os
 import uuid
 from collections.abc import Coroutine
+from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit
 from wsgiref.simple_server import WSGIServer
 
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
-from outbox.errors import OutboxError, OutboxNoSpaceError, OutboxUnavailableError
-from outbox.factory import backend_class, open_outbox, redact
+from outbox.errors import OutboxError, OutboxNoSpaceError
+from outbox.factory import redact
+from outbox.holder import Holder, remove_holder, rocksdb_dir, write_holder
 from rocketbox_api.listen import bind_grpc, start_metrics_server
 from rocketbox_api.server_guard import ServerGuard
-from rocketbox_api.v1 import sidecar_pb2, sidecar_pb2_grpc
-from sidecar.async_outbox import AsyncOutbox
+from rocketbox_api.v1 import outbox_admin_pb2, outbox_admin_pb2_grpc, sidecar_pb2, sidecar_pb2_grpc
+from sidecar.async_outbox import open_async_outbox
 from sidecar.backoff import Backoff
 from sidecar.clock import now_ms
 from sidecar.coalescer import SendCoalescer
@@ -71,6 +74,7 @@ from sidecar.health_log import BrokerStateLog, OutboxStateLog
 from sidecar.intake import Intake
 from sidecar.ledger import AckLedger
 from sidecar.metrics import OUTBOX_NO_SPACE, OUTBOX_UNAVAILABLE, READY, SidecarMetrics
+from sidecar.outbox_admin_service import OutboxAdminService
 from sidecar.producer import Producer
 from sidecar.resend_pool import ResendPool
 from sidecar.server import SidecarService
@@ -78,6 +82,9 @@ from sidecar.spool_writer import SpoolWriter
 
 LOG = logging.getLogger(__name__)
 SERVICE_NAME = sidecar_pb2.DESCRIPTOR.services_by_name["SidecarService"].full_name
+ADMIN_SERVICE_NAME = outbox_admin_pb2.DESCRIPTOR.services_by_name["OutboxAdminService"].full_name
+# The hosts a listener bound to every interface is reached at from this machine.
+ANY_HOSTS = {"0.0.0.0": "127.0.0.1", "::": "[::1]", "[::]": "[::1]", "": "127.0.0.1"}  # noqa: S104 - not a bind: a bound listener's address
 
 
 class Sidecar:
@@ -98,13 +105,15 @@ class Sidecar:
         self.readiness_reason = ""
         self.readiness_detail = ""
         self._leases_ended = False
+        # The RocksDB outbox's directory, once this sidecar recorded itself as its holder.
+        self._held_dir: Path | None = None
 
     async def start(self) -> None:
         """Open the parts, serve, and start the background tasks under the root TaskGroup.
         ``start`` and ``stop`` are awaited by one task: the one the root TaskGroup cancels when
         a background task fails (module docstring)."""
         c = self.config
-        self.outbox = await _open_outbox(c)
+        self.outbox = await open_async_outbox(c.outbox_url, c.outbox_limits, c.outbox_threads)
         self.outbox_log = OutboxStateLog(redact(c.outbox_url), c.state_log_interval_ms)
         await self._open_parts()
         server = self._grpc_server()
@@ -120,6 +129,7 @@ class Sidecar:
             self.metrics_port = self._metrics_server.server_port
         await server.start()
         self._server = server
+        self._record_holder()
         self._root = await self._exit_stack.enter_async_context(asyncio.TaskGroup())
         self._root.create_task(_watched("resend pool", self.pool.run()), name="resend pool")
         for name, work in self._background_loops():
@@ -182,13 +192,32 @@ class Sidecar:
             ),
         )
         sidecar_pb2_grpc.add_SidecarServiceServicer_to_server(self.service, server)
+        outbox_admin_pb2_grpc.add_OutboxAdminServiceServicer_to_server(
+            OutboxAdminService(self.outbox, self.pool.wake), server
+        )
         health_pb2_grpc.add_HealthServicer_to_server(self._health, server)
         reflection.enable_server_reflection(
-            (SERVICE_NAME, health_pb2.DESCRIPTOR.services_by_name["Health"].full_name,
-             reflection.SERVICE_NAME),
+            (SERVICE_NAME, ADMIN_SERVICE_NAME, reflection.SERVICE_NAME,
+             health_pb2.DESCRIPTOR.services_by_name["Health"].full_name),
             server,
         )  # fmt: skip
         return server
+
+    def _record_holder(self) -> None:
+        """Write the holder file beside a RocksDB outbox (outbox/holder.py): where
+        ``rocketbox outbox`` asks for a change while this sidecar holds the outbox."""
+        outbox_dir = rocksdb_dir(self.config.outbox_url)
+        if outbox_dir is None:
+            return
+        host = self.config.listen_host
+        host = ANY_HOSTS.get(host, f"[{host}]" if ":" in host and "[" not in host else host)
+        holder = Holder(os.getpid(), f"{host}:{self.port}", "rocketbox sidecar", now_ms())
+        try:
+            write_holder(outbox_dir, holder)
+        except OSError as e:  # the CLI then says the outbox is held, without naming by whom
+            LOG.warning("could not record this sidecar as the outbox's holder: %s", e)
+            return
+        self._held_dir = outbox_dir
 
     def _background_loops(self) -> list[tuple[str, Coroutine[Any, Any, None]]]:
         """The loops under the root TaskGroup beside the resend pool, by name: they run until
@@ -237,6 +266,8 @@ class Sidecar:
     async def _close(self) -> None:
         await self.producer.close()
         await self.outbox.close()
+        if self._held_dir is not None:
+            remove_holder(self._held_dir, os.getpid())
         if self._metrics_server is not None:
             self._metrics_server.shutdown()
             self._metrics_server.server_close()
@@ -340,24 +371,6 @@ class Sidecar:
                 await self.fence.refresh()
             except OutboxError as e:  # fences stay up meanwhile: order is kept, not lost
                 LOG.debug("FIFO fence refresh failed: %s", e)
-
-
-async def _open_outbox(c: SidecarConfig) -> AsyncOutbox:
-    """The outbox, opened. One on a server (Redis, MySQL: shared by sidecars) that cannot be
-    reached yet is opened later (AsyncOutbox.opened_later): the sidecar serves NOT READY and
-    says why until it can, as a native sidecar whose startup probe waits for it must (a
-    RocksDB outbox that cannot be opened, a bad URL, stop the start instead)."""
-    loop = asyncio.get_running_loop()
-    try:
-        outbox = await loop.run_in_executor(None, open_outbox, c.outbox_url, c.outbox_limits)
-    except OutboxUnavailableError:
-        scheme = urlsplit(c.outbox_url).scheme.lower()
-        if not backend_class(scheme).features.shared_by_sidecars:
-            raise
-        return AsyncOutbox.opened_later(
-            functools.partial(open_outbox, c.outbox_url, c.outbox_limits), c.outbox_threads
-        )
-    return AsyncOutbox(outbox, c.outbox_threads)
 
 
 async def _watched(name: str, work: Coroutine[Any, Any, None]) -> None:

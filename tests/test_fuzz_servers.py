@@ -1,6 +1,7 @@
 """A fuzz test of both servers (issue #13): every RPC of a real ``rocketbox broker`` process
 (apache.rocketmq.v2.MessagingService, rocketbox.admin.v1.BrokerAdmin, grpc.health.v1.Health)
-and of a real ``rocketbox sidecar`` process (rocketbox.v1.SidecarService, Health, reflection),
+and of a real ``rocketbox sidecar`` process (rocketbox.v1.SidecarService, OutboxAdminService,
+Health, reflection),
 unary and streaming alike, called with raw bytes through identity (de)serializers:
 
 (a) random bytes; (b) a valid request of the method with a few bytes flipped, inserted, deleted
@@ -43,6 +44,7 @@ from rocketmq.grpc_protocol import service_pb2 as spb
 from rocketbox_api.admin.v1 import broker_admin_pb2 as apb
 from rocketbox_api.admin.v1 import broker_admin_pb2_grpc
 from rocketbox_api.rate_limited_log import LOG_INTERVAL_S_DEFAULT
+from rocketbox_api.v1 import outbox_admin_pb2 as oapb
 from rocketbox_api.v1 import sidecar_pb2 as api
 from tests.broker.broker_process import BrokerProcess
 from tests.broker.grpc_service.test_malformed_requests import NOT_PROTOBUF, bad_utf8, raw_call
@@ -67,6 +69,7 @@ BROKER_SERVICES = (
 )
 SIDECAR_SERVICES = (
     api.DESCRIPTOR.services_by_name["SidecarService"],
+    oapb.DESCRIPTOR.services_by_name["OutboxAdminService"],
     health_pb2.DESCRIPTOR.services_by_name["Health"],
     reflection_pb2.DESCRIPTOR.services_by_name["ServerReflection"],
 )
@@ -155,6 +158,9 @@ def _sidecar_seeds() -> dict[str, Message]:
         "Check": health_pb2.HealthCheckRequest(service=""),
         "Watch": health_pb2.HealthCheckRequest(service=""),
         "ServerReflectionInfo": reflection_pb2.ServerReflectionRequest(list_services=""),
+        "RetryNow": oapb.RetryNowRequest(selection=oapb.EntrySelection(message_ids=["x"])),
+        "Requeue": oapb.RequeueRequest(selection=oapb.EntrySelection(all=True)),
+        "Stats": oapb.StatsRequest(),
     }
 
 

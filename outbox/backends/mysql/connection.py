@@ -32,6 +32,7 @@ from outbox.entry import DeliveryReceipt, OutboxEntry, OutboxLimits
 from outbox.errors import (
     OutboxConfigError,
     OutboxNoSpaceError,
+    OutboxNotFoundError,
     OutboxUnavailableError,
 )
 from outbox.factory import redact
@@ -71,7 +72,7 @@ _ER_ERROR_ON_WRITE = 1026
 class MySQLConnection(Outbox):
     """The engine, the schema and the error translation every part of the backend uses."""
 
-    def __init__(self, url: str, limits: OutboxLimits) -> None:
+    def __init__(self, url: str, limits: OutboxLimits, *, create: bool = True) -> None:
         super().__init__(limits)
         try:
             parsed = make_url(url)
@@ -94,7 +95,9 @@ class MySQLConnection(Outbox):
         self._sql = Statements(self._entries, self._counters)
         self._engine = mysql_engine(parsed.difference_update_query(["table"]))
         try:
-            self._entry_bytes_max = self._create_schema() - ROW_OVERHEAD_BYTES
+            if not create:
+                self._check_schema()
+            self._entry_bytes_max = self._open_schema(create) - ROW_OVERHEAD_BYTES
         except BaseException:
             self._engine.dispose()
             raise
@@ -130,35 +133,55 @@ class MySQLConnection(Outbox):
         with self._translated(operation), self._engine.begin() as conn:
             yield conn
 
-    def _create_schema(self) -> int:
-        """Create what is missing; returns the server's max_allowed_packet."""
-        entries, counters = self._entries, self._counters
+    def _check_schema(self) -> None:
+        """Both tables are there (a reader's open): a misspelt table is an error, never created."""
         with self._translated("opening the outbox"):
-            try:
-                entries.metadata.create_all(self._engine)
-            except sa_exc.DBAPIError:
-                # Another sidecar created a table between our check and our CREATE.
-                entries.metadata.create_all(self._engine)
+            inspector = sa.inspect(self._engine)
+            missing = [
+                t.name for t in (self._entries, self._counters) if not inspector.has_table(t.name)
+            ]
+        if missing:
+            raise OutboxNotFoundError(
+                # Both are created together: name the entries table unless it alone is there.
+                f"no such outbox table {missing[0]!r} in database "
+                f"{self._database!r}: MySQL outbox {self._where} (only the sidecar creates its "
+                "outbox's tables)"
+            )
+
+    def _open_schema(self, create: bool) -> int:
+        """Create what is missing (``create``: a writer's open); returns the server's
+        max_allowed_packet."""
+        entries = self._entries
+        with self._translated("opening the outbox"):
+            if create:
+                try:
+                    entries.metadata.create_all(self._engine)
+                except sa_exc.DBAPIError:
+                    # Another sidecar created a table between our check and our CREATE.
+                    entries.metadata.create_all(self._engine)
             with self._engine.begin() as conn:
-                # Counted from the entries, should the table predate its counters.
-                counted = sa.select(
-                    sa.literal(0),
-                    sa.func.count(),
-                    sa.func.coalesce(sa.func.sum(entries.c.body_size), 0),
-                ).where(entries.c.state.in_((PENDING, DEAD)))
-                conn.execute(
-                    counters.insert()
-                    .prefix_with("IGNORE")
-                    .from_select(["slot", "entries", "body_bytes"], counted)
-                )
-                conn.execute(
-                    counters.insert().prefix_with("IGNORE"),
-                    [
-                        {"slot": slot, "entries": 0, "body_bytes": 0}
-                        for slot in range(1, COUNTER_SLOTS + 1)
-                    ],
-                )
+                if create:
+                    self._fill_counters(conn)
                 return int(conn.exec_driver_sql("SELECT @@max_allowed_packet").scalar_one())
+
+    def _fill_counters(self, conn: Connection) -> None:
+        """The counters' rows, those missing only (INSERT IGNORE)."""
+        entries, counters = self._entries, self._counters
+        # Counted from the entries, should the table predate its counters.
+        counted = sa.select(
+            sa.literal(0),
+            sa.func.count(),
+            sa.func.coalesce(sa.func.sum(entries.c.body_size), 0),
+        ).where(entries.c.state.in_((PENDING, DEAD)))
+        conn.execute(
+            counters.insert()
+            .prefix_with("IGNORE")
+            .from_select(["slot", "entries", "body_bytes"], counted)
+        )
+        conn.execute(
+            counters.insert().prefix_with("IGNORE"),
+            [{"slot": slot, "entries": 0, "body_bytes": 0} for slot in range(1, COUNTER_SLOTS + 1)],
+        )
 
     def _get_many(self, conn: Connection, message_ids: Sequence[str]) -> list[OutboxEntry]:
         found: list[OutboxEntry] = []

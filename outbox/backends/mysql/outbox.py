@@ -9,7 +9,8 @@ not only between threads.
 
 URL: ``mysql+pymysql://user:password@host:port/db?table=NAME`` (``table`` defaults to
 ``rocketbox_outbox``; other query parameters go to the driver). The schema
-(outbox/backends/mysql/schema.py) is created when missing.
+(outbox/backends/mysql/schema.py) is created when missing by a writer's open; a reader's
+(``create=False``) finds the tables or raises OutboxNotFoundError, creating nothing.
 
 Concurrency, in READ COMMITTED (each statement sees what was committed before it; no gap locks):
 - ``put``: concurrent callers, and the requests of a ``put_groups``, share one transaction
@@ -81,8 +82,8 @@ class MySQLOutbox(MySQLPuts, MySQLSettlements, MySQLBulkChanges):
     features = OutboxFeatures(shared_by_sidecars=True, survives_process_kill=True)
 
     @classmethod
-    def from_url(cls, url: str, limits: OutboxLimits) -> MySQLOutbox:
-        return cls(url, limits)
+    def from_url(cls, url: str, limits: OutboxLimits, *, create: bool = True) -> MySQLOutbox:
+        return cls(url, limits, create=create)
 
     def get(self, message_id: str) -> OutboxEntry | None:
         with self._transaction("get") as conn:

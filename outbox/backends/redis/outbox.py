@@ -146,7 +146,11 @@ class RedisOutbox(Outbox):
         self._committer = GroupCommitter(self._commit, name=f"redis-outbox-put:{prefix}")
 
     @classmethod
-    def from_url(cls, url: str, limits: OutboxLimits) -> RedisOutbox:
+    def from_url(cls, url: str, limits: OutboxLimits, *, create: bool = True) -> RedisOutbox:
+        # A Redis outbox has no schema: its keys appear with its first entry and go with its last,
+        # so a prefix with no keys is an empty outbox, never "not found" (``create`` changes
+        # nothing; opening writes nothing either way).
+        del create
         client, prefix, where = redis_client(url)
         return cls(client, prefix, limits, where)
 

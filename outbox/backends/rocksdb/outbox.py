@@ -94,7 +94,7 @@ from outbox.disk_reserve import (
     RESERVE_BYTES_DEFAULT,
 )
 from outbox.entry import DeliveryReceipt, EntryState, OutboxEntry, OutboxLimits, OutboxStats
-from outbox.errors import OutboxConfigError
+from outbox.errors import OutboxConfigError, OutboxNotFoundError
 from outbox.factory import redact
 from outbox.outbox import OutboxFeatures
 
@@ -106,7 +106,7 @@ class RocksDBOutbox(RocksDBPuts, RocksDBBulkChanges):
     features = OutboxFeatures(shared_by_sidecars=False, survives_process_kill=True)
 
     @classmethod
-    def from_url(cls, url: str, limits: OutboxLimits) -> RocksDBOutbox:
+    def from_url(cls, url: str, limits: OutboxLimits, *, create: bool = True) -> RocksDBOutbox:
         path = rocksdb_path(url)
         options = parse_qs(urlsplit(url).query, keep_blank_values=True)
         unknown = set(options) - set(URL_OPTIONS)
@@ -126,6 +126,11 @@ class RocksDBOutbox(RocksDBPuts, RocksDBBulkChanges):
             raise OutboxConfigError(
                 f"outbox URL {redact(url)!r}: reserve_bytes must be a whole number of bytes "
                 f">= 0, got {reserve!r}"
+            )
+        if not create and not (path / "CURRENT").is_file():
+            raise OutboxNotFoundError(
+                f"no such outbox: no RocksDB database at {path} (only the sidecar creates its "
+                "outbox; is the path right?)"
             )
         return cls(
             path,

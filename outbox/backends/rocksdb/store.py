@@ -31,7 +31,12 @@ from outbox.disk_reserve import (
     is_no_space,
 )
 from outbox.entry import OutboxEntry, OutboxLimits
-from outbox.errors import OutboxConfigError, OutboxNoSpaceError, OutboxUnavailableError
+from outbox.errors import (
+    OutboxConfigError,
+    OutboxHeldError,
+    OutboxNoSpaceError,
+    OutboxUnavailableError,
+)
 from outbox.factory import redact
 from outbox.group_commit import GroupCommitter, Result
 from outbox.outbox import Outbox
@@ -81,12 +86,14 @@ def rocksdb_errors(path: Path) -> Iterator[None]:
         # Exception; anything more specific is a bug of ours and must not pass as unavailability.
         if type(e) is not Exception:
             raise
-        hint = ""
         if "lock" in str(e).lower():
             pids = lock_holders(path / "LOCK")
             holder = f"pid {', '.join(map(str, pids))}" if pids else "another process or instance"
-            hint = f" (held by {holder}; RocksDB allows one process, one instance)"
-        raise OutboxUnavailableError(f"rocksdb outbox {path}: {e}{hint}") from e
+            raise OutboxHeldError(
+                f"rocksdb outbox {path}: {e} (held by {holder}; RocksDB allows one process, "
+                "one instance)"
+            ) from e
+        raise OutboxUnavailableError(f"rocksdb outbox {path}: {e}") from e
 
 
 def rocksdb_path(url: str) -> Path:

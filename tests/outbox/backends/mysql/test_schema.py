@@ -2,6 +2,8 @@
 (tests/outbox/conformance/).
 
 Against the machine's real MariaDB, each test on tables of its own, this proves:
+- only a writer's open creates the tables: a reader's (``create=False``) finds them or raises
+  OutboxNotFoundError, creating nothing;
 - the schema: seq AUTO_INCREMENT, message_id unique, the body a LONGBLOB, the due index leading
   with the claim key, the FIFO indexes; the table is the one the URL names;
 - the claim's locking query is a range scan of that due index which reads only due rows,
@@ -21,6 +23,7 @@ import sqlalchemy as sa
 
 from outbox import (
     OutboxConfigError,
+    OutboxNotFoundError,
     open_outbox,
 )
 from tests.outbox.backends.mysql.harness import (
@@ -146,3 +149,22 @@ def test_a_bad_table_name_is_a_config_error_before_any_connection() -> None:
             open_outbox(f"mysql+pymysql://root:s3cret@127.0.0.1:1/test?table={bad}")
         assert not refused.value.retriable
         assert "s3cret" not in str(refused.value)
+
+
+def test_a_reader_finds_the_tables_or_creates_nothing(
+    url: str, table: str, engine: sa.Engine, open_mysql: OpenMySQL
+) -> None:
+    with pytest.raises(OutboxNotFoundError, match=f"no such outbox table '{table}'"):
+        open_outbox(url, create=False)
+    with engine.connect() as conn:
+        found = conn.execute(
+            sa.text(
+                "SELECT COUNT(*) FROM information_schema.tables "
+                "WHERE table_schema = DATABASE() AND table_name LIKE :prefix"
+            ),
+            {"prefix": f"{table}%"},
+        ).scalar_one()
+    assert found == 0, "a reader's open created a table"
+    open_mysql().put([entry(1)])  # a writer's open creates them
+    with open_outbox(url, create=False) as reader:
+        assert reader.stats(NOW_MS).pending == 1

@@ -26,7 +26,13 @@ from pathlib import Path
 
 import pytest
 
-from outbox import EntryState, OutboxLimits, OutboxUnavailableError, open_outbox
+from outbox import (
+    EntryState,
+    OutboxLimits,
+    OutboxNotFoundError,
+    OutboxUnavailableError,
+    open_outbox,
+)
 from outbox.backends.rocksdb.outbox import RocksDBOutbox
 from tests.outbox.backends.rocksdb.rocksdb_writer import writer_body
 from tests.outbox.entries import LEASE_MS, NOW_MS, TOPIC, entry, ids, message_id, receipt
@@ -235,6 +241,9 @@ def test_read_only_opens_beside_the_holder_and_refuses_every_write(tmp_path: Pat
     with pytest.raises(OutboxUnavailableError):
         open_outbox(f"rocksdb://{tmp_path / 'none'}?read_only=true")  # never creates one
     assert not (tmp_path / "none" / "CURRENT").exists(), "no database was created"
+    with pytest.raises(OutboxNotFoundError, match="no such outbox: no RocksDB database at"):
+        open_outbox(f"rocksdb://{tmp_path / 'gone'}", create=False)  # a reader's open, writable
+    assert not (tmp_path / "gone").exists(), "no directory was created"
 
 
 def test_claim_after_20k_deliveries_is_still_one_range_scan(tmp_path: Path) -> None:
