@@ -78,7 +78,7 @@ def outbox_group(ctx: click.Context) -> None:
         logging.getLogger("outbox").setLevel(logging.WARNING)
 
 
-@outbox_group.command("stats")
+@outbox_group.command("stats", short_help="Totals, depth by state, topic and cause, and ages.")
 @outbox_command
 def stats_command(session: Session) -> None:
     """Totals, depth by state, topic and cause, the oldest pending entry, the next due one,
@@ -93,7 +93,7 @@ def stats_command(session: Session) -> None:
     session.emit(data, lambda: render.stats_view(data))
 
 
-@outbox_group.command("ls")
+@outbox_group.command("ls", short_help="List entries in seq order, a page at a time.")
 @click.option("--state", type=click.Choice(STATES, case_sensitive=False), default=None)
 @click.option("--topic", "topics", multiple=True, help="Repeatable: entries of any of them.")
 @click.option("--cause", type=click.Choice(CAUSES, case_sensitive=False), default=None)
@@ -150,7 +150,7 @@ def ls_command(
     session.emit(data, view)
 
 
-@outbox_group.command("show")
+@outbox_group.command("show", short_help="Every field of one entry.")
 @click.argument("message_id")
 @click.option(
     "--body", "with_body", is_flag=True, help="The body too: as text if UTF-8, else base64."
@@ -167,7 +167,7 @@ def show_command(session: Session, message_id: str, with_body: bool) -> None:
     session.emit(data, lambda: render.entry_view(data))
 
 
-@outbox_group.command("requeue")
+@outbox_group.command("requeue", short_help="Send DEAD entries again: back to PENDING, due now.")
 @click.argument("message_ids", nargs=-1)
 @click.option("--all", "every", is_flag=True, help="Every DEAD entry.")
 @outbox_command
@@ -214,7 +214,7 @@ def _purgeable_state(_ctx: click.Context, _param: click.Parameter, value: str) -
     return state
 
 
-@outbox_group.command("purge")
+@outbox_group.command("purge", short_help="Delete DELIVERED or DEAD entries.")
 @click.option(
     "--state",
     required=True,
@@ -265,7 +265,7 @@ def purge_command(
     session.emit(data, lambda: f"purged {data['purged']} {state.value} entries")
 
 
-@outbox_group.command("export")
+@outbox_group.command("export", short_help="Write every entry, without bodies, to a file.")
 @click.option("--out", "out_path", required=True, type=click.Path(path_type=Path, dir_okay=False))
 @click.option(
     "--format",
@@ -306,7 +306,7 @@ def export_command(
     session.emit(data, lambda: f"exported {written} entries to {out_path} ({fmt})")
 
 
-@outbox_group.command("watch")
+@outbox_group.command("watch", short_help="Depth, bytes, ages and drain rate, live.")
 @click.option(
     "--interval-s",
     default=WATCH_INTERVAL_S_DEFAULT,

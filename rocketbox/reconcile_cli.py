@@ -37,7 +37,7 @@ def _spark_conf(
     return tuple(pairs)
 
 
-@click.command("reconcile")
+@click.command("reconcile", short_help="Find lost or duplicated messages: commitlog, outbox, acks.")
 @click.option(
     "--commitlog",
     required=True,
