@@ -15,6 +15,7 @@ import click
 from broker.group_config import RETRY_MAX_TIMES_DEFAULT
 from rocketbox import admin_client as admin
 from rocketbox import admin_render as render
+from rocketbox.wording import plural
 
 # Each command prints text for people, or JSON with --json. A failed call prints the broker's
 # status code and details on stderr and exits with ADMIN_ERROR_EXIT_CODE, or with
@@ -96,7 +97,7 @@ def topic_create(
     """Create topic NAME."""
     t = client.create_topic(name, queues, message_type.upper()).topic
     kind = render.message_type_name(t.message_type)
-    text = f"created topic {t.name}: {t.queue_nums} queues, {kind}"
+    text = f"created topic {t.name}: {plural(t.queue_nums, 'queue')}, {kind}"
     _echo(as_json, render.topic_to_dict(t), text)
 
 

@@ -17,8 +17,8 @@ from broker.config import BrokerConfig
 from broker.store.config import FlushDiskType, MessageStoreConfig
 from rocketbox.broker_admin_cli import flow_control, group, message, topic
 from rocketbox.broker_cli import broker, run_broker, store_geometry_options
-from rocketbox.event_loop import EVENT_LOOP_DEFAULT, EVENT_LOOPS
 from rocketbox.envvars import RocketboxGroup
+from rocketbox.event_loop import EVENT_LOOP_DEFAULT, EVENT_LOOPS
 from rocketbox.logs import LOG_FORMATS, LOG_LEVELS, configure_logging
 from rocketbox.outbox_cli import outbox_group
 from rocketbox.reconcile_cli import reconcile_command
@@ -29,7 +29,7 @@ from sidecar.config import SidecarConfig
 from sidecar.producer import ProducerConfig
 
 # Listen addresses meaning "every address": the sidecar of `up` reaches such a broker on loopback.
-ANY_ADDRESS = ("0.0.0.0", "::")
+ANY_ADDRESS = ("0.0.0.0", "::")  # noqa: S104 - compared with, not bound
 # `rocketbox up --profile`: where the embedded default keeps its outbox.
 UP_PROFILES = {
     "rocksdb": "rocksdb://{outbox_dir}",
@@ -46,7 +46,7 @@ Shell completion (bash; zsh and fish alike, with zsh_source or fish_source):
 
 
 @click.group(cls=RocketboxGroup, context_settings={"show_default": True}, epilog=EPILOG)
-@click.version_option(package_name="rocketbox", message="%(prog)s %(version)s")
+@click.version_option(package_name="rocketbox", message="rocketbox %(version)s")
 @click.option("--log-level", default="INFO", type=click.Choice(LOG_LEVELS))
 @click.option(
     "--log-format",

@@ -44,6 +44,7 @@ from rocketbox.outbox_session import (
     parse_state,
     state_value,
 )
+from rocketbox.wording import noun_form, plural
 
 # ``ls`` pages: a page is read whole into memory and printed as one table or document.
 LS_LIMIT_DEFAULT = 50
@@ -145,7 +146,7 @@ def ls_command(
     def view() -> RenderableType:
         cursor = page.next_after_seq
         more = f"next page: --after-seq {cursor}" if cursor is not None else "end of the outbox"
-        return Group(render.entries_table(rows, now_ms), f"{len(rows)} entries; {more}")
+        return Group(render.entries_table(rows, now_ms), f"{plural(len(rows), 'entry')}; {more}")
 
     session.emit(data, view)
 
@@ -176,7 +177,7 @@ def requeue_command(session: Session, message_ids: tuple[str, ...], every: bool)
     ids = ids_or_all(message_ids, every)
     requeued = session.outbox.requeue(ids, session.now_ms())
     data = {"requeued": requeued, "asked": None if ids is None else len(set(ids))}
-    text = f"requeued {requeued} dead entries: pending, due now"
+    text = f"requeued {requeued} dead {noun_form(requeued, 'entry')}: pending, due now"
     if ids is not None and requeued < len(set(ids)):
         text += f" ({len(set(ids)) - requeued} of those named are not DEAD or not in the outbox)"
     session.emit(data, lambda: text)
@@ -195,7 +196,7 @@ def retry_now_command(session: Session, message_ids: tuple[str, ...], every: boo
     ids = ids_or_all(message_ids, every)
     made_due = session.outbox.retry_now(ids, session.now_ms())
     data = {"made_due": made_due, "asked": None if ids is None else len(set(ids))}
-    text = f"{made_due} pending entries made due now"
+    text = f"{made_due} pending {noun_form(made_due, 'entry')} made due now"
     if ids is not None and made_due < len(set(ids)):
         text += (
             f" ({len(set(ids)) - made_due} of those named are due already, in flight, behind "
@@ -248,7 +249,8 @@ def purge_command(
         "purged": 0,
         "dry_run": dry_run,
     }
-    what = f"{matched} {state.value} entries changed before {render.time_text(before_ms)}"
+    entries = noun_form(matched, "entry")
+    what = f"{matched} {state.value} {entries} changed before {render.time_text(before_ms)}"
     if dry_run or matched == 0:
         session.emit(data, lambda: f"would purge {what}" if dry_run else "nothing to purge")
         return
@@ -262,7 +264,8 @@ def purge_command(
         if not click.confirm(question, default=False, err=True):
             raise RefusedError("not confirmed; nothing was deleted")
     data["purged"] = session.outbox.purge(state, before_ms)
-    session.emit(data, lambda: f"purged {data['purged']} {state.value} entries")
+    purged = data["purged"]
+    session.emit(data, lambda: f"purged {purged} {state.value} {noun_form(purged, 'entry')}")
 
 
 @outbox_group.command("export", short_help="Write every entry, without bodies, to a file.")
@@ -303,7 +306,7 @@ def export_command(
         "entries": written,
         "state": state_value(entry_state),
     }
-    session.emit(data, lambda: f"exported {written} entries to {out_path} ({fmt})")
+    session.emit(data, lambda: f"exported {plural(written, 'entry')} to {out_path} ({fmt})")
 
 
 @outbox_group.command("watch", short_help="Depth, bytes, ages and drain rate, live.")

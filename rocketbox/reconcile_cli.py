@@ -17,6 +17,7 @@ from outbox.errors import OutboxError
 from outbox.export import export_parquet
 from outbox.factory import BACKENDS, open_outbox, redact
 from reconcile.errors import InputError, ReconcileError
+from rocketbox.wording import plural
 
 if TYPE_CHECKING:
     from reconcile.job import JobConfig
@@ -163,12 +164,14 @@ def summary_text(
     outbox = summary["outbox"]
     verdict = f"{t['lost']:,} LOST" if t["lost"] else "NOTHING LOST"
     lines = [
-        f"reconcile: {verdict}: {t['messages']:,} messages: ok {t['ok']:,}, lost {t['lost']:,}, "
-        f"duplicated {t['duplicated']:,} ({t['duplicate_copies']:,} extra copies), "
+        f"reconcile: {verdict}: {plural(t['messages'], 'message', grouped=True)}: "
+        f"ok {t['ok']:,}, lost {t['lost']:,}, duplicated {t['duplicated']:,} "
+        f"({plural(t['duplicate_copies'], 'extra copy', grouped=True)}), "
         f"recovered {t['recovered']:,} ({t['resend_pending']:,} still pending), "
         f"unexpected {t['unexpected']:,}, pending {t['pending']:,}, dead {t['dead']:,}, "
         f"unchecked {t['unchecked']:,}",
-        f"commitlog: {c['segments']:,} segments, {c['records']:,} records "
+        f"commitlog: {plural(c['segments'], 'segment', grouped=True)}, "
+        f"{plural(c['records'], 'record', grouped=True)} "
         f"({c['system_topic_records']:,} in system topics, {c['records_without_id']:,} without "
         f"id, {c['parked_records']:,} parked)",
     ]
@@ -183,8 +186,9 @@ def summary_text(
         for g in c["gaps"]
     ]
     lines.append(
-        f"ledgers: {ledger['lines']:,} lines ({ledger['malformed']:,} malformed); outbox: "
-        f"{outbox['entries']:,} entries ({outbox['pending']:,} pending, "
+        f"ledgers: {plural(ledger['lines'], 'line', grouped=True)} "
+        f"({ledger['malformed']:,} malformed); outbox: "
+        f"{plural(outbox['entries'], 'entry', grouped=True)} ({outbox['pending']:,} pending, "
         f"{outbox['delivered']:,} delivered, {outbox['dead']:,} dead, "
         f"{outbox['malformed']:,} malformed)"
     )

@@ -160,7 +160,7 @@ def test_purge_on_a_terminal_asks_and_deletes_only_on_yes(url: str) -> None:
     args = ("purge", "--state", "delivered", "--older-than", "1m", "--outbox", url)
     declined = run_on_a_terminal(b"n\n", *args)
     assert declined.returncode == 5, declined.stderr
-    assert "Delete 1 DELIVERED entries changed before" in declined.stderr
+    assert "Delete 1 DELIVERED entry changed before" in declined.stderr
     assert "not confirmed; nothing was deleted" in declined.stderr
     assert counts(url) == (3, 1, 1)
     accepted = run_on_a_terminal(b"y\n", *args)
