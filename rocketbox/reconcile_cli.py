@@ -7,6 +7,7 @@ starts: this module is the composition root that may open an outbox backend; the
 
 from __future__ import annotations
 
+import importlib.util
 import json
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -24,6 +25,8 @@ if TYPE_CHECKING:
 
 EXIT_LOST = 1
 OUTBOX_EXPORT_NAME = "outbox.parquet"
+# The modules of pyproject's reconcile extra: the job (PySpark), its summaries (pandas), report.html.
+RECONCILE_EXTRA_MODULES = ("pyspark", "pandas", "plotly")
 
 
 def _spark_conf(
@@ -108,6 +111,7 @@ def reconcile_command(
     """Join the commitlog with the outbox and the acknowledgement ledgers on message id; count
     lost, duplicated, recovered, unexpected, pending and dead messages per topic and bucket.
     Exits 1 when anything acknowledged was lost."""
+    _check_reconcile_extra()
     # Spark and plotly load only for this command, not for every rocketbox command.
     from reconcile.job import JobConfig, run  # noqa: PLC0415 - PySpark loads only for this command
     from reconcile.report import write_outputs  # noqa: PLC0415 - PySpark loads only for this command
@@ -138,6 +142,17 @@ def reconcile_command(
         click.echo(summary_text(summary, config, summary_path, report_path))
     if summary["totals"]["lost"]:
         raise SystemExit(EXIT_LOST)
+
+
+def _check_reconcile_extra() -> None:
+    """The job's libraries are pyproject's ``reconcile`` extra (about 640 MB, PySpark most of
+    it), which a sidecar-only install leaves out: say which one is missing and how to add it."""
+    missing = [name for name in RECONCILE_EXTRA_MODULES if importlib.util.find_spec(name) is None]
+    if missing:
+        raise click.ClickException(
+            f"rocketbox reconcile needs {', '.join(missing)} (the reconcile extra): "
+            "pip install 'rocketbox[reconcile]' (make run installs it)"
+        )
 
 
 def _outbox_export(source: str, out_dir: Path) -> Path:

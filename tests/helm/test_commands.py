@@ -4,8 +4,8 @@ flag known, every value converted and checked by its callback) without running a
 
 Proves: the broker's flags (data dir on its volume, listen/advertise, topics, metrics); the
 sidecar's (listen address the probes dial, brokers, shutdown grace, metrics) and that its outbox
-URL arrives through the env var rocketbox names `--outbox` of `rocketbox sidecar` by
-(ROCKETBOX_SIDECAR_OUTBOX, rocketbox/envvars.py); and ROCKETBOX_LOG_FORMAT as the global --log-format.
+URL arrives through the env var of `rocketbox sidecar --outbox` (ROCKETBOX_SIDECAR_OUTBOX, named
+by rocketbox/envvars.py's rule); and ROCKETBOX_LOG_FORMAT as the global --log-format.
 The reconciliation's flags (with the ``--out`` its wrapper appends) are parsed by `rocketbox
 reconcile`; its shell wrapper in the CronJob is run for real, around a stand-in for rocketbox: a
 new report directory per run, the newest KEEP kept, reconcile's exit status passed on.
