@@ -25,7 +25,7 @@ if TYPE_CHECKING:
 
 EXIT_LOST = 1
 OUTBOX_EXPORT_NAME = "outbox.parquet"
-# The modules of pyproject's reconcile extra: the job (PySpark), its summaries (pandas), report.html.
+# pyproject's reconcile extra: the job (PySpark), its summaries (pandas), report.html (plotly).
 RECONCILE_EXTRA_MODULES = ("pyspark", "pandas", "plotly")
 
 

@@ -55,7 +55,8 @@ def test_every_summary_is_a_whole_sentence_that_fits() -> None:
             summary = command.get_short_help_str(limit)
             where = " ".join(("rocketbox", *path, name))
             assert not summary.endswith("..."), f"{where}: summary cut: {summary!r}"
-            assert summary[:1].isupper() and summary.endswith("."), f"{where}: {summary!r}"
+            assert summary[:1].isupper(), f"{where}: {summary!r}"
+            assert summary.endswith("."), f"{where}: {summary!r}"
 
 
 def test_the_top_level_help_cuts_no_summary_and_says_how_to_complete() -> None:
