@@ -6,6 +6,8 @@ DATA_DIR ?= ./data
 BIN := $(VENV)/bin
 # Two stamps: `make run` installs what running rocketbox needs (the project with its reconcile
 # extra, and the client library); `make test` and the other developer targets add the dev extra.
+# Measured (#16): the run set 1.04 GB (PySpark 490 MB of it; 385 MB without the reconcile extra),
+# with the dev extra 1.29 GB; about 65 s from a warm pip cache, under 3 minutes cold.
 RUN_STAMP := $(VENV)/.installed-run
 DEV_STAMP := $(VENV)/.installed-dev
 # pip without --quiet: a line per package, and a bar per download, so a cold install of several
