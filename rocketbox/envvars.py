@@ -62,8 +62,9 @@ def name_envvars(command: click.Command, command_path: tuple[str, ...]) -> None:
     """Set (and show in --help) the variable of every option of ``command`` and, for a group,
     of its subcommands, by the rule above."""
     for param in command.params:
-        # --version and --help act and exit: they set nothing a variable could carry.
-        if isinstance(param, click.Option) and param.expose_value:
+        # --version and --help act and exit: they set nothing a variable could carry. A hidden
+        # option is a test's hook (a pinned clock), not a setting a deployment should find.
+        if isinstance(param, click.Option) and param.expose_value and not param.hidden:
             param.envvar = option_envvar(command_path, param)
             param.show_envvar = True
     if isinstance(command, click.Group):

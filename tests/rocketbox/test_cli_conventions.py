@@ -94,13 +94,19 @@ def expected_envvar(path: tuple[str, ...], option: click.Option) -> str:
 def test_every_option_is_read_from_the_variable_the_rule_names() -> None:
     checked = 0
     for path, command in walk(main):
+        names: list[str] = []
         for param in command.params:
             if not isinstance(param, click.Option) or not param.expose_value:
                 continue
             where = f"rocketbox {' '.join(path)} {param.opts[0]}"
+            if param.hidden:
+                assert param.envvar is None, f"{where}: a hidden test hook read from the env"
+                continue
             assert param.envvar == expected_envvar(path, param), where
             assert param.show_envvar, f"{where}: its variable is not shown in --help"
+            names.append(param.envvar)
             checked += 1
+        assert len(names) == len(set(names)), f"rocketbox {' '.join(path)}: a variable twice"
     assert checked > 100  # every command's options, not a few
     sidecar = main.commands["sidecar"]
     outbox = next(p for p in sidecar.params if p.name == "outbox_url")
