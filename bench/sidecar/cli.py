@@ -160,7 +160,8 @@ def parse_args() -> tuple[argparse.Namespace, Settings]:
     parser.add_argument("--drain-concurrency", type=int, default=256)
     parser.add_argument("--drain-claim-batch", type=int, default=1_024)
     parser.add_argument(
-        "--sidecar-log-level", choices=("DEBUG", "INFO", "WARNING"), default="INFO",
+        "--sidecar-log-level", choices=("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"),
+        default="INFO",
         help="the processes' --log-level (INFO, the default, logs every spool)",
     )  # fmt: skip
     parser.add_argument("--dir", type=Path, default=None, help="temporary data (default: tmp)")
