@@ -13,7 +13,7 @@ RUN apt-get update \
     && apt-get install -y --no-install-recommends gcc libc6-dev \
     && rm -rf /var/lib/apt/lists/*
 WORKDIR /src
-COPY pyproject.toml setup.py README.md ./
+COPY pyproject.toml setup.py README.md LICENSE ./
 COPY broker/ broker/
 COPY sidecar/ sidecar/
 COPY outbox/ outbox/
@@ -21,15 +21,18 @@ COPY reconcile/ reconcile/
 COPY rocketbox/ rocketbox/
 COPY rocketbox_api/ rocketbox_api/
 # The wheel is built with mypy (the version pyproject.toml's dev extra pins) in a throw-away
-# environment; a virtual environment gets the wheel and its dependencies, and the runtime stage
-# takes exactly what `pip install` put there.
+# environment; a virtual environment gets the wheel and its dependencies (with the reconcile extra:
+# the image runs `rocketbox reconcile` too), and the runtime stage takes exactly what `pip install`
+# put there.
 RUN python -m venv /opt/build \
     && /opt/build/bin/pip install --no-cache-dir --disable-pip-version-check \
        "setuptools>=77" "mypy==2.4.1" \
     && ROCKETBOX_MYPYC=1 /opt/build/bin/pip wheel --no-cache-dir --disable-pip-version-check \
        --no-build-isolation --no-deps -w /wheels . \
     && python -m venv /opt/rocketbox \
-    && /opt/rocketbox/bin/pip install --no-cache-dir --disable-pip-version-check /wheels/rocketbox-*.whl
+    && for whl in /wheels/rocketbox-*.whl; do \
+         /opt/rocketbox/bin/pip install --no-cache-dir --disable-pip-version-check "${whl}[reconcile]"; \
+       done
 
 FROM ${PYTHON_IMAGE}
 # PySpark needs Java. The slim image has no man page directories, which the JRE's post-install

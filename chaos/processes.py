@@ -325,8 +325,9 @@ class BrokerProcess(RocketboxProcess):
 
     def command_args(self, port: int, metrics_port: int) -> list[str]:
         return [
-            *self.options, "broker", "--data-dir", str(self.store_dir), "--listen-port", str(port),
-            "--flush", self.flush, "--metrics-listen", f"127.0.0.1:{metrics_port}",
+            *self.options, "broker", "--data-dir", str(self.store_dir),
+            "--listen", f"127.0.0.1:{port}", "--flush", self.flush,
+            "--metrics-listen", f"127.0.0.1:{metrics_port}",
             *SMALL_STORE_ARGS, *self.extra_args,
         ]  # fmt: skip
 

@@ -130,7 +130,7 @@ class Stage:
             )
             self.proxy.target_port = self.proxy.port
             broker_args += (
-                "--listen-host", BROKER_BEHIND_PROXY_HOST, "--listen-port", str(self.proxy.port),
+                "--listen", f"{BROKER_BEHIND_PROXY_HOST}:{self.proxy.port}",
                 "--advertise-host", "127.0.0.1",
             )  # fmt: skip
             self.event("fault proxy started", port=self.proxy.port)

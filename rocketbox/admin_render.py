@@ -8,6 +8,7 @@ import base64
 import datetime
 from typing import Any
 
+from rocketbox.wording import plural
 from rocketbox_api.admin.v1 import broker_admin_pb2 as apb
 
 # A body longer than this is cut in the text output (JSON always carries all of it).
@@ -141,7 +142,7 @@ def format_topics(topics: list[apb.Topic]) -> str:
 def format_describe(answer: apb.DescribeTopicResponse) -> str:
     t = answer.topic
     lines = [
-        f"topic {t.name}: {t.queue_nums} queues, {message_type_name(t.message_type)}",
+        f"topic {t.name}: {plural(t.queue_nums, 'queue')}, {message_type_name(t.message_type)}",
         f"flow control forced: {'yes' if answer.flow_control_forced else 'no'}",
         "QUEUE  MIN_QUEUE_OFFSET  MAX_QUEUE_OFFSET",
     ]
@@ -163,14 +164,14 @@ def _format_body(body: bytes) -> str:
     except UnicodeDecodeError:
         shown = f"0x{preview.hex()}"
     cut = "..." if len(body) > len(preview) else ""
-    return f"{shown}{cut} ({len(body)} bytes)"
+    return f"{shown}{cut} ({plural(len(body), 'byte')})"
 
 
 def format_message(m: apb.StoredMessage) -> str:
     rows = [
         ("topic", m.topic),
         ("queue", f"{m.queue_id}, queue offset {m.queue_offset}"),
-        ("phy_offset", f"{m.phy_offset} ({m.store_size_bytes} bytes)"),
+        ("phy_offset", f"{m.phy_offset} ({plural(m.store_size_bytes, 'byte')})"),
         ("stored", f"{format_time_ms(m.store_timestamp_ms)} by {m.store_host}"),
         ("born", f"{format_time_ms(m.born_timestamp_ms)} at {m.born_host}"),
         ("tag", m.tag if m.HasField("tag") else "-"),
@@ -263,7 +264,8 @@ def format_describe_group(answer: apb.DescribeGroupResponse) -> str:
         lines += [f"  {m.client_id} ({client_type_name(m.client_type)})" for m in answer.members]
     else:
         lines.append("members: none connected")
-    lines.append(f"dead-letter queue {answer.dlq_topic}: {answer.dlq_message_count} messages")
+    dlq_messages = plural(answer.dlq_message_count, "message")
+    lines.append(f"dead-letter queue {answer.dlq_topic}: {dlq_messages}")
     if not answer.topics:
         lines.append("no topics consumed yet")
     for progress in answer.topics:

@@ -15,6 +15,7 @@ import click
 from broker.group_config import RETRY_MAX_TIMES_DEFAULT
 from rocketbox import admin_client as admin
 from rocketbox import admin_render as render
+from rocketbox.wording import plural
 
 # Each command prints text for people, or JSON with --json. A failed call prints the broker's
 # status code and details on stderr and exits with ADMIN_ERROR_EXIT_CODE, or with
@@ -46,7 +47,6 @@ def admin_command(f: Callable[..., None]) -> Callable[..., None]:
         "--broker",
         "endpoint",
         default=DEFAULT_BROKER,
-        envvar="ROCKETBOX_BROKER",
         metavar="HOST:PORT",
         callback=_check_endpoint,
         help="The broker's gRPC address.",
@@ -97,7 +97,7 @@ def topic_create(
     """Create topic NAME."""
     t = client.create_topic(name, queues, message_type.upper()).topic
     kind = render.message_type_name(t.message_type)
-    text = f"created topic {t.name}: {t.queue_nums} queues, {kind}"
+    text = f"created topic {t.name}: {plural(t.queue_nums, 'queue')}, {kind}"
     _echo(as_json, render.topic_to_dict(t), text)
 
 
@@ -110,7 +110,7 @@ def topic_list(client: admin.AdminClient, as_json: bool) -> None:
     _echo(as_json, data, render.format_topics(topics))
 
 
-@topic.command("describe")
+@topic.command("describe", short_help="Show a topic's settings and its queues' offsets.")
 @click.argument("name")
 @admin_command
 def topic_describe(client: admin.AdminClient, as_json: bool, name: str) -> None:
@@ -119,7 +119,7 @@ def topic_describe(client: admin.AdminClient, as_json: bool, name: str) -> None:
     _echo(as_json, render.describe_to_dict(answer), render.format_describe(answer))
 
 
-@topic.command("delete")
+@topic.command("delete", short_help="Delete a topic (its messages stay until retention).")
 @click.argument("name")
 @admin_command
 def topic_delete(client: admin.AdminClient, as_json: bool, name: str) -> None:
@@ -159,7 +159,7 @@ def message_query(
     _echo(as_json, data, render.format_messages(messages, answer.truncated))
 
 
-@click.command("flow-control")
+@click.command("flow-control", short_help="Force flow control on or off, for one topic or all.")
 @click.argument("state", type=click.Choice(["on", "off"]))
 @click.option("--topic", "topic_name", default=None, help="One topic (default: the whole broker).")
 @admin_command
@@ -173,7 +173,7 @@ def flow_control(
     _echo(as_json, render.flow_control_to_dict(answer), text)
 
 
-@click.group()
+@click.group(short_help="Create, list, describe and reset consumer groups.")
 def group() -> None:
     """Create, list and describe consumer groups, and move their consume offsets."""
 
@@ -187,7 +187,7 @@ def group_list(client: admin.AdminClient, as_json: bool) -> None:
     _echo(as_json, data, render.format_groups(groups))
 
 
-@group.command("describe")
+@group.command("describe", short_help="Show a group's consumers, progress and lag.")
 @click.argument("name")
 @admin_command
 def group_describe(client: admin.AdminClient, as_json: bool, name: str) -> None:
@@ -219,7 +219,7 @@ def group_create(
     _echo(as_json, render.group_to_dict(g), render.format_created_group(g))
 
 
-@group.command("reset-offset")
+@group.command("reset-offset", short_help="Move a group's consume offsets: first, last or a time.")
 @click.argument("name")
 @click.option("--topic", "topic_name", required=True)
 @click.option(

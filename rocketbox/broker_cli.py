@@ -25,6 +25,7 @@ from broker.topic_config import TopicMessageType
 from outbox.factory import redact
 from rocketbox.run_settings import run_async
 from rocketbox.sidecar_cli import (
+    listen_endpoint,
     optional_listen,
     readiness_note,
     start_sidecar,
@@ -48,11 +49,16 @@ from sidecar.config import SidecarConfig
 LOG = logging.getLogger("rocketbox")
 
 
-@click.command("broker")
+@click.command("broker", short_help="Serve apache.rocketmq.v2 on a store of its own.")
 @click.option("--data-dir", type=click.Path(path_type=Path), default=Path("data/broker"))
-@click.option("--listen-host", default="127.0.0.1")
-@click.option("--listen-port", default=8081, type=click.IntRange(0, 65535), help="0: a free port.")
-@click.option("--advertise-host", default=None, help="Host in routes (default: listen host).")
+@click.option(
+    "--listen",
+    default="127.0.0.1:8081",
+    callback=listen_endpoint,
+    metavar="HOST:PORT",
+    help="Where clients and sidecars connect (port 0: a free port).",
+)
+@click.option("--advertise-host", default=None, help="Host in routes (default: --listen's host).")
 @click.option(
     "--flush",
     "flush_disk_type",
@@ -106,8 +112,7 @@ LOG = logging.getLogger("rocketbox")
 )
 def broker(
     data_dir: Path,
-    listen_host: str,
-    listen_port: int,
+    listen: Endpoint,
     advertise_host: str | None,
     flush_disk_type: str,
     segment_size_mib: int,
@@ -145,8 +150,8 @@ def broker(
     try:
         config = BrokerConfig(
             store=store_config,
-            listen_host=listen_host,
-            listen_port=listen_port,
+            listen_host=listen.host,
+            listen_port=listen.port,
             advertised_host=advertise_host,
             auto_create_topic_enable=auto_create_topic,
             invisible_duration_ms_min=invisible_duration_min_ms,

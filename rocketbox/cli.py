@@ -1,7 +1,7 @@
 """The ``rocketbox`` command line: the only composition root that imports every package.
 
 Configuration is built here, once, from options (each also read from an environment variable,
-``ROCKETBOX_<COMMAND>_<PARAMETER>`` after the option's parameter name) and passed down frozen.
+named by envvars.py's rule) and passed down frozen.
 The root holds the global options and ``rocketbox up``; each other command lives with its
 concern: broker_cli.py (the broker), broker_admin_cli.py (its admin commands), sidecar_cli.py,
 outbox_cli.py, reconcile_cli.py.
@@ -18,12 +18,13 @@ from broker.config import BrokerConfig
 from broker.store.config import FlushDiskType
 from rocketbox.broker_admin_cli import flow_control, group, message, topic
 from rocketbox.broker_cli import broker, broker_addresses, run_broker
+from rocketbox.envvars import RocketboxGroup
 from rocketbox.event_loop import EVENT_LOOP_DEFAULT, EVENT_LOOPS
-from rocketbox.logs import LOG_FORMATS, configure_logging
+from rocketbox.logs import LOG_FORMATS, LOG_LEVELS, configure_logging
 from rocketbox.outbox_cli import outbox_group
 from rocketbox.reconcile_cli import reconcile_command
 from rocketbox.run_settings import RunSettings, run_async
-from rocketbox.sidecar_cli import optional_listen, sidecar_command
+from rocketbox.sidecar_cli import listen_endpoint, optional_listen, sidecar_command
 from rocketbox.start_checks import (
     UP_BROKER_LISTEN_OPTIONS,
     refuse_locked,
@@ -42,6 +43,8 @@ from sidecar.channels import Endpoint
 from sidecar.config import SidecarConfig
 from sidecar.producer import ProducerConfig
 
+# Listen addresses meaning "every address": the sidecar of `up` reaches such a broker on loopback.
+ANY_ADDRESS = ("0.0.0.0", "::")  # noqa: S104 - compared with, not bound
 # `rocketbox up`'s store files: a developer's default, on a laptop's disk. Each file is written in
 # full when it is created, so RocketMQ's sizes held 2.1 GB for a few MB of messages (two 1 GiB
 # commitlog segments, a 400 MiB index file, 47 MiB per topic). 64 MiB segments still hold 16 of
@@ -56,8 +59,6 @@ UP_STORE_GEOMETRY = StoreGeometry(
     index_num_max=400_000,
     consume_queue_file_entries=30_000,
 )
-# Under DATA_DIR: the sidecar's acknowledgement ledger, for `rocketbox reconcile --acks`.
-
 # `rocketbox up --profile`: where the embedded default keeps its outbox.
 UP_PROFILES = {
     "rocksdb": "rocksdb://{outbox_dir}",
@@ -66,8 +67,16 @@ UP_PROFILES = {
 }
 
 
-@click.group(context_settings={"auto_envvar_prefix": "ROCKETBOX", "show_default": True})
-@click.option("--log-level", default="INFO", type=click.Choice(["DEBUG", "INFO", "WARNING"]))
+# `rocketbox --help`'s last lines: shell completion is click's, undocumented otherwise.
+EPILOG = """\b
+Shell completion (bash; zsh and fish alike, with zsh_source or fish_source):
+  eval "$(_ROCKETBOX_COMPLETE=bash_source rocketbox)"
+"""
+
+
+@click.group(cls=RocketboxGroup, context_settings={"show_default": True}, epilog=EPILOG)
+@click.version_option(package_name="rocketbox", message="rocketbox %(version)s")
+@click.option("--log-level", default="INFO", type=click.Choice(LOG_LEVELS))
 @click.option(
     "--log-format",
     default="text",
@@ -87,9 +96,15 @@ def main(ctx: click.Context, log_level: str, log_format: str, event_loop: str) -
     ctx.obj = RunSettings(event_loop=event_loop)
 
 
-@main.command()
+@main.command(short_help="Run a broker and a sidecar in one process, for development.")
 @click.option("--data-dir", type=click.Path(path_type=Path), default=Path("data"))
-@click.option("--listen-port", default=8081, type=click.IntRange(0, 65535), help="0: a free port.")
+@click.option(
+    "--broker-listen",
+    default="127.0.0.1:8081",
+    callback=listen_endpoint,
+    metavar="HOST:PORT",
+    help="Where the broker listens (port 0: a free port).",
+)
 @click.option(
     "--flush",
     "flush_disk_type",
@@ -99,7 +114,13 @@ def main(ctx: click.Context, log_level: str, log_format: str, event_loop: str) -
 )
 @store_geometry_options(UP_STORE_GEOMETRY)
 @click.option("--file-reserved-hours", default=72.0, type=click.FloatRange(min=0.01))
-@click.option("--sidecar-port", default=8980, type=click.IntRange(0, 65535), help="0: a free port.")
+@click.option(
+    "--sidecar-listen",
+    default="127.0.0.1:8980",
+    callback=listen_endpoint,
+    metavar="HOST:PORT",
+    help="Where apps connect to the sidecar (port 0: a free port).",
+)
 @click.option(
     "--profile",
     type=click.Choice(sorted(UP_PROFILES)),
@@ -126,22 +147,22 @@ def main(ctx: click.Context, log_level: str, log_format: str, event_loop: str) -
 )
 def up(
     data_dir: Path,
-    listen_port: int,
+    broker_listen: Endpoint,
     flush_disk_type: str,
     segment_size_mib: int,
     hash_slot_num: int,
     index_num_max: int,
     consume_queue_file_entries: int,
     file_reserved_hours: float,
-    sidecar_port: int,
+    sidecar_listen: Endpoint,
     profile: str,
     outbox_url: str | None,
     metrics_listen: Endpoint | None,
     ack_ledger: str | None,
 ) -> None:
     """Run rocketbox's embedded default on this machine, data under DATA_DIR: the broker
-    (apache.rocketmq.v2 on 127.0.0.1:8081, topics created on first use, 64 MiB commitlog
-    segments) and the sidecar (rocketbox.v1 on 127.0.0.1:8980) with its outbox and its ack
+    (apache.rocketmq.v2 on --broker-listen, topics created on first use, 64 MiB commitlog
+    segments) and the sidecar (rocketbox.v1 on --sidecar-listen) with its outbox and its ack
     ledger, until SIGINT/SIGTERM."""
     ctx = click.get_current_context()
     store_dir = up_broker_dir(data_dir)
@@ -158,7 +179,8 @@ def up(
     # A developer's default: topics appear on first use, as RocketMQ's own default does.
     config = BrokerConfig(
         store=store_config,
-        listen_port=listen_port,
+        listen_host=broker_listen.host,
+        listen_port=broker_listen.port,
         auto_create_topic_enable=True,
         metrics_host=metrics_listen.host if metrics_listen else None,
         metrics_port=metrics_listen.port if metrics_listen else 0,
@@ -171,15 +193,19 @@ def up(
     refuse_taken(
         [
             *broker_addresses(config, UP_BROKER_LISTEN_OPTIONS),
-            ("--sidecar-port", "127.0.0.1", sidecar_port),
+            ("--sidecar-listen", sidecar_listen.host, sidecar_listen.port),
         ]
     )
 
+    # A broker listening on every address is reached on loopback; otherwise where it listens.
+    broker_host = "127.0.0.1" if broker_listen.host in ANY_ADDRESS else broker_listen.host
+
     def sidecar_config(broker_port: int) -> SidecarConfig:
         return SidecarConfig(
-            producer=ProducerConfig(access_points=(Endpoint("127.0.0.1", broker_port),)),
+            producer=ProducerConfig(access_points=(Endpoint(broker_host, broker_port),)),
             outbox_url=url,
-            listen_port=sidecar_port,
+            listen_host=sidecar_listen.host,
+            listen_port=sidecar_listen.port,
             # The broker's metrics endpoint serves the sidecar's registry: keep its gauges fresh.
             outbox_stats_enable=metrics_listen is not None,
             ack_ledger_path=ledger_path,

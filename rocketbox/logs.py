@@ -15,6 +15,8 @@ import sys
 from pythonjsonlogger.json import JsonFormatter
 
 LOG_FORMATS = ("text", "json")
+# `rocketbox --log-level`: logging's own names, quietest last.
+LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
 TEXT_FORMAT = "%(asctime)s %(levelname)s %(name)s %(threadName)s: %(message)s"
 JSON_FIELDS = "%(levelname)s %(name)s %(threadName)s %(message)s"
 JSON_RENAMES = {"levelname": "level", "name": "logger", "threadName": "thread"}

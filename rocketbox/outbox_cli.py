@@ -46,6 +46,7 @@ from rocketbox.outbox_session import (
     parse_state,
     state_value,
 )
+from rocketbox.wording import noun_form, plural
 
 # ``ls`` pages: a page is read whole into memory and printed as one table or document.
 LS_LIMIT_DEFAULT = 50
@@ -84,7 +85,7 @@ def outbox_group(ctx: click.Context) -> None:
         logging.getLogger("outbox").setLevel(logging.WARNING)
 
 
-@outbox_group.command("stats")
+@outbox_group.command("stats", short_help="Totals, depth by state, topic and cause, and ages.")
 @outbox_command
 def stats_command(session: Session) -> None:
     """Totals, depth by state, topic and cause, the oldest pending entry, the next due one,
@@ -103,7 +104,7 @@ def stats_command(session: Session) -> None:
     session.emit(data, lambda: render.stats_view(data))
 
 
-@outbox_group.command("ls")
+@outbox_group.command("ls", short_help="List entries in seq order, a page at a time.")
 @click.option("--state", type=click.Choice(STATES, case_sensitive=False), default=None)
 @click.option("--topic", "topics", multiple=True, help="Repeatable: entries of any of them.")
 @click.option("--cause", type=click.Choice(CAUSES, case_sensitive=False), default=None)
@@ -155,12 +156,12 @@ def ls_command(
     def view() -> RenderableType:
         cursor = page.next_after_seq
         more = f"next page: --after-seq {cursor}" if cursor is not None else "end of the outbox"
-        return Group(render.entries_table(rows, now_ms), f"{len(rows)} entries; {more}")
+        return Group(render.entries_table(rows, now_ms), f"{plural(len(rows), 'entry')}; {more}")
 
     session.emit(data, view)
 
 
-@outbox_group.command("show")
+@outbox_group.command("show", short_help="Every field of one entry.")
 @click.argument("message_id")
 @click.option(
     "--body", "with_body", is_flag=True, help="The body too: as text if UTF-8, else base64."
@@ -177,7 +178,7 @@ def show_command(session: Session, message_id: str, with_body: bool) -> None:
     session.emit(data, lambda: render.entry_view(data))
 
 
-@outbox_group.command("requeue")
+@outbox_group.command("requeue", short_help="Send DEAD entries again: back to PENDING, due now.")
 @click.argument("message_ids", nargs=-1)
 @click.option("--all", "every", is_flag=True, help="Every DEAD entry.")
 @outbox_command
@@ -186,7 +187,7 @@ def requeue_command(session: Session, message_ids: tuple[str, ...], every: bool)
     ids = ids_or_all(message_ids, every)
     requeued = session.requeue(ids)
     data = {"requeued": requeued, "asked": None if ids is None else len(set(ids))}
-    text = f"requeued {requeued} dead entries: pending, due now"
+    text = f"requeued {requeued} dead {noun_form(requeued, 'entry')}: pending, due now"
     if ids is not None and requeued < len(set(ids)):
         text += f" ({len(set(ids)) - requeued} of those named are not DEAD or not in the outbox)"
     session.emit(data, lambda: text)
@@ -205,7 +206,7 @@ def retry_now_command(session: Session, message_ids: tuple[str, ...], every: boo
     ids = ids_or_all(message_ids, every)
     made_due = session.retry_now(ids)
     data = {"made_due": made_due, "asked": None if ids is None else len(set(ids))}
-    text = f"{made_due} pending entries made due now"
+    text = f"{made_due} pending {noun_form(made_due, 'entry')} made due now"
     if ids is not None and made_due < len(set(ids)):
         text += (
             f" ({len(set(ids)) - made_due} of those named are due already, in flight, behind "
@@ -224,7 +225,7 @@ def _purgeable_state(_ctx: click.Context, _param: click.Parameter, value: str) -
     return state
 
 
-@outbox_group.command("purge")
+@outbox_group.command("purge", short_help="Delete DELIVERED or DEAD entries.")
 @click.option(
     "--state",
     required=True,
@@ -258,7 +259,8 @@ def purge_command(
         "purged": 0,
         "dry_run": dry_run,
     }
-    what = f"{matched} {state.value} entries changed before {render.time_text(before_ms)}"
+    entries = noun_form(matched, "entry")
+    what = f"{matched} {state.value} {entries} changed before {render.time_text(before_ms)}"
     if dry_run or matched == 0:
         session.emit(data, lambda: f"would purge {what}" if dry_run else "nothing to purge")
         return
@@ -272,10 +274,11 @@ def purge_command(
         if not click.confirm(question, default=False, err=True):
             raise RefusedError("not confirmed; nothing was deleted")
     data["purged"] = session.outbox.purge(state, before_ms)
-    session.emit(data, lambda: f"purged {data['purged']} {state.value} entries")
+    purged = data["purged"]
+    session.emit(data, lambda: f"purged {purged} {state.value} {noun_form(purged, 'entry')}")
 
 
-@outbox_group.command("export")
+@outbox_group.command("export", short_help="Write every entry, without bodies, to a file.")
 @click.option("--out", "out_path", required=True, type=click.Path(path_type=Path, dir_okay=False))
 @click.option(
     "--format",
@@ -313,10 +316,10 @@ def export_command(
         "entries": written,
         "state": state_value(entry_state),
     }
-    session.emit(data, lambda: f"exported {written} entries to {out_path} ({fmt})")
+    session.emit(data, lambda: f"exported {plural(written, 'entry')} to {out_path} ({fmt})")
 
 
-@outbox_group.command("watch")
+@outbox_group.command("watch", short_help="Depth, bytes, ages and drain rate, live.")
 @click.option(
     "--interval-s",
     default=WATCH_INTERVAL_S_DEFAULT,

@@ -24,6 +24,7 @@ from rich.table import Table
 
 from outbox.admin import ATTEMPTS_BUCKETS, Breakdown
 from outbox.entry import OutboxStats
+from rocketbox.wording import plural
 
 _DURATION_UNITS_MS = (("d", 86_400_000), ("h", 3_600_000), ("m", 60_000), ("s", 1_000))
 # A last error is cut to this in a listing (``show`` prints it whole).
@@ -143,7 +144,8 @@ def totals_table(totals: Mapping[str, Any]) -> Table:
 
 
 def stats_view(data: Mapping[str, Any]) -> RenderableType:
-    depth = Table(title=f"depth ({data['scanned']:,} entries read)", title_justify="left")
+    scanned = plural(data["scanned"], "entry", grouped=True)
+    depth = Table(title=f"depth ({scanned} read)", title_justify="left")
     for name in ("state", "topic", "cause"):
         depth.add_column(name)
     depth.add_column("entries", justify="right")

@@ -247,7 +247,6 @@ def outbox_command(f: Callable[..., None]) -> Callable[..., None]:
         "--outbox",
         "outbox_url",
         required=True,
-        envvar="ROCKETBOX_OUTBOX",
         metavar="URL",
         help="The outbox: rocksdb:///path, redis://host:port/db?prefix=NAME or "
         "mysql+pymysql://user:password@host:port/db?table=NAME.",

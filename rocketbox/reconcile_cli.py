@@ -7,6 +7,7 @@ starts: this module is the composition root that may open an outbox backend; the
 
 from __future__ import annotations
 
+import importlib.util
 import json
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -19,12 +20,15 @@ from outbox.factory import BACKENDS, redact
 from reconcile.errors import InputError, ReconcileError
 from rocketbox.outbox_session import open_for_reading
 from rocketbox.up_layout import up_ack_ledger, up_broker_dir, up_outbox_dir
+from rocketbox.wording import plural
 
 if TYPE_CHECKING:
     from reconcile.job import JobConfig
 
 EXIT_LOST = 1
 OUTBOX_EXPORT_NAME = "outbox.parquet"
+# pyproject's reconcile extra: the job (PySpark), its summaries (pandas), report.html (plotly).
+RECONCILE_EXTRA_MODULES = ("pyspark", "pandas", "plotly")
 
 
 def _spark_conf(
@@ -39,7 +43,7 @@ def _spark_conf(
     return tuple(pairs)
 
 
-@click.command("reconcile")
+@click.command("reconcile", short_help="Find lost or duplicated messages: commitlog, outbox, acks.")
 @click.option(
     "--data-dir",
     type=click.Path(path_type=Path, file_okay=False, exists=True),
@@ -116,6 +120,7 @@ def reconcile_command(
     """Join the commitlog with the outbox and the acknowledgement ledgers on message id; count
     lost, duplicated, recovered, unexpected, pending and dead messages per topic and bucket.
     Exits 1 when anything acknowledged was lost."""
+    _check_reconcile_extra()
     # Spark and plotly load only for this command, not for every rocketbox command.
     from reconcile.job import JobConfig, run  # noqa: PLC0415 - PySpark loads only for this command
     from reconcile.report import write_outputs  # noqa: PLC0415 - PySpark loads only for this command
@@ -168,6 +173,17 @@ def _up_inputs(
     )
 
 
+def _check_reconcile_extra() -> None:
+    """The job's libraries are pyproject's ``reconcile`` extra (about 640 MB, PySpark most of
+    it), which a sidecar-only install leaves out: say which one is missing and how to add it."""
+    missing = [name for name in RECONCILE_EXTRA_MODULES if importlib.util.find_spec(name) is None]
+    if missing:
+        raise click.ClickException(
+            f"rocketbox reconcile needs {', '.join(missing)} (the reconcile extra): "
+            "pip install 'rocketbox[reconcile]' (make run installs it)"
+        )
+
+
 def _outbox_export(source: str, out_dir: Path) -> Path:
     """The export file to read: ``source`` itself, or an export of the outbox it names."""
     scheme, sep, _ = source.partition("://")
@@ -193,12 +209,14 @@ def summary_text(
     outbox = summary["outbox"]
     verdict = f"{t['lost']:,} LOST" if t["lost"] else "NOTHING LOST"
     lines = [
-        f"reconcile: {verdict}: {t['messages']:,} messages: ok {t['ok']:,}, lost {t['lost']:,}, "
-        f"duplicated {t['duplicated']:,} ({t['duplicate_copies']:,} extra copies), "
+        f"reconcile: {verdict}: {plural(t['messages'], 'message', grouped=True)}: "
+        f"ok {t['ok']:,}, lost {t['lost']:,}, duplicated {t['duplicated']:,} "
+        f"({plural(t['duplicate_copies'], 'extra copy', grouped=True)}), "
         f"recovered {t['recovered']:,} ({t['resend_pending']:,} still pending), "
         f"unexpected {t['unexpected']:,}, pending {t['pending']:,}, dead {t['dead']:,}, "
         f"unchecked {t['unchecked']:,}",
-        f"commitlog: {c['segments']:,} segments, {c['records']:,} records "
+        f"commitlog: {plural(c['segments'], 'segment', grouped=True)}, "
+        f"{plural(c['records'], 'record', grouped=True)} "
         f"({c['system_topic_records']:,} in system topics, {c['records_without_id']:,} without "
         f"id, {c['parked_records']:,} parked)",
     ]
@@ -213,8 +231,9 @@ def summary_text(
         for g in c["gaps"]
     ]
     lines.append(
-        f"ledgers: {ledger['lines']:,} lines ({ledger['malformed']:,} malformed); outbox: "
-        f"{outbox['entries']:,} entries ({outbox['pending']:,} pending, "
+        f"ledgers: {plural(ledger['lines'], 'line', grouped=True)} "
+        f"({ledger['malformed']:,} malformed); outbox: "
+        f"{plural(outbox['entries'], 'entry', grouped=True)} ({outbox['pending']:,} pending, "
         f"{outbox['delivered']:,} delivered, {outbox['dead']:,} dead, "
         f"{outbox['malformed']:,} malformed)"
     )

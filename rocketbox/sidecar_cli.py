@@ -42,7 +42,8 @@ def _endpoint(
         raise click.BadParameter(str(e)) from e
 
 
-def _listen(_ctx: click.Context, _param: click.Parameter, value: str) -> Endpoint:
+def listen_endpoint(_ctx: click.Context, _param: click.Parameter, value: str) -> Endpoint:
+    """HOST:PORT where a server listens (port 0: a free port)."""
     try:
         return Endpoint.parse(value, port_min=0)
     except ValueError as e:
@@ -53,10 +54,10 @@ def optional_listen(
     ctx: click.Context, param: click.Parameter, value: str | None
 ) -> Endpoint | None:
     """HOST:PORT, or None when the option is empty (off)."""
-    return _listen(ctx, param, value) if value else None
+    return listen_endpoint(ctx, param, value) if value else None
 
 
-@click.command("sidecar")
+@click.command("sidecar", short_help="Serve apps: send to the broker, spool what it refuses.")
 @click.option(
     "--broker",
     "brokers",
@@ -77,7 +78,7 @@ def optional_listen(
 @click.option(
     "--listen",
     default="127.0.0.1:8980",
-    callback=_listen,
+    callback=listen_endpoint,
     metavar="HOST:PORT",
     help="Where apps connect (port 0: a free port).",
 )

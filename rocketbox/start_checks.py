@@ -24,10 +24,10 @@ from rocketbox_api.lock_holder import lock_holders
 ROCKSDB_LOCK_FILE = "LOCK"
 # Listener (ListenError.listener) → the option that sets its address, for one server.
 ListenOptions = Mapping[str, str]
-BROKER_LISTEN_OPTIONS: ListenOptions = {GRPC: "--listen-port", METRICS: "--metrics-listen"}
+BROKER_LISTEN_OPTIONS: ListenOptions = {GRPC: "--listen", METRICS: "--metrics-listen"}
 SIDECAR_LISTEN_OPTIONS: ListenOptions = {GRPC: "--listen", METRICS: "--metrics-listen"}
-UP_BROKER_LISTEN_OPTIONS: ListenOptions = {GRPC: "--listen-port", METRICS: "--metrics-listen"}
-UP_SIDECAR_LISTEN_OPTIONS: ListenOptions = {GRPC: "--sidecar-port", METRICS: "--metrics-listen"}
+UP_BROKER_LISTEN_OPTIONS: ListenOptions = {GRPC: "--broker-listen", METRICS: "--metrics-listen"}
+UP_SIDECAR_LISTEN_OPTIONS: ListenOptions = {GRPC: "--sidecar-listen", METRICS: "--metrics-listen"}
 
 
 class StartRefused(click.ClickException):

@@ -15,7 +15,7 @@ from collections.abc import Iterator
 
 import pytest
 
-# broker --listen-port, sidecar / up --sidecar-port, up --metrics-listen
+# broker --listen, sidecar --listen / up --sidecar-listen, up --metrics-listen
 DEFAULT_PORTS = (8081, 8980, 9108)
 
 

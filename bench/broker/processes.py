@@ -42,7 +42,7 @@ def start_broker(data_dir: Path, flush: str, segment_mib: int, *extra: str) -> C
     """A fresh broker on ``data_dir``, its log beside it."""
     argv = [
         sys.executable, "-m", "rocketbox", "broker",
-        "--data-dir", str(data_dir), "--listen-host", "127.0.0.1", "--listen-port", "0",
+        "--data-dir", str(data_dir), "--listen", "127.0.0.1:0",
         "--flush", flush, "--segment-size-mib", str(segment_mib),
         "--topic", f"{TOPIC}:{QUEUES}:NORMAL", *extra,
     ]  # fmt: skip

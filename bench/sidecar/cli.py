@@ -91,6 +91,7 @@ from bench.sidecar.targets import (
     RAW_THREADS,
 )
 from rocketbox.event_loop import EVENT_LOOP_DEFAULT, EVENT_LOOPS, loop_factory
+from rocketbox.logs import LOG_LEVELS
 
 PROG = "python -m bench.sidecar"
 
@@ -160,7 +161,7 @@ def parse_args() -> tuple[argparse.Namespace, Settings]:
     parser.add_argument("--drain-concurrency", type=int, default=256)
     parser.add_argument("--drain-claim-batch", type=int, default=1_024)
     parser.add_argument(
-        "--sidecar-log-level", choices=("DEBUG", "INFO", "WARNING"), default="INFO",
+        "--sidecar-log-level", choices=LOG_LEVELS, default="INFO",
         help="the processes' --log-level (INFO, the default, logs every spool)",
     )  # fmt: skip
     parser.add_argument("--dir", type=Path, default=None, help="temporary data (default: tmp)")

@@ -155,8 +155,8 @@ class Resources:
     def broker(self) -> Child:
         return self.start(
             "broker",
-            ["broker", "--data-dir", str(self.path("broker")), "--listen-host", HOST,
-             "--listen-port", "0", "--auto-create-topic", "--topic", f"{TOPIC}:{QUEUES}:NORMAL",
+            ["broker", "--data-dir", str(self.path("broker")), "--listen", f"{HOST}:0",
+             "--auto-create-topic", "--topic", f"{TOPIC}:{QUEUES}:NORMAL",
              "--topic", f"{REF_TOPIC}:{QUEUES}:NORMAL",
              "--segment-size-mib", "256", "--hash-slot-num", "1000000",
              "--index-num-max", "4000000"],

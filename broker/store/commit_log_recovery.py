@@ -45,13 +45,17 @@ class RecoveryReport:
     def summary(self) -> str:
         kind = "clean" if self.clean_shutdown else "abnormal"
         text = (
-            f"{kind} recovery: verified {self.records_verified} records from phy_offset "
+            # Printed by `rocketbox broker` at start: "1 record", never "1 records".
+            f"{kind} recovery: verified {self.records_verified} "
+            f"{'record' if self.records_verified == 1 else 'records'} from phy_offset "
             f"{self.verified_from_offset} to {self.max_phy_offset}"
         )
         if self.truncated:
             text += (
                 f"; truncated the tail at {self.max_phy_offset} ({self.truncate_reason}), "
-                f"dropped {self.dropped_bytes} bytes, deleted segments {self.deleted_segments}"
+                f"dropped {self.dropped_bytes} "
+                f"{'byte' if self.dropped_bytes == 1 else 'bytes'}, "
+                f"deleted segments {self.deleted_segments}"
             )
         if self.consume_queue_entries_truncated:
             text += f"; removed {self.consume_queue_entries_truncated} consume-queue entries"

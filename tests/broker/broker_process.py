@@ -1,6 +1,6 @@
 """A real ``rocketbox broker`` process for integration tests, with a small store.
 
-A later ``--listen-port`` in ``args`` overrides the free port: a broker restarted on its old port
+A later ``--listen`` in ``args`` overrides the free port: a broker restarted on its old port
 is how tests bring "the broker back" to a sidecar that knows only that address. The small store's
 geometry is chaos/processes.py's, which the chaos suite's brokers use too.
 """
@@ -33,7 +33,7 @@ class BrokerProcess(RocketboxProcess):
         super().__init__(
             "broker",
             READY_LINE,
-            ["broker", "--data-dir", str(data_dir), "--listen-port", "0", *listen,
+            ["broker", "--data-dir", str(data_dir), "--listen", "127.0.0.1:0", *listen,
              *SMALL_STORE_ARGS, *args],
             BROKER_METRICS_LINE if metrics else None,
         )  # fmt: skip

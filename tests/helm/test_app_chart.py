@@ -45,7 +45,7 @@ def test_the_app_runs_its_container_beside_the_sidecar(helm: Helm, app_chart: Pa
     assert sidecar["startupProbe"]["grpc"]["port"] == 8980
     assert sidecar["readinessProbe"]["grpc"]["port"] == 8980
     assert "--broker=rocketbox-broker.messaging.svc.cluster.local:8081" in sidecar["args"]
-    outbox = by_name(sidecar["env"], "ROCKETBOX_SIDECAR_OUTBOX_URL")
+    outbox = by_name(sidecar["env"], "ROCKETBOX_SIDECAR_OUTBOX")
     assert outbox["valueFrom"]["secretKeyRef"] == {"name": "orders-outbox", "key": "url"}
     assert [c["name"] for c in pod["containers"]] == ["orders"]
     # The app's 20 s, the sidecar's 10 s grace, a 5 s margin.

@@ -4,8 +4,8 @@ flag known, every value converted and checked by its callback) without running a
 
 Proves: the broker's flags (data dir on its volume, listen/advertise, topics, metrics); the
 sidecar's (listen address the probes dial, brokers, shutdown grace, metrics) and that its outbox
-URL arrives through the env var click derives for `--outbox` (ROCKETBOX_SIDECAR_OUTBOX_URL, the
-option's parameter being outbox_url); and ROCKETBOX_LOG_FORMAT as the global --log-format.
+URL arrives through the env var of `rocketbox sidecar --outbox` (ROCKETBOX_SIDECAR_OUTBOX, named
+by rocketbox/envvars.py's rule); and ROCKETBOX_LOG_FORMAT as the global --log-format.
 The reconciliation's flags (with the ``--out`` its wrapper appends) are parsed by `rocketbox
 reconcile`; its shell wrapper in the CronJob is run for real, around a stand-in for rocketbox: a
 new report directory per run, the newest KEEP kept, reconcile's exit status passed on.
@@ -60,7 +60,7 @@ def test_the_broker_command_line_is_rocketboxs(
     assert ctx.parent.params["log_format"] == "json"
     p = ctx.params
     assert str(p["data_dir"]) == STORE_MOUNT
-    assert (p["listen_host"], p["listen_port"]) == ("0.0.0.0", 8081)
+    assert p["listen"] == Endpoint("0.0.0.0", 8081)
     assert p["advertise_host"].startswith("$(POD_NAME).")  # the kubelet expands it
     assert p["auto_create_topic"] is False
     assert p["topics"] == ("rocketbox-example:8:NORMAL",)

@@ -68,7 +68,12 @@ def test_the_project_is_installed_with_pip_from_its_own_packages() -> None:
     assert re.search(
         r"ROCKETBOX_MYPYC=1 \S*pip wheel [^&]*--no-deps [^&]*-w /wheels \.(\s|$)", runs
     )
-    assert re.search(r"pip install [^&]*/wheels/rocketbox-\*\.whl", runs), runs
+    # With the reconcile extra: the image runs `rocketbox reconcile` (the chart's CronJob).
+    wheel_install = (
+        r"for whl in /wheels/rocketbox-\*\.whl; do\s+\S*pip install "
+        r'[^&]*"\$\{whl\}\[reconcile\]"'
+    )
+    assert re.search(wheel_install, runs), runs
     project = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
     (mypy_pin,) = [d for d in project["optional-dependencies"]["dev"] if d.startswith("mypy==")]
     assert f'"{mypy_pin}"' in runs, "the image compiles with the mypy the project pins"

@@ -95,7 +95,7 @@ def test_termination_grace_covers_the_app_then_the_sidecar(rendered: Rendered) -
 def test_the_outbox_reaches_the_sidecar_as_the_choice_requires(rendered: Rendered) -> None:
     pod = app_pod(rendered)
     c = sidecar(rendered)
-    url = env(c)["ROCKETBOX_SIDECAR_OUTBOX_URL"]
+    url = env(c)["ROCKETBOX_SIDECAR_OUTBOX"]
     assert not [a for a in c["args"] if a.startswith("--outbox")]
     mounts = {m["name"]: m["mountPath"] for m in c["volumeMounts"]}
     volumes = {v["name"]: v for v in pod["volumes"]}

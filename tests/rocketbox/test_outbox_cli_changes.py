@@ -136,7 +136,7 @@ def test_purge_refuses_without_yes_when_stdin_is_no_terminal(url: str) -> None:
     seed(url)
     refused = run("purge", "--state", "dead", "--older-than", "0s", "--outbox", url)
     assert refused.returncode == 5, refused.stderr
-    assert "purge would delete 1 DEAD entries" in refused.stderr
+    assert "purge would delete 1 DEAD entry" in refused.stderr
     assert "refused: no --yes, and stdin is not a terminal" in refused.stderr
     assert "Nothing was deleted" in refused.stderr
     assert counts(url) == (3, 1, 1)
@@ -160,12 +160,12 @@ def test_purge_on_a_terminal_asks_and_deletes_only_on_yes(url: str) -> None:
     args = ("purge", "--state", "delivered", "--older-than", "1m", "--outbox", url)
     declined = run_on_a_terminal(b"n\n", *args)
     assert declined.returncode == 5, declined.stderr
-    assert "Delete 1 DELIVERED entries changed before" in declined.stderr
+    assert "Delete 1 DELIVERED entry changed before" in declined.stderr
     assert "not confirmed; nothing was deleted" in declined.stderr
     assert counts(url) == (3, 1, 1)
     accepted = run_on_a_terminal(b"y\n", *args)
     assert accepted.returncode == 0, accepted.stderr
-    assert "purged 1 DELIVERED entries" in accepted.stdout
+    assert "purged 1 DELIVERED entry" in accepted.stdout
     assert counts(url) == (3, 1, 0)
 
 

@@ -32,8 +32,9 @@ class Up(RocketboxProcess):
         super().__init__(
             "rocketbox up",
             SIDECAR_LINE,
-            ["up", "--data-dir", str(data_dir), "--listen-port", "0", "--sidecar-port", "0",
-             "--metrics-listen", "127.0.0.1:0", *SMALL_STORE_ARGS],
+            ["up", "--data-dir", str(data_dir), "--broker-listen", "127.0.0.1:0",
+             "--sidecar-listen", "127.0.0.1:0", "--metrics-listen", "127.0.0.1:0",
+             *SMALL_STORE_ARGS],
         )  # fmt: skip
         # The broker's line follows the sidecar's.
         self.wait_for(BROKER_LINE)

@@ -60,8 +60,8 @@ class Up(RocketboxProcess):
         super().__init__(
             "rocketbox up",
             SIDECAR_READY_LINE,
-            ["up", "--data-dir", str(data_dir), "--listen-port", "0", "--sidecar-port", "0",
-             "--metrics-listen", "127.0.0.1:0", *args],
+            ["up", "--data-dir", str(data_dir), "--broker-listen", "127.0.0.1:0",
+             "--sidecar-listen", "127.0.0.1:0", "--metrics-listen", "127.0.0.1:0", *args],
         )  # fmt: skip
         wait_until(lambda: BROKER_READY_LINE.search(self.output()), 30.0, "up's broker line")
         [broker_port] = BROKER_READY_LINE.findall(self.output())
@@ -131,23 +131,19 @@ def _one_line(done: subprocess.CompletedProcess[str]) -> str:
 
 # (command, the option under test, the command's arguments with every listener on a free port)
 TAKEN_PORT_CASES = [
-    ("broker", "--listen-port"),
+    ("broker", "--listen"),
     ("broker", "--metrics-listen"),
     ("sidecar", "--listen"),
     ("sidecar", "--metrics-listen"),
-    ("up", "--listen-port"),
-    ("up", "--sidecar-port"),
+    ("up", "--broker-listen"),
+    ("up", "--sidecar-listen"),
     ("up", "--metrics-listen"),
 ]
-# Options that take a port alone; the others take HOST:PORT.
-PORT_OPTIONS = ("--listen-port", "--sidecar-port")
-
-
 def listeners_of(command: str) -> list[str]:
     return {
-        "broker": ["--listen-port", "--metrics-listen"],
+        "broker": ["--listen", "--metrics-listen"],
         "sidecar": ["--listen", "--metrics-listen"],
-        "up": ["--listen-port", "--sidecar-port", "--metrics-listen"],
+        "up": ["--broker-listen", "--sidecar-listen", "--metrics-listen"],
     }[command]
 
 
@@ -161,7 +157,7 @@ def test_a_taken_port_is_one_line_naming_the_option_and_address_exit_2(
         args = [command, "--data-dir", str(tmp_path / "data"), *SMALL_STORE_ARGS]
     for name in listeners_of(command):
         port = squatter if name == option else 0
-        args += [name, str(port) if name in PORT_OPTIONS else f"127.0.0.1:{port}"]
+        args += [name, f"127.0.0.1:{port}"]
     line = _one_line(rocketbox(*args))
     assert line == (
         f"Error: {option} 127.0.0.1:{squatter} is in use (another rocketbox?); stop it or "
@@ -182,8 +178,8 @@ def test_a_fresh_up_is_small_and_a_second_on_its_directory_is_told_who_holds_it(
         # Its broker's port is taken too: the directory's lock is what the second one hears of.
         broker_port = up.broker_endpoint.rsplit(":", 1)[1]
         second = rocketbox(
-            "up", "--data-dir", str(tmp_path), "--listen-port", broker_port,
-            "--sidecar-port", "0", "--metrics-listen", "127.0.0.1:0",
+            "up", "--data-dir", str(tmp_path), "--broker-listen", f"127.0.0.1:{broker_port}",
+            "--sidecar-listen", "127.0.0.1:0", "--metrics-listen", "127.0.0.1:0",
         )  # fmt: skip
         line = _one_line(second)
         assert line == (
@@ -200,7 +196,8 @@ def test_a_held_broker_or_outbox_directory_is_one_line_naming_its_holder(tmp_pat
     sidecar = SidecarProcess(broker.endpoint, outbox_url)
     try:
         second_broker = rocketbox(
-            "broker", "--data-dir", str(tmp_path / "broker"), "--listen-port", str(broker.port),
+            "broker", "--data-dir", str(tmp_path / "broker"),
+            "--listen", f"127.0.0.1:{broker.port}",
             *SMALL_STORE_ARGS,
         )  # fmt: skip
         assert _one_line(second_broker) == (

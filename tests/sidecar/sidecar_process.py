@@ -25,7 +25,7 @@ BROKER_ARGS = ("--auto-create-topic", "--topic", "Fifo:4:FIFO")
 
 def restart(broker: BrokerProcess) -> BrokerProcess:
     """The broker back on its old port, over its old store."""
-    return BrokerProcess(broker.data_dir, *BROKER_ARGS, "--listen-port", str(broker.port))
+    return BrokerProcess(broker.data_dir, *BROKER_ARGS, "--listen", f"127.0.0.1:{broker.port}")
 
 
 class SidecarProcess(RocketboxProcess):

@@ -83,7 +83,9 @@ def test_two_sidecars_on_one_outbox_never_send_an_entry_twice(
                     result = send(stub, message("Orders", f"{sidecar.port}/{i}".encode()))
                     assert outcome(result) == "spooled", result
                     ids.append(result.message_id)
-        back = BrokerProcess(broker.data_dir, "--auto-create-topic", "--listen-port", str(port))
+        back = BrokerProcess(
+            broker.data_dir, "--auto-create-topic", "--listen", f"127.0.0.1:{port}"
+        )
         endpoint = back.endpoint
         wait_until(
             lambda: all(stored_copies(endpoint, i) for i in ids),

@@ -89,7 +89,7 @@ optionally defaultBrokers (a list of HOST:PORT used when sidecar.brokers is empt
   env:
     {{- include "rocketbox.commonEnv" $v | nindent 4 }}
     # The outbox URL by env, not as an argument: a Redis or MySQL password stays in its Secret.
-    {{- include "rocketbox.outbox.urlEnv" (dict "values" $v "name" "ROCKETBOX_SIDECAR_OUTBOX_URL") | nindent 4 }}
+    {{- include "rocketbox.outbox.urlEnv" (dict "values" $v "name" "ROCKETBOX_SIDECAR_OUTBOX") | nindent 4 }}
   ports:
     - name: sidecar-grpc
       containerPort: {{ $s.port }}
