@@ -17,11 +17,13 @@ from broker.config import BrokerConfig
 from broker.store.config import FlushDiskType, MessageStoreConfig
 from rocketbox.broker_admin_cli import flow_control, group, message, topic
 from rocketbox.broker_cli import broker, run_broker, store_geometry_options
+from rocketbox.consume_cli import consume_command
 from rocketbox.event_loop import EVENT_LOOP_DEFAULT, EVENT_LOOPS
 from rocketbox.logs import LOG_FORMATS, configure_logging
 from rocketbox.outbox_cli import outbox_group
 from rocketbox.reconcile_cli import reconcile_command
 from rocketbox.run_settings import RunSettings, run_async
+from rocketbox.send_cli import send_command
 from rocketbox.sidecar_cli import optional_listen, sidecar_command
 from sidecar.channels import Endpoint
 from sidecar.config import SidecarConfig
@@ -128,6 +130,8 @@ def up(
     run_async(run_broker(config, [], [], sidecar_config))
 
 
-for command in (broker, sidecar_command, reconcile_command, outbox_group, topic, message, group):
+for command in (broker, sidecar_command, send_command, consume_command, reconcile_command):
+    main.add_command(command)
+for command in (outbox_group, topic, message, group):
     main.add_command(command)
 main.add_command(flow_control)
