@@ -11,6 +11,7 @@ from __future__ import annotations
 import base64
 import json
 import os
+import signal
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -20,7 +21,7 @@ from typing import Any
 import pytest
 
 from tests.broker.broker_process import BrokerProcess
-from tests.rocketbox_process import REPO_ROOT
+from tests.rocketbox_process import REPO_ROOT, wait_until
 from tests.services import free_port
 from tests.sidecar.sidecar_process import SidecarProcess
 
@@ -227,3 +228,25 @@ def test_bad_options_are_usage_errors_naming_the_option(sidecar: SidecarProcess)
     prop = rocketbox("send", "T", "x", "--property", "novalue", sidecar=sidecar.endpoint)
     assert prop.returncode == 2
     assert "KEY=VALUE" in prop.stderr
+
+
+def test_ctrl_c_stops_a_following_consumer_cleanly(
+    broker: BrokerProcess, sidecar: SidecarProcess, tmp_path: Path
+) -> None:
+    sent = send_json(sidecar, "CliFollow", "one")["message_id"]
+    out, err = tmp_path / "out.txt", tmp_path / "err.txt"
+    env = {**os.environ, "ROCKETBOX_BROKER": broker.endpoint}
+    with out.open("w") as stdout, err.open("w") as stderr:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "rocketbox", "consume", "CliFollow", "--follow"],
+            stdout=stdout, stderr=stderr, cwd=REPO_ROOT, env=env,
+        )  # fmt: skip
+        try:
+            wait_until(lambda: sent in out.read_text(), CLI_DEADLINE_S, "the message printed")
+            proc.send_signal(signal.SIGINT)
+            assert proc.wait(CLI_DEADLINE_S) == 0, err.read_text()
+        finally:
+            proc.kill()
+            proc.wait()
+    assert "interrupted: stopping" in err.read_text()
+    assert "Traceback" not in err.read_text()
