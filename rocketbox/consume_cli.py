@@ -102,7 +102,7 @@ def body_fields(body: bytes) -> dict[str, str]:
 
 def message_to_dict(m: Any) -> dict[str, Any]:
     """A message of the official client (rocketmq.v5.model.Message), JSON-ready."""
-    born_ms = m.born_timestamp
+    born_ms, delivery_ms = m.born_timestamp, m.delivery_timestamp
     data: dict[str, Any] = {
         "message_id": m.message_id,
         "topic": m.topic,
@@ -110,6 +110,7 @@ def message_to_dict(m: Any) -> dict[str, Any]:
         "keys": sorted(m.keys),
         "message_group": m.message_group,
         "born_time": iso_time_ms(born_ms) if born_ms else None,
+        "delivery_time": iso_time_ms(delivery_ms) if delivery_ms else None,
         "delivery_attempt": m.delivery_attempt,
         "properties": dict(sorted(m.properties.items())),
     }
@@ -126,6 +127,8 @@ def message_line(data: dict[str, Any]) -> str:
     if data["message_group"]:
         parts.append(f"group={data['message_group']}")
     parts.append(f"born={data['born_time']}")
+    if data["delivery_time"]:
+        parts.append(f"delivery={data['delivery_time']}")
     parts.extend(f"{k}={v}" for k, v in data["properties"].items())
     body = data["body"] if data["body_encoding"] == "utf-8" else f"base64:{data['body']}"
     return "  ".join(parts) + f"  | {body}"

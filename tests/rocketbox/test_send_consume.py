@@ -250,3 +250,28 @@ def test_ctrl_c_stops_a_following_consumer_cleanly(
             proc.wait()
     assert "interrupted: stopping" in err.read_text()
     assert "Traceback" not in err.read_text()
+
+
+def test_a_too_large_body_is_rejected_naming_the_field_and_the_limit(
+    sidecar: SidecarProcess, tmp_path: Path
+) -> None:
+    big = tmp_path / "big.bin"
+    big.write_bytes(b"x" * (4 * 1024 * 1024 + 1))
+    done = rocketbox("send", "CliBig", "--body-file", str(big), "--json", sidecar=sidecar.endpoint)
+    assert done.returncode == 1, done.stdout + done.stderr
+    answer = json.loads(done.stdout)
+    assert (answer["answer"], answer["field"]) == ("REJECTED", "body")
+    assert "4194304" in answer["reason"], answer["reason"]
+
+
+def test_message_group_and_delay_reach_the_consumer(
+    broker: BrokerProcess, sidecar: SidecarProcess
+) -> None:
+    fifo = send_json(sidecar, "Fifo", "in order", "--message-group", "order-9")
+    delayed = send_json(sidecar, "CliDelay", "later", "--delay", "1s")
+    assert {fifo["answer"], delayed["answer"]} == {"STORED"}
+    [m] = consume_json(broker, "Fifo", "--count", "1")
+    assert (m["message_id"], m["message_group"]) == (fifo["message_id"], "order-9")
+    [d] = consume_json(broker, "CliDelay", "--follow", "--count", "1")
+    assert d["message_id"] == delayed["message_id"]
+    assert d["delivery_time"] > d["born_time"]
