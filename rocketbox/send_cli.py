@@ -145,15 +145,19 @@ def _send_many(client: Client, message: Message, count: int, rate: float | None)
     first = time.monotonic()
     with ThreadPoolExecutor(SEND_CONCURRENCY_MAX, thread_name_prefix="send") as pool:
         slots = threading.BoundedSemaphore(SEND_CONCURRENCY_MAX)
-        for i in range(count):
-            if unreachable:
-                break
-            if rate is not None:
-                wait_s = first + i / rate - time.monotonic()
-                if wait_s > 0:
-                    time.sleep(wait_s)  # sleep: the pacing of --rate
-            slots.acquire()
-            pool.submit(one).add_done_callback(lambda _: slots.release())
+        try:
+            for i in range(count):
+                if unreachable:
+                    break
+                if rate is not None:
+                    wait_s = first + i / rate - time.monotonic()
+                    if wait_s > 0:
+                        time.sleep(wait_s)  # sleep: the pacing of --rate
+                slots.acquire()
+                pool.submit(one).add_done_callback(lambda _: slots.release())
+        except KeyboardInterrupt:
+            # Ctrl-C: send no more; the sends in flight are answered and counted.
+            load.interrupted = True
     load.elapsed_s = time.monotonic() - first
     if unreachable:
         raise _unreachable(client.target, unreachable[0])

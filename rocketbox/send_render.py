@@ -98,6 +98,8 @@ class Load:
     counts: dict[str, int] = field(default_factory=dict)
     latencies_s: list[float] = field(default_factory=list)
     elapsed_s: float = 0.0
+    # Ctrl-C stopped the load before --count was sent.
+    interrupted: bool = False
     # The first rejection or fault, to show what went wrong.
     first_problem: RocketboxError | None = None
 
@@ -131,6 +133,7 @@ def summary_to_dict(load: Load) -> dict[str, Any]:
         "sent": load.total(),
         "answers": dict(sorted(load.counts.items())),
         "elapsed_s": round(load.elapsed_s, 3),
+        "interrupted": load.interrupted,
         "msgs_per_s": round(load.rate_per_s(), 1),
         "latency_p50_ms": round(load.percentile_ms(0.50), 2),
         "latency_p99_ms": round(load.percentile_ms(0.99), 2),
@@ -146,8 +149,9 @@ def summary_json(load: Load) -> str:
 
 def summary_text(load: Load) -> str:
     answers = ", ".join(f"{name} {n}" for name, n in sorted(load.counts.items()))
+    stopped = " (interrupted)" if load.interrupted else ""
     lines = [
-        f"sent {load.total()} in {load.elapsed_s:.2f} s: {answers}",
+        f"sent {load.total()} in {load.elapsed_s:.2f} s{stopped}: {answers}",
         f"{load.rate_per_s():.1f} msgs/s; latency p50 {load.percentile_ms(0.50):.2f} ms, "
         f"p99 {load.percentile_ms(0.99):.2f} ms",
     ]

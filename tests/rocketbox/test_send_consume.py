@@ -20,6 +20,7 @@ from typing import Any
 
 import pytest
 
+from rocketbox.admin_client import AdminCallError, AdminClient
 from tests.broker.broker_process import BrokerProcess
 from tests.rocketbox_process import REPO_ROOT, wait_until
 from tests.services import free_port
@@ -275,3 +276,35 @@ def test_message_group_and_delay_reach_the_consumer(
     [d] = consume_json(broker, "CliDelay", "--follow", "--count", "1")
     assert d["message_id"] == delayed["message_id"]
     assert d["delivery_time"] > d["born_time"]
+
+
+def _stored_count(broker: BrokerProcess, topic: str) -> int:
+    with AdminClient(broker.endpoint) as client:
+        try:
+            queues = client.describe_topic(topic).queues
+        except AdminCallError:
+            return 0  # not created yet: nothing stored
+    return sum(q.max_queue_offset for q in queues)
+
+
+def test_ctrl_c_ends_a_load_with_the_summary_of_what_was_answered(
+    broker: BrokerProcess, sidecar: SidecarProcess, tmp_path: Path
+) -> None:
+    out = tmp_path / "out.txt"
+    env = {**os.environ, "ROCKETBOX_SIDECAR": sidecar.endpoint}
+    args = ["send", "CliStopped", "x", "--count", "1000000", "--rate", "50"]
+    with out.open("w") as stdout:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "rocketbox", *args],
+            stdout=stdout, stderr=subprocess.STDOUT, cwd=REPO_ROOT, env=env,
+        )  # fmt: skip
+        try:
+            wait_until(lambda: _stored_count(broker, "CliStopped") > 0, CLI_DEADLINE_S, "a send")
+            proc.send_signal(signal.SIGINT)
+            assert proc.wait(CLI_DEADLINE_S) == 0, out.read_text()
+        finally:
+            proc.kill()
+            proc.wait()
+    text = out.read_text()
+    assert " s (interrupted): STORED " in text, text
+    assert "Traceback" not in text
