@@ -139,6 +139,8 @@ TAKEN_PORT_CASES = [
     ("up", "--sidecar-listen"),
     ("up", "--metrics-listen"),
 ]
+
+
 def listeners_of(command: str) -> list[str]:
     return {
         "broker": ["--listen", "--metrics-listen"],

@@ -1,0 +1,220 @@
+"""``rocketbox consume``: read a topic from the broker as a consumer group, with the official
+RocketMQ 5 client's SimpleConsumer (pop: receive, print, ack), and print each message.
+
+Where a group starts is RocketMQ's ConsumeFromWhere, and as there it applies only to a group
+with no position on the topic yet: a new group starts at the first message still stored (the
+broker's default for pop groups), or, with ``--from last``, after the last one — set through
+the broker's admin ResetOffset before the first receive. A group that has consumed the topic
+carries on from where it stopped.
+
+Without ``--follow`` the command stops when one receive waits ``--wait-s`` and nothing arrives.
+Ctrl-C stops it cleanly: what was printed is acked, what was received and not printed becomes
+visible again after the invisible duration.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import sys
+from typing import Any
+
+import click
+import grpc
+from rocketmq import ClientConfiguration, Credentials, FilterExpression, SimpleConsumer
+
+from rocketbox import admin_client as admin
+from rocketbox.send_render import iso_time_ms
+
+CONSUME_UNREACHABLE_EXIT_CODE = 2
+CONSUME_ERROR_EXIT_CODE = 1
+DEFAULT_BROKER = "127.0.0.1:8081"
+DEFAULT_GROUP = "rocketbox-cli"
+# Messages asked for in one receive (the broker answers at most 32).
+RECEIVE_BATCH_MAX = 16
+# A received message stays hidden from the group this long; printing and acking take far less.
+INVISIBLE_DURATION_S = 30
+# The proxy's (and our broker's) long-polling limit is 20 s.
+WAIT_S_MAX = 20
+WAIT_S_DEFAULT = 5
+
+
+class ConsumeError(click.ClickException):
+    exit_code = CONSUME_ERROR_EXIT_CODE
+
+
+class BrokerUnreachableError(click.ClickException):
+    exit_code = CONSUME_UNREACHABLE_EXIT_CODE
+
+
+def _check_endpoint(_ctx: click.Context, _param: click.Parameter, value: str) -> str:
+    try:
+        return admin.parse_endpoint(value)
+    except ValueError as e:
+        raise click.BadParameter(str(e)) from e
+
+
+def _admin_error(e: admin.AdminCallError) -> click.ClickException:
+    if e.unreachable:
+        return BrokerUnreachableError(
+            f"{e}; is `rocketbox up` (or `rocketbox broker`) running? Point --broker or "
+            "ROCKETBOX_BROKER at it."
+        )
+    return ConsumeError(str(e))
+
+
+def place_group(client: admin.AdminClient, group: str, topic: str, start: str) -> str:
+    """Applies ``--from`` (FIRST or LAST) when ``group`` has no position on ``topic``; says
+    where the group starts, for the log line."""
+    try:
+        client.describe_topic(topic)
+    except admin.AdminCallError as e:
+        if e.code is not grpc.StatusCode.NOT_FOUND:
+            raise
+        # An error here, not a silent empty wait.
+        raise ConsumeError(
+            f"{e} (send to it first, or create it: rocketbox topic create {topic})"
+        ) from e
+    try:
+        known = client.describe_group(group)
+    except admin.AdminCallError as e:
+        if e.code is not grpc.StatusCode.NOT_FOUND:
+            raise
+        client.create_group(group, orderly=False, retry_max_times=None)
+        consumed = False
+    else:
+        consumed = any(t.topic == topic for t in known.topics)
+    if consumed:
+        return f"group {group} carries on where it stopped on {topic} (--from: new groups only)"
+    if start == "LAST":
+        client.reset_offset(group, topic, "LAST", None)
+        return f"group {group} is new on {topic}: starts after the last message"
+    return f"group {group} is new on {topic}: starts at the first message still stored"
+
+
+def body_fields(body: bytes) -> dict[str, str]:
+    """The body as UTF-8 text, or base64 when it is not valid UTF-8."""
+    try:
+        return {"body": body.decode("utf-8"), "body_encoding": "utf-8"}
+    except UnicodeDecodeError:
+        return {"body": base64.b64encode(body).decode("ascii"), "body_encoding": "base64"}
+
+
+def message_to_dict(m: Any) -> dict[str, Any]:
+    """A message of the official client (rocketmq.v5.model.Message), JSON-ready."""
+    born_ms, delivery_ms = m.born_timestamp, m.delivery_timestamp
+    data: dict[str, Any] = {
+        "message_id": m.message_id,
+        "topic": m.topic,
+        "tag": m.tag,
+        "keys": sorted(m.keys),
+        "message_group": m.message_group,
+        "born_time": iso_time_ms(born_ms) if born_ms else None,
+        "delivery_time": iso_time_ms(delivery_ms) if delivery_ms else None,
+        "delivery_attempt": m.delivery_attempt,
+        "properties": dict(sorted(m.properties.items())),
+    }
+    data.update(body_fields(bytes(m.body)))
+    return data
+
+
+def message_line(data: dict[str, Any]) -> str:
+    parts = [str(data["message_id"])]
+    if data["tag"]:
+        parts.append(f"tag={data['tag']}")
+    if data["keys"]:
+        parts.append("keys=" + ",".join(data["keys"]))
+    if data["message_group"]:
+        parts.append(f"group={data['message_group']}")
+    parts.append(f"born={data['born_time']}")
+    if data["delivery_time"]:
+        parts.append(f"delivery={data['delivery_time']}")
+    parts.extend(f"{k}={v}" for k, v in data["properties"].items())
+    body = data["body"] if data["body_encoding"] == "utf-8" else f"base64:{data['body']}"
+    return "  ".join(parts) + f"  | {body}"
+
+
+def _receive_loop(
+    consumer: SimpleConsumer, count: int | None, follow: bool, as_json: bool, wait_s: int
+) -> int:
+    printed = 0
+    while count is None or printed < count:
+        batch = RECEIVE_BATCH_MAX if count is None else min(RECEIVE_BATCH_MAX, count - printed)
+        messages = consumer.receive(batch, INVISIBLE_DURATION_S)
+        if not messages and not follow:
+            click.echo(f"nothing arrived within {wait_s} s: stopping (--follow waits)", err=True)
+            break
+        for m in messages:
+            data = message_to_dict(m)
+            click.echo(json.dumps(data, sort_keys=True) if as_json else message_line(data))
+            consumer.ack(m)
+            printed += 1
+    return printed
+
+
+@click.command("consume", short_help="Print and ack a topic's messages as a consumer group.")
+@click.argument("topic")
+@click.option(
+    "--broker",
+    "endpoint",
+    default=DEFAULT_BROKER,
+    envvar="ROCKETBOX_BROKER",
+    metavar="HOST:PORT",
+    callback=_check_endpoint,
+    help="The broker's gRPC address.",
+)
+@click.option("--group", default=DEFAULT_GROUP, help="The consumer group (its position is kept).")
+@click.option(
+    "--from",
+    "start",
+    type=click.Choice(["first", "last"], case_sensitive=False),
+    default="first",
+    help="Where a group new to TOPIC starts: its first stored message, or after its last.",
+)
+@click.option("--tag", default="*", help="Tag filter: *, one tag, or TagA||TagB.")
+@click.option("--count", type=click.IntRange(min=1), default=None, help="Stop after N messages.")
+@click.option("--follow", is_flag=True, help="Keep waiting for messages (Ctrl-C stops).")
+@click.option(
+    "--wait-s",
+    default=WAIT_S_DEFAULT,
+    type=click.IntRange(1, WAIT_S_MAX),
+    help="Without --follow: stop when nothing arrives within this long.",
+)
+@click.option("--json", "as_json", is_flag=True, help="One JSON object per message.")
+def consume_command(
+    topic: str,
+    endpoint: str,
+    group: str,
+    start: str,
+    tag: str,
+    count: int | None,
+    follow: bool,
+    wait_s: int,
+    as_json: bool,
+) -> None:
+    """Print TOPIC's messages as consumer group --group reads them from the broker, acking each
+    after it is printed: message id, tag, keys, born time, properties and body (UTF-8 text, or
+    base64 when binary). Exit 0; 1 on a broker error; 2 when the broker is unreachable."""
+    try:
+        with admin.AdminClient(endpoint) as client:
+            where = place_group(client, group, topic, start.upper())
+    except admin.AdminCallError as e:
+        raise _admin_error(e) from e
+    click.echo(where, err=True)
+    consumer = SimpleConsumer(
+        ClientConfiguration(endpoint, Credentials()),
+        group,
+        {topic: FilterExpression(tag)},
+        await_duration=wait_s,
+    )
+    consumer.startup()
+    try:
+        printed = _receive_loop(consumer, count, follow, as_json, wait_s)
+    except KeyboardInterrupt:
+        click.echo("interrupted: stopping", err=True)
+        printed = -1
+    finally:
+        consumer.shutdown()
+    if printed >= 0:
+        click.echo(f"{printed} message{'' if printed == 1 else 's'} consumed", err=True)
+    sys.exit(0)
