@@ -96,6 +96,8 @@ class Load:
     """The answers of a ``--count`` load."""
 
     counts: dict[str, int] = field(default_factory=dict)
+    # SPOOLED answers by cause (THROTTLED, UNAVAILABLE, …): why the broker did not take them.
+    spooled_causes: dict[str, int] = field(default_factory=dict)
     latencies_s: list[float] = field(default_factory=list)
     elapsed_s: float = 0.0
     # Ctrl-C stopped the load before --count was sent.
@@ -106,6 +108,8 @@ class Load:
     def add(self, answer: SendResult | RocketboxError, latency_s: float) -> None:
         name = answer_name(answer)
         self.counts[name] = self.counts.get(name, 0) + 1
+        if isinstance(answer, Spooled):
+            self.spooled_causes[answer.cause] = self.spooled_causes.get(answer.cause, 0) + 1
         self.latencies_s.append(latency_s)
         if isinstance(answer, RocketboxError) and self.first_problem is None:
             self.first_problem = answer
@@ -132,6 +136,7 @@ def summary_to_dict(load: Load) -> dict[str, Any]:
     data: dict[str, Any] = {
         "sent": load.total(),
         "answers": dict(sorted(load.counts.items())),
+        "spooled_causes": dict(sorted(load.spooled_causes.items())),
         "elapsed_s": round(load.elapsed_s, 3),
         "interrupted": load.interrupted,
         "msgs_per_s": round(load.rate_per_s(), 1),
@@ -148,7 +153,11 @@ def summary_json(load: Load) -> str:
 
 
 def summary_text(load: Load) -> str:
-    answers = ", ".join(f"{name} {n}" for name, n in sorted(load.counts.items()))
+    causes = ", ".join(f"{cause} {n}" for cause, n in sorted(load.spooled_causes.items()))
+    answers = ", ".join(
+        f"{name} {n}" + (f" ({causes})" if name == "SPOOLED" and causes else "")
+        for name, n in sorted(load.counts.items())
+    )
     stopped = " (interrupted)" if load.interrupted else ""
     lines = [
         f"sent {load.total()} in {load.elapsed_s:.2f} s{stopped}: {answers}",

@@ -8,7 +8,7 @@ import pytest
 
 from rocketbox.consume_cli import body_fields
 from rocketbox.send_cli import parse_delay_ms, parse_delivery_time_ms
-from rocketbox.send_render import Load, answer_line, iso_time_ms
+from rocketbox.send_render import Load, answer_line, iso_time_ms, summary_text
 from rocketbox_client import DeadlineExceededError, InvalidMessageError, Spooled, Stored
 
 
@@ -60,6 +60,15 @@ def test_a_load_counts_answers_and_takes_nearest_rank_percentiles() -> None:
     load.add(InvalidMessageError(grpc.StatusCode.INVALID_ARGUMENT, "body", "empty"), 0.001)
     assert load.counts == {"STORED": 100, "REJECTED": 1}
     assert not load.all_taken()
+
+
+def test_a_load_says_why_its_messages_were_spooled() -> None:
+    load = Load()
+    for i, cause in enumerate(("THROTTLED", "THROTTLED", "UNAVAILABLE")):
+        load.add(Spooled(f"ID{i}", cause, "", 1_764_000_000_000, maybe_stored=False), 0.001)
+    load.add(Stored("ID9", "b", 0, 9, durable=True, attempts=1), 0.001)
+    first = summary_text(load).splitlines()[0]
+    assert first.endswith("SPOOLED 3 (THROTTLED 2, UNAVAILABLE 1), STORED 1")
 
 
 def test_a_body_is_text_when_it_is_utf8_and_base64_otherwise() -> None:
