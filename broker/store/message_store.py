@@ -326,7 +326,7 @@ class DefaultMessageStore(MessageReader):
         appended, error = self.commit_log.append_messages(batch)
         self._wake_dispatch()
         # A plain loop, not a list comprehension: on Python 3.11 a comprehension is a function
-        # made and called each time, which cost a single put 3 % of its CPU (docs/benchmarks.md).
+        # made and called each time, about 2 % of a single put's instructions (docs/benchmarks.md).
         results: list[PutMessageResult] = []
         for append in appended:
             results.append(PutMessageResult(_PUT_OK, append))
