@@ -22,6 +22,7 @@ import argparse
 import asyncio
 import gc
 import os
+import resource
 import shutil
 import sys
 import tempfile
@@ -48,6 +49,9 @@ class Figure:
     seconds: float
     record_bytes: int
     note: str = ""
+    # Process CPU (every thread, user + system) per message while the puts ran: the robust
+    # figure on a shared machine, where msgs/s moves with the other load.
+    cpu_us_per_msg: float | None = None
 
     @property
     def rate(self) -> float:
@@ -58,6 +62,8 @@ class Figure:
         text = f"{self.name:<44} {self.rate:>10,.0f} msgs/s {mb_s:>8.1f} MB/s"
         if baseline is not None:
             text += f"   {self.rate / baseline.rate:>6.2f}x raw"
+        if self.cpu_us_per_msg is not None:
+            text += f"   {self.cpu_us_per_msg:>5.1f} µs CPU/msg"
         return text + (f"   {self.note}" if self.note else "")
 
 
@@ -127,7 +133,9 @@ def bench_writers(
         return time.perf_counter() - start
 
     start = time.perf_counter()
+    cpu_start_s = process_cpu_s()
     elapsed = asyncio.run(run())
+    cpu_s = process_cpu_s() - cpu_start_s
     if not store.wait_dispatched(READY_DEADLINE_S):
         raise SystemExit("dispatch did not catch up")
     readable = time.perf_counter() - start
@@ -141,10 +149,15 @@ def bench_writers(
     label = f"{flush.value} {writers} writers x {batch}/put"
     note = f"{n / fsyncs:.0f} msgs/fsync" if fsyncs else ""
     return (
-        Figure(label, n, elapsed, record_bytes, note),
+        Figure(label, n, elapsed, record_bytes, note, cpu_s / n * 1e6),
         Figure("  readable (dispatched)", n, readable, record_bytes),
         round(n / fsyncs) if fsyncs else 0,
     )
+
+
+def process_cpu_s() -> float:
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
 
 
 def raw_disk(root: Path, count: int, record_bytes: int, fsync_every: int) -> Figure:
@@ -208,6 +221,7 @@ def main() -> None:
     build = "compiled by mypyc" if commit_log.__file__.endswith(".so") else "interpreted"
     print(f"store_bench: {n:,} messages of {len(BODY)} B, {os.cpu_count()} cores, dir {base}")
     print(f"store implementation: {build} ({commit_log.__file__})")
+    load_start = os.getloadavg()[0]
     rows: list[tuple[Figure, Figure | None]] = []
     try:
         msgs = messages(n, "M")
@@ -241,6 +255,9 @@ def main() -> None:
     for fig, baseline in rows:
         print(fig.line(baseline))
     print(heap)
+    # The machine may be shared: the load says how far to trust the rates (CPU/msg less so).
+    load_end = os.getloadavg()[0]
+    print(f"load average (1 min): {load_start:.2f} at the start, {load_end:.2f} at the end")
 
 
 if __name__ == "__main__":

@@ -5,8 +5,9 @@ Proves, through a real DefaultMessageStore on tmp_path: every refused message an
 MESSAGE_ILLEGAL (PROPERTIES_SIZE_EXCEEDED for oversized properties only) with .illegal set and
 leaves no trace: max_phy_offset, the queue's max offset and the index are unchanged, and the next
 good message lands at phy_offset 0. In a batch, the good messages around a bad one are stored,
-in order. A message at every limit at once is stored and reads back intact, also in the
-smallest segment the config allows. What the store accepts, it keeps: a put answered PUT_OK
+in order, and each refused answer stands at its message's place, first, last or side by side. A
+message at every limit at once is stored and reads back intact, also in the smallest segment the
+config allows. What the store accepts, it keeps: a put answered PUT_OK
 reads back, also after a restart.
 """
 
@@ -189,6 +190,41 @@ def test_a_batch_stores_the_good_messages_around_an_illegal_one(
     store: DefaultMessageStore, make: Callable[[], MessageExtBrokerInner], field: str
 ) -> None:
     assert_batch_keeps_the_good_ones(store, make(), PutMessageStatus.MESSAGE_ILLEGAL, field)
+
+
+def test_each_refused_answer_stands_where_its_message_stood(store: DefaultMessageStore) -> None:
+    # Refused first, last and side by side: the store places each answer by counting the
+    # messages before it, so every position is checked.
+    batch = [
+        bad_message(topic=""),
+        message(body=b"second"),
+        bad_message(queue_id=-1),
+        properties_too_long(),
+        message(body=b"fifth"),
+        bad_message(topic="bad topic"),
+    ]
+
+    results = store.put_messages(batch)
+
+    assert [r.status for r in results] == [
+        PutMessageStatus.MESSAGE_ILLEGAL,
+        PutMessageStatus.PUT_OK,
+        PutMessageStatus.MESSAGE_ILLEGAL,
+        PutMessageStatus.PROPERTIES_SIZE_EXCEEDED,
+        PutMessageStatus.PUT_OK,
+        PutMessageStatus.MESSAGE_ILLEGAL,
+    ]
+    assert [r.illegal.field if r.illegal else None for r in results] == [
+        "topic",
+        None,
+        "queue_id",
+        "properties",
+        None,
+        "topic",
+    ]
+    assert store.wait_dispatched(DISPATCH_TIMEOUT_S)
+    got = store.get_message(TOPIC, 0, 0, 32)
+    assert [m.body for m in got.messages] == [b"second", b"fifth"]
 
 
 def test_a_batch_stores_the_good_messages_around_oversized_properties(
