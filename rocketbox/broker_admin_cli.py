@@ -15,13 +15,13 @@ import click
 from broker.group_config import RETRY_MAX_TIMES_DEFAULT
 from rocketbox import admin_client as admin
 from rocketbox import admin_render as render
+from rocketbox.exit_codes import FAILED_EXIT_CODE, UNREACHABLE_EXIT_CODE
 from rocketbox.wording import plural
 
 # Each command prints text for people, or JSON with --json. A failed call prints the broker's
 # status code and details on stderr and exits with ADMIN_ERROR_EXIT_CODE, or with
 # UNREACHABLE_EXIT_CODE when the broker could not be reached or did not answer in --deadline-s.
-ADMIN_ERROR_EXIT_CODE = 1
-UNREACHABLE_EXIT_CODE = 3
+ADMIN_ERROR_EXIT_CODE = FAILED_EXIT_CODE
 DEFAULT_BROKER = "127.0.0.1:8081"
 
 
@@ -33,7 +33,7 @@ class BrokerUnreachableError(click.ClickException):
     exit_code = UNREACHABLE_EXIT_CODE
 
 
-def _check_endpoint(_ctx: click.Context, _param: click.Parameter, value: str) -> str:
+def check_endpoint(_ctx: click.Context, _param: click.Parameter, value: str) -> str:
     try:
         return admin.parse_endpoint(value)
     except ValueError as e:
@@ -48,7 +48,7 @@ def admin_command(f: Callable[..., None]) -> Callable[..., None]:
         "endpoint",
         default=DEFAULT_BROKER,
         metavar="HOST:PORT",
-        callback=_check_endpoint,
+        callback=check_endpoint,
         help="The broker's gRPC address.",
     )
     @click.option(

@@ -24,10 +24,11 @@ import grpc
 from rocketmq import ClientConfiguration, Credentials, FilterExpression, SimpleConsumer
 
 from rocketbox import admin_client as admin
+from rocketbox.broker_admin_cli import BrokerUnreachableError, check_endpoint
+from rocketbox.exit_codes import FAILED_EXIT_CODE
 from rocketbox.send_render import iso_time_ms
 
-CONSUME_UNREACHABLE_EXIT_CODE = 2
-CONSUME_ERROR_EXIT_CODE = 1
+CONSUME_ERROR_EXIT_CODE = FAILED_EXIT_CODE
 DEFAULT_BROKER = "127.0.0.1:8081"
 DEFAULT_GROUP = "rocketbox-cli"
 # Messages asked for in one receive (the broker answers at most 32).
@@ -41,17 +42,6 @@ WAIT_S_DEFAULT = 5
 
 class ConsumeError(click.ClickException):
     exit_code = CONSUME_ERROR_EXIT_CODE
-
-
-class BrokerUnreachableError(click.ClickException):
-    exit_code = CONSUME_UNREACHABLE_EXIT_CODE
-
-
-def _check_endpoint(_ctx: click.Context, _param: click.Parameter, value: str) -> str:
-    try:
-        return admin.parse_endpoint(value)
-    except ValueError as e:
-        raise click.BadParameter(str(e)) from e
 
 
 def _admin_error(e: admin.AdminCallError) -> click.ClickException:
@@ -160,7 +150,7 @@ def _receive_loop(
     default=DEFAULT_BROKER,
     envvar="ROCKETBOX_BROKER",
     metavar="HOST:PORT",
-    callback=_check_endpoint,
+    callback=check_endpoint,
     help="The broker's gRPC address.",
 )
 @click.option("--group", default=DEFAULT_GROUP, help="The consumer group (its position is kept).")

@@ -32,11 +32,11 @@ from outbox.factory import hide_password, open_outbox, redact
 from outbox.holder import holder_path, read_holder, rocksdb_dir
 from outbox.outbox import Outbox
 from rocketbox import outbox_render as render
+from rocketbox.exit_codes import FAILED_EXIT_CODE, UNREACHABLE_EXIT_CODE
 from rocketbox.outbox_remote import SidecarAdminError, SidecarOutbox
 
-OPERATION_ERROR_EXIT_CODE = 1
-USAGE_EXIT_CODE = 2
-UNREACHABLE_EXIT_CODE = 3
+# 1-3 as every client-side command (rocketbox/exit_codes.py); 4 and 5 the outbox commands' own.
+OPERATION_ERROR_EXIT_CODE = FAILED_EXIT_CODE
 NOT_FOUND_EXIT_CODE = 4
 REFUSED_EXIT_CODE = 5
 

@@ -4,8 +4,8 @@ as an app would, and print each answer: STORED, SPOOLED or REJECTED (send_render
 One message prints its answer; ``--count N`` sends N copies (paced by ``--rate``) from
 SEND_CONCURRENCY_MAX threads and prints a summary. Exit codes: SEND_OK_EXIT_CODE when every
 message was STORED or SPOOLED, SEND_REJECTED_EXIT_CODE when any was REJECTED (or got no answer
-within the deadline), SEND_USAGE_EXIT_CODE for bad options and an unreachable sidecar (click's
-own usage errors exit 2 too).
+within the deadline), SEND_USAGE_EXIT_CODE for bad options (click's own usage errors exit 2
+too), UNREACHABLE_EXIT_CODE for an unreachable sidecar (rocketbox/exit_codes.py).
 """
 
 from __future__ import annotations
@@ -23,11 +23,12 @@ from typing import BinaryIO
 import click
 
 from rocketbox import send_render as render
+from rocketbox.exit_codes import FAILED_EXIT_CODE, UNREACHABLE_EXIT_CODE, USAGE_EXIT_CODE
 from rocketbox_client import Client, Message, RocketboxError, SendResult, UnavailableError
 
 SEND_OK_EXIT_CODE = 0
-SEND_REJECTED_EXIT_CODE = 1
-SEND_USAGE_EXIT_CODE = 2
+SEND_REJECTED_EXIT_CODE = FAILED_EXIT_CODE
+SEND_USAGE_EXIT_CODE = USAGE_EXIT_CODE
 DEFAULT_SIDECAR = "127.0.0.1:8980"
 # --count's sends in flight at once: enough to keep a local sidecar busy, few enough threads.
 SEND_CONCURRENCY_MAX = 16
@@ -39,7 +40,7 @@ _DURATION_UNITS_MS = {"ms": 1, "s": 1000, "m": 60_000, "h": 3_600_000}
 
 
 class SidecarUnreachableError(click.ClickException):
-    exit_code = SEND_USAGE_EXIT_CODE
+    exit_code = UNREACHABLE_EXIT_CODE
 
 
 def parse_delay_ms(text: str) -> int:

@@ -88,10 +88,8 @@ class DefaultMessageStore(MessageReader):
 
     # == life cycle ================================================================================
     def lock(self) -> None:
-        """Take the directory's lock (StoreLockedError naming its holder), before ``start``: a
-        broker takes it before binding its ports, so that a second one on the same directory is
-        told the directory is taken, not a port."""
-        self.config.store_path_root_dir.mkdir(parents=True, exist_ok=True)
+        """Take the directory's lock (StoreLockedError naming its holder) before ``start``: a broker
+        does before binding its ports, so a second one hears the directory is taken, not a port."""
         self._lock.acquire()
 
     def unlock(self) -> None:
@@ -117,13 +115,9 @@ class DefaultMessageStore(MessageReader):
     def _recover(self) -> RecoveryReport:
         checkpoint = self._checkpoint = StoreCheckpoint(self.config.store_checkpoint_path)
         report = recover_store(
-            self.config,
-            checkpoint,
-            self.commit_log,
-            self.consume_queue_store,
-            self.index_service,
-            self._logics.dispatch,
-        )
+            self.config, checkpoint, self.commit_log, self.consume_queue_store,
+            self.index_service, self._logics.dispatch,
+        )  # fmt: skip
         self._commit_log_flushed_offset = report.max_phy_offset
         return report
 
@@ -237,11 +231,9 @@ class DefaultMessageStore(MessageReader):
     def wait_dispatched(self, timeout_s: float) -> bool:
         """Wait until every appended record is readable through consume queues and index."""
         deadline = time.monotonic() + timeout_s
-        while self.dispatch_behind_bytes:
-            if time.monotonic() >= deadline:
-                return False
+        while self.dispatch_behind_bytes and time.monotonic() < deadline:
             time.sleep(0.001)
-        return True
+        return not self.dispatch_behind_bytes
 
     # == flush bookkeeping =========================================================================
     def _on_commit_log_flushed(self, flushed_offset: int) -> None:

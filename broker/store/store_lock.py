@@ -22,6 +22,7 @@ class StoreLock:
         """Take the lock (again: a no-op); StoreLockedError naming the process that holds it."""
         if self._fd >= 0:
             return
+        self._store_path_root_dir.mkdir(parents=True, exist_ok=True)
         fd = os.open(self._lock_file_path, os.O_RDWR | os.O_CREAT, 0o644)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)

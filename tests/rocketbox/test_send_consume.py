@@ -195,17 +195,17 @@ def test_a_tag_filter_passes_only_its_tags(broker: BrokerProcess, sidecar: Sidec
     assert [m["message_id"] for m in got] == [wanted]
 
 
-def test_an_unreachable_sidecar_or_broker_is_one_line_and_exit_2() -> None:
+def test_an_unreachable_sidecar_or_broker_is_one_line_and_exit_3() -> None:
     endpoint = f"127.0.0.1:{free_port()}"
     sent = rocketbox("send", "CliOrders", "x", sidecar=endpoint)
-    assert sent.returncode == 2, sent.stdout + sent.stderr
+    assert sent.returncode == 3, sent.stdout + sent.stderr
     assert sent.stdout == ""
     [line] = sent.stderr.splitlines()
     assert endpoint in line
     assert "rocketbox up" in line
     assert "ROCKETBOX_SIDECAR" in line
     consumed = rocketbox("consume", "CliOrders", broker=endpoint)
-    assert consumed.returncode == 2, consumed.stdout + consumed.stderr
+    assert consumed.returncode == 3, consumed.stdout + consumed.stderr
     [line] = consumed.stderr.splitlines()
     assert endpoint in line
     assert "rocketbox up" in line
