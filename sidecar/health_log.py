@@ -105,7 +105,10 @@ class BrokerStateLog:
         self._counts[outcome] += 1
         if self.state is SPOOLING:
             return
-        self._fault = f"{BROKER_FAULTS.get(failure.cause, 'broker failing')} ({failure})"
+        # The producer's detail often starts with the code already: say it once.
+        detail = failure.detail
+        said = detail if detail.startswith(failure.cause.value) else str(failure)
+        self._fault = f"{BROKER_FAULTS.get(failure.cause, 'broker failing')} ({said})"
         if self.state is DRAINING:
             # Back to SPOOLING only if a whole check found failures and nothing stored (check):
             # a send that was in flight when the broker came back may fail just after.

@@ -58,6 +58,16 @@ def lines(caplog: pytest.LogCaptureFixture) -> list[str]:
     return [r.getMessage() for r in caplog.records if r.name == "sidecar.health_log"]
 
 
+def test_a_cause_whose_detail_names_its_code_says_it_once(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    caplog.set_level(logging.INFO)
+    log = BrokerStateLog(Pending(0), INTERVAL_MS, Clock())
+    log.failed(SendFailedError(SpoolCause.UNAVAILABLE, "UNAVAILABLE: failed to connect"), SPOOLED)
+    check(log)
+    assert lines(caplog)[0].startswith("broker unreachable (UNAVAILABLE: failed to connect)")
+
+
 def test_an_outage_is_one_line_and_repeats_wait_for_the_interval(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
