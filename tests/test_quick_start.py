@@ -10,6 +10,7 @@ README's comments promise.
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import signal
@@ -129,6 +130,9 @@ def test_the_quick_start_runs_as_written(tmp_path: Path, up: subprocess.Popen[st
     assert int(made_due.group(1)) <= SPOOLED_N, retried
     drained = output_of(outputs, "rocketbox consume Orders --group quickstart --count 5")
     assert drained.count("order 2 created") == SPOOLED_N, drained
+    # Without a terminal, watch prints one JSON line per sample; the last one after the drain.
+    last = json.loads(output_of(outputs, "rocketbox outbox watch").splitlines()[-1])
+    assert (last["pending"], last["in_flight"], last["delivered"]) == (0, 0, SPOOLED_N), last
     reconciled = output_of(outputs, "rocketbox reconcile")
     assert "NOTHING LOST" in reconciled, reconciled
     assert (tmp_path / "reconciliation" / "report.html").is_file()
