@@ -34,3 +34,12 @@ def _default_ports_held() -> Iterator[None]:
             # a default address is refused at once, as with nothing there (a listener that never
             # accepts would leave it hanging instead).
         yield
+
+
+@pytest.fixture
+def squatter() -> Iterator[int]:
+    """A port something else listens on (this test's socket): for "port in use" tests."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        s.listen()
+        yield s.getsockname()[1]

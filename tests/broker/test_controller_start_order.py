@@ -10,8 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import os
-import socket
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -22,15 +20,6 @@ from broker.store.errors import StoreLockedError
 from broker.store.store_lock import StoreLock
 from rocketbox_api.listen import GRPC, METRICS, ListenError
 from tests.broker.broker_process import small_store_config
-
-
-@pytest.fixture
-def squatter() -> Iterator[int]:
-    """A port this test listens on."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        s.listen()
-        yield s.getsockname()[1]
 
 
 def config(store_dir: Path, listen_port: int = 0, metrics_port: int | None = None) -> BrokerConfig:

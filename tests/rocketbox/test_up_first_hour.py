@@ -14,10 +14,8 @@
 from __future__ import annotations
 
 import re
-import socket
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 
 import grpc
@@ -75,15 +73,6 @@ class Up(RocketboxProcess):
             return [
                 outcome(send(stub, message(topic, f"{topic} {i}".encode()))) for i in range(count)
             ]
-
-
-@pytest.fixture
-def squatter() -> Iterator[int]:
-    """A port another process listens on (this test's socket)."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        s.listen()
-        yield s.getsockname()[1]
 
 
 def rocketbox(*args: str) -> subprocess.CompletedProcess[str]:

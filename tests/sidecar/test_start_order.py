@@ -9,8 +9,6 @@ RuntimeError; and the outbox was opened first (its directory exists by then).
 from __future__ import annotations
 
 import asyncio
-import socket
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -20,15 +18,6 @@ from sidecar.channels import Endpoint
 from sidecar.config import SidecarConfig
 from sidecar.producer import ProducerConfig
 from sidecar.sidecar import Sidecar
-
-
-@pytest.fixture
-def squatter() -> Iterator[int]:
-    """A port this test listens on."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        s.listen()
-        yield s.getsockname()[1]
 
 
 async def start(config: SidecarConfig) -> None:
