@@ -24,9 +24,9 @@ import grpc
 from rocketmq import ClientConfiguration, Credentials, FilterExpression, SimpleConsumer
 
 from rocketbox import admin_client as admin
+from rocketbox.admin_render import format_time_ms
 from rocketbox.broker_admin_cli import BrokerUnreachableError, check_endpoint
 from rocketbox.exit_codes import FAILED_EXIT_CODE
-from rocketbox.send_render import iso_time_ms
 
 CONSUME_ERROR_EXIT_CODE = FAILED_EXIT_CODE
 DEFAULT_BROKER = "127.0.0.1:8081"
@@ -99,8 +99,8 @@ def message_to_dict(m: Any) -> dict[str, Any]:
         "tag": m.tag,
         "keys": sorted(m.keys),
         "message_group": m.message_group,
-        "born_time": iso_time_ms(born_ms) if born_ms else None,
-        "delivery_time": iso_time_ms(delivery_ms) if delivery_ms else None,
+        "born_time": format_time_ms(born_ms) if born_ms else None,
+        "delivery_time": format_time_ms(delivery_ms) if delivery_ms else None,
         "delivery_attempt": m.delivery_attempt,
         "properties": dict(sorted(m.properties.items())),
     }

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import base64
 import contextlib
-import datetime
 import functools
 import json
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -24,6 +23,7 @@ from rich.table import Table
 
 from outbox.admin import ATTEMPTS_BUCKETS, Breakdown
 from outbox.entry import OutboxStats
+from rocketbox.admin_render import format_time_ms
 from rocketbox.wording import plural
 
 _DURATION_UNITS_MS = (("d", 86_400_000), ("h", 3_600_000), ("m", 60_000), ("s", 1_000))
@@ -75,8 +75,7 @@ def duration_text(ms: int | None) -> str:
 def time_text(ms: int | None) -> str:
     if ms is None:
         return "-"
-    moment = datetime.datetime.fromtimestamp(ms / 1000, tz=datetime.UTC)
-    return moment.isoformat(timespec="milliseconds").replace("+00:00", "Z")
+    return format_time_ms(ms)
 
 
 def since(now_ms: int, ms: int | None) -> int | None:

@@ -6,19 +6,13 @@ from __future__ import annotations
 import json
 import math
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
 from typing import Any
 
+from rocketbox.admin_render import format_time_ms
 from rocketbox_client import RejectedError, RocketboxError, SendResult, Spooled, Stored
 
 # A load's answers beyond REJECTED: the deadline passed (may or may not be stored), or a fault.
 NO_ANSWER = "NO_ANSWER"
-
-
-def iso_time_ms(epoch_ms: int) -> str:
-    """Epoch milliseconds as ISO-8601 in UTC, to the millisecond."""
-    when = datetime.fromtimestamp(epoch_ms / 1000, UTC)
-    return when.isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
 
 def answer_name(answer: SendResult | RocketboxError) -> str:
@@ -50,7 +44,7 @@ def answer_to_dict(answer: SendResult | RocketboxError) -> dict[str, Any]:
         data.update(
             cause=answer.cause,
             detail=answer.detail,
-            next_attempt_time=iso_time_ms(answer.next_attempt_time_ms),
+            next_attempt_time=format_time_ms(answer.next_attempt_time_ms),
             maybe_stored=answer.maybe_stored,
         )
     elif isinstance(answer, RejectedError):
@@ -81,7 +75,7 @@ def answer_line(answer: SendResult | RocketboxError) -> str:
         maybe = "; it may already be stored" if answer.maybe_stored else ""
         return (
             f"SPOOLED {answer.message_id}: {answer.cause} ({answer.detail}); in the outbox, next "
-            f"attempt at {iso_time_ms(answer.next_attempt_time_ms)}{maybe}"
+            f"attempt at {format_time_ms(answer.next_attempt_time_ms)}{maybe}"
         )
     if isinstance(answer, RejectedError):
         where = f" field {answer.field}:" if answer.field else ""

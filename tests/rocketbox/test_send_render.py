@@ -6,9 +6,10 @@ from __future__ import annotations
 import grpc
 import pytest
 
+from rocketbox.admin_render import format_time_ms
 from rocketbox.consume_cli import body_fields
 from rocketbox.send_cli import parse_delay_ms, parse_delivery_time_ms
-from rocketbox.send_render import Load, answer_line, iso_time_ms, summary_text
+from rocketbox.send_render import Load, answer_line, summary_text
 from rocketbox_client import DeadlineExceededError, InvalidMessageError, Spooled, Stored
 
 
@@ -35,7 +36,7 @@ def test_a_delivery_time_needs_its_time_zone() -> None:
 
 
 def test_times_are_iso_8601_in_utc() -> None:
-    assert iso_time_ms(1_764_000_000_123) == "2025-11-24T16:00:00.123Z"
+    assert format_time_ms(1_764_000_000_123) == "2025-11-24T16:00:00.123Z"
 
 
 def test_each_answer_is_one_line_saying_what_happened() -> None:
