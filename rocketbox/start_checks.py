@@ -13,10 +13,11 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from pathlib import Path
-from urllib.parse import urlsplit
 
 import click
 
+from outbox.errors import OutboxConfigError
+from outbox.holder import rocksdb_dir
 from rocketbox_api.listen import GRPC, METRICS, ListenError, address_in_use
 from rocketbox_api.lock_holder import lock_holders
 
@@ -63,13 +64,13 @@ def refuse_locked(lock_file: Path, option: str) -> None:
 
 
 def rocksdb_lock_file(outbox_url: str) -> Path | None:
-    """The LOCK file of a ``rocksdb://`` outbox; None for another backend."""
-    parts = urlsplit(outbox_url)
-    if parts.scheme.lower() != "rocksdb":
+    """The LOCK file of a ``rocksdb://`` outbox; None for another backend, and for a URL that
+    names no directory (opening the outbox then says what is wrong with it)."""
+    try:
+        outbox_dir = rocksdb_dir(outbox_url)
+    except OutboxConfigError:
         return None
-    # rocksdb:///absolute or rocksdb://./relative (outbox/backends/rocksdb/store.py)
-    path = Path(("." if parts.netloc == "." else "") + parts.path)
-    return path / ROCKSDB_LOCK_FILE
+    return None if outbox_dir is None else outbox_dir / ROCKSDB_LOCK_FILE
 
 
 def refuse_outbox_locked(outbox_url: str, option: str) -> None:
