@@ -15,6 +15,7 @@ RUN apt-get update \
 WORKDIR /src
 COPY pyproject.toml setup.py README.md LICENSE ./
 COPY broker/ broker/
+COPY namesrv/ namesrv/
 COPY sidecar/ sidecar/
 COPY outbox/ outbox/
 COPY reconcile/ reconcile/

@@ -233,6 +233,17 @@ class BrokerController:
         )
         health_pb2_grpc.add_HealthServicer_to_server(self._health, server)
 
+    # -- the cluster's seams: HA replication (broker/ha) and NameServer registration -------------
+    def ha_address(self) -> str | None:
+        """HOST:PORT of this master's HA listener, which its registrations advertise to slaves;
+        None when it has none (a slave, or a stand-alone broker)."""
+        return None
+
+    def on_master_changed(self, master_address: str | None, master_ha_address: str | None) -> None:
+        """A slave's registration answer names its group's master (gRPC and HA addresses, or
+        None while the group has no master): the slave replicates from and syncs configs with
+        it. A master ignores it."""
+
     # -- what the scrape-time metrics read (broker/metrics.py BrokerState) ----------------------
     def consumer_progress(self) -> Iterator[tuple[str, str, Sequence[QueueProgress]]]:
         if self._pop is None:

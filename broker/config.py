@@ -5,6 +5,7 @@ Built once by the CLI and passed down; the store's own settings stay in store/co
 
 from __future__ import annotations
 
+import enum
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -12,6 +13,17 @@ from broker.errors import BrokerConfigError
 from broker.store.config import MessageStoreConfig
 
 HOUR_MS = 3_600_000
+MASTER_ID = 0  # RocketMQ's MixAll.MASTER_ID: broker id 0 is its group's master
+
+
+class BrokerRole(enum.Enum):
+    """RocketMQ's BrokerRole. ASYNC_MASTER answers a put after its own store; SYNC_MASTER only
+    once a slave holds it too (HA replication, broker/ha); a SLAVE refuses writes and copies its
+    master's commitlog byte for byte."""
+
+    ASYNC_MASTER = "ASYNC_MASTER"
+    SYNC_MASTER = "SYNC_MASTER"
+    SLAVE = "SLAVE"
 
 
 @dataclass(frozen=True, slots=True)
@@ -22,7 +34,26 @@ class BrokerConfig:
     # What routes advertise: clients send every call after QueryRoute there. Defaults to the
     # listen address; never 0.0.0.0 (clients cannot dial it).
     advertised_host: str | None = None
-    broker_name: str = "rocketbox-broker"
+    broker_name: str = "rocketbox-broker"  # the broker group: a master and its slaves share it
+
+    # -- the cluster (RocketMQ's names and defaults) ----------------------------------------------
+    broker_cluster_name: str = "DefaultCluster"
+    broker_id: int = MASTER_ID  # 0: the master; >= 1: a slave
+    broker_role: BrokerRole = BrokerRole.ASYNC_MASTER
+    # NameServers the broker registers with, each on its own (they do not talk to each other).
+    # Empty: a stand-alone broker whose routes name itself alone.
+    namesrv_addr: tuple[str, ...] = ()
+    # RocketMQ's registerNameServerPeriod: the NameServer drops a broker silent for 120 s.
+    register_broker_interval_ms: int = 30_000
+    # The master's HA listener, which its slaves connect to (RocketMQ's haListenPort); None: none.
+    ha_listen_host: str | None = None
+    ha_listen_port: int = 0
+    # A slave's master HA address HOST:PORT (RocketMQ's haMasterAddress); None: learned from the
+    # NameServer's answer to the slave's registration.
+    ha_master_address: str | None = None
+    # How often a slave copies its master's topic and group configs and consume progress
+    # (RocketMQ's SlaveSynchronize).
+    slave_sync_interval_ms: int = 10_000
     auto_create_topic_enable: bool = False
     default_topic_queue_nums: int = 8
 
@@ -64,6 +95,18 @@ class BrokerConfig:
         checks = [
             (0 <= self.listen_port <= 65535, "listen_port must be in 0..65535"),
             (0 <= self.metrics_port <= 65535, "metrics_port must be in 0..65535"),
+            (0 <= self.ha_listen_port <= 65535, "ha_listen_port must be in 0..65535"),
+            (self.broker_id >= 0, "broker_id must be >= 0"),
+            (
+                (self.broker_id == MASTER_ID) == (self.broker_role is not BrokerRole.SLAVE),
+                "broker_id 0 is a master's (ASYNC_MASTER or SYNC_MASTER); a SLAVE has id >= 1",
+            ),
+            (
+                self.broker_role is not BrokerRole.SYNC_MASTER or self.ha_listen_host is not None,
+                "a SYNC_MASTER needs an HA listener (ha_listen_host) for its slaves",
+            ),
+            (self.register_broker_interval_ms > 0, "register_broker_interval_ms must be > 0"),
+            (self.slave_sync_interval_ms > 0, "slave_sync_interval_ms must be > 0"),
             (self.advertised_host != "0.0.0.0", "advertised_host 0.0.0.0 cannot be dialled"),  # noqa: S104 - a comparison with the wildcard address, not a bind
             (1 <= self.default_topic_queue_nums <= 1024, "default_topic_queue_nums: 1..1024"),
             (self.wait_time_ms_in_send_queue > 0, "wait_time_ms_in_send_queue must be > 0"),
@@ -94,3 +137,7 @@ class BrokerConfig:
     @property
     def route_host(self) -> str:
         return self.advertised_host or self.listen_host
+
+    @property
+    def is_slave(self) -> bool:
+        return self.broker_role is BrokerRole.SLAVE

@@ -23,6 +23,7 @@ from broker.store.config import FlushDiskType, MessageStoreConfig
 from broker.store.errors import StoreError, StoreLockedError
 from broker.topic_config import TopicMessageType
 from outbox.factory import redact
+from rocketbox.cluster_options import ClusterOptions, cluster_options
 from rocketbox.run_settings import run_async
 from rocketbox.sidecar_cli import (
     listen_endpoint,
@@ -110,6 +111,7 @@ LOG = logging.getLogger("rocketbox")
     metavar="HOST:PORT",
     help="Serve the broker's Prometheus metrics here (port 0: a free port; empty: off).",
 )
+@cluster_options
 def broker(
     data_dir: Path,
     listen: Endpoint,
@@ -135,8 +137,11 @@ def broker(
     tls_cert: Path | None,
     tls_key: Path | None,
     metrics_listen: Endpoint | None,
+    cluster: ClusterOptions,
 ) -> None:
-    """Serve the apache.rocketmq.v2 messaging service on the store until SIGINT or SIGTERM."""
+    """Serve the apache.rocketmq.v2 messaging service on the store until SIGINT or SIGTERM.
+    With --namesrv, the broker is one of a cluster's: it registers with the NameServers, and
+    its --broker-role decides whether it takes sends (a master) or copies its master (a slave)."""
     store_config = MessageStoreConfig(
         store_path_root_dir=data_dir.resolve(),
         mapped_file_size_commit_log_bytes=segment_size_mib * 1024 * 1024,
@@ -166,6 +171,7 @@ def broker(
             tls_key_file=tls_key,
             metrics_host=metrics_listen.host if metrics_listen else None,
             metrics_port=metrics_listen.port if metrics_listen else 0,
+            **cluster.config_fields(),
         )
         topic_specs = [parse_topic_spec(spec) for spec in topics]
         group_specs = [parse_group_spec(spec) for spec in groups]
