@@ -14,7 +14,7 @@ from pathlib import Path
 import click
 from click.core import ParameterSource
 
-from broker.config import BrokerConfig
+from broker.config import BrokerConfig, BrokerRole
 from broker.store.config import FlushDiskType
 from rocketbox.broker_admin_cli import flow_control, group, message, topic
 from rocketbox.broker_cli import broker, broker_addresses, run_broker
@@ -39,6 +39,15 @@ from rocketbox.store_geometry import (
     StoreGeometry,
     sizes_on_disk,
     store_geometry_options,
+)
+from rocketbox.up_cluster import (
+    UP_BROKER_GROUPS_MAX,
+    UP_SLAVES_MAX,
+    UpCluster,
+    cluster_addresses,
+    cluster_broker_args,
+    root_args,
+    run_up_cluster,
 )
 from rocketbox.up_layout import UP_ACK_LEDGER_NAME, up_ack_ledger, up_broker_dir, up_outbox_dir
 from sidecar.channels import Endpoint
@@ -147,6 +156,32 @@ def main(ctx: click.Context, log_level: str, log_format: str, event_loop: str) -
     help="The sidecar's acknowledgement ledger (the answers sent to apps), read by "
     "`rocketbox reconcile --acks`; empty: none.",
 )
+@click.option(
+    "--broker-groups",
+    default=1,
+    type=click.IntRange(1, UP_BROKER_GROUPS_MAX),
+    help="Broker groups (broker-a, broker-b, ...): more than one, or --slaves, starts a local "
+    "cluster of processes with a NameServer.",
+)
+@click.option(
+    "--slaves",
+    default=0,
+    type=click.IntRange(0, UP_SLAVES_MAX),
+    help="Slaves per broker group, each replicating its master (HA).",
+)
+@click.option(
+    "--master-role",
+    type=click.Choice([BrokerRole.ASYNC_MASTER.value, BrokerRole.SYNC_MASTER.value]),
+    default=BrokerRole.ASYNC_MASTER.value,
+    help="A cluster's masters: SYNC_MASTER answers a send once a slave holds it too.",
+)
+@click.option(
+    "--namesrv-listen",
+    default="127.0.0.1:9876",
+    callback=listen_endpoint,
+    metavar="HOST:PORT",
+    help="Where a local cluster's NameServer listens (port 0: a free port).",
+)
 def up(
     data_dir: Path,
     broker_listen: Endpoint,
@@ -161,12 +196,48 @@ def up(
     outbox_url: str | None,
     metrics_listen: Endpoint | None,
     ack_ledger: str | None,
+    broker_groups: int,
+    slaves: int,
+    master_role: str,
+    namesrv_listen: Endpoint,
 ) -> None:
     """Run rocketbox's embedded default on this machine, data under DATA_DIR: the broker
     (apache.rocketmq.v2 on --broker-listen, topics created on first use, 64 MiB commitlog
     segments) and the sidecar (rocketbox.v1 on --sidecar-listen) with its outbox and its ack
-    ledger, until SIGINT/SIGTERM."""
+    ledger, until SIGINT/SIGTERM. With --broker-groups or --slaves: a local cluster instead
+    (a NameServer and a process per broker, stores under DATA_DIR/brokers)."""
     ctx = click.get_current_context()
+    url = outbox_url or UP_PROFILES[profile].format(outbox_dir=up_outbox_dir(data_dir))
+    ledger = up_ack_ledger(data_dir) if ack_ledger is None else ack_ledger
+    ledger_path = Path(ledger).resolve() if ledger else None
+    if broker_groups > 1 or slaves > 0:
+        refuse_outbox_locked(url, "--outbox" if outbox_url else "--data-dir")
+        plan = UpCluster(
+            data_dir=data_dir,
+            broker_groups=broker_groups,
+            slaves=slaves,
+            master_role=BrokerRole(master_role),
+            namesrv_listen=namesrv_listen,
+            broker_listen=broker_listen,
+            broker_args=cluster_broker_args(ctx),
+            root_args=root_args(ctx),
+            metrics=metrics_listen is not None,
+        )
+        refuse_taken(cluster_addresses(plan, sidecar_listen, metrics_listen))
+
+        def cluster_sidecar(masters: list[Endpoint]) -> SidecarConfig:
+            return SidecarConfig(
+                producer=ProducerConfig(access_points=tuple(masters)),
+                outbox_url=url,
+                listen_host=sidecar_listen.host,
+                listen_port=sidecar_listen.port,
+                metrics_host=metrics_listen.host if metrics_listen else None,
+                metrics_port=metrics_listen.port if metrics_listen else 0,
+                ack_ledger_path=ledger_path,
+            )
+
+        run_async(run_up_cluster(plan, cluster_sidecar))
+        return
     store_dir = up_broker_dir(data_dir)
     geometry, kept = sizes_on_disk(
         store_dir,
@@ -187,9 +258,6 @@ def up(
         metrics_host=metrics_listen.host if metrics_listen else None,
         metrics_port=metrics_listen.port if metrics_listen else 0,
     )
-    url = outbox_url or UP_PROFILES[profile].format(outbox_dir=up_outbox_dir(data_dir))
-    ledger = up_ack_ledger(data_dir) if ack_ledger is None else ack_ledger
-    ledger_path = Path(ledger).resolve() if ledger else None
     refuse_locked(store_config.lock_file_path, "--data-dir")
     refuse_outbox_locked(url, "--outbox" if outbox_url else "--data-dir")
     refuse_taken(
