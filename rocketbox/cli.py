@@ -43,11 +43,8 @@ from rocketbox.store_geometry import (
 from rocketbox.up_cluster import (
     UP_BROKER_GROUPS_MAX,
     UP_SLAVES_MAX,
-    UpCluster,
-    cluster_addresses,
-    cluster_broker_args,
-    root_args,
     run_up_cluster,
+    up_cluster_plan,
 )
 from rocketbox.up_layout import UP_ACK_LEDGER_NAME, up_ack_ledger, up_broker_dir, up_outbox_dir
 from sidecar.channels import Endpoint
@@ -212,53 +209,10 @@ def up(
     ledger_path = Path(ledger).resolve() if ledger else None
     if broker_groups > 1 or slaves > 0:
         refuse_outbox_locked(url, "--outbox" if outbox_url else "--data-dir")
-        plan = UpCluster(
-            data_dir=data_dir,
-            broker_groups=broker_groups,
-            slaves=slaves,
-            master_role=BrokerRole(master_role),
-            namesrv_listen=namesrv_listen,
-            broker_listen=broker_listen,
-            broker_args=cluster_broker_args(ctx),
-            root_args=root_args(ctx),
-            metrics=metrics_listen is not None,
-        )
-        refuse_taken(cluster_addresses(plan, sidecar_listen, metrics_listen))
-
-        def cluster_sidecar(masters: list[Endpoint]) -> SidecarConfig:
-            return SidecarConfig(
-                producer=ProducerConfig(access_points=tuple(masters)),
-                outbox_url=url,
-                listen_host=sidecar_listen.host,
-                listen_port=sidecar_listen.port,
-                metrics_host=metrics_listen.host if metrics_listen else None,
-                metrics_port=metrics_listen.port if metrics_listen else 0,
-                ack_ledger_path=ledger_path,
-            )
-
-        run_async(run_up_cluster(plan, cluster_sidecar))
+        run_async(run_up_cluster(up_cluster_plan(ctx), url, ledger_path))
         return
-    store_dir = up_broker_dir(data_dir)
-    geometry, kept = sizes_on_disk(
-        store_dir,
-        StoreGeometry(segment_size_mib, hash_slot_num, index_num_max, consume_queue_file_entries),
-        {n for n in FIELDS if ctx.get_parameter_source(n) is ParameterSource.DEFAULT},
-    )
-    store_config = geometry.store_config(
-        store_dir,
-        flush_disk_type=FlushDiskType(flush_disk_type),
-        file_reserved_hours=file_reserved_hours,
-    )
-    # A developer's default: topics appear on first use, as RocketMQ's own default does.
-    config = BrokerConfig(
-        store=store_config,
-        listen_host=broker_listen.host,
-        listen_port=broker_listen.port,
-        auto_create_topic_enable=True,
-        metrics_host=metrics_listen.host if metrics_listen else None,
-        metrics_port=metrics_listen.port if metrics_listen else 0,
-    )
-    refuse_locked(store_config.lock_file_path, "--data-dir")
+    config, geometry, kept = up_broker_config(ctx)
+    refuse_locked(config.store.lock_file_path, "--data-dir")
     refuse_outbox_locked(url, "--outbox" if outbox_url else "--data-dir")
     refuse_taken(
         [
@@ -285,6 +239,39 @@ def up(
         return up_banner(data_dir, geometry, kept, c)
 
     run_async(run_broker(config, [], [], sidecar_config, banner))
+
+
+def up_broker_config(ctx: click.Context) -> tuple[BrokerConfig, StoreGeometry, list[str]]:
+    """The single broker of ``up``, its store's geometry, and the sizes kept from an earlier
+    run's store (``sizes_on_disk``)."""
+    p = ctx.params
+    store_dir = up_broker_dir(p["data_dir"])
+    geometry, kept = sizes_on_disk(
+        store_dir,
+        StoreGeometry(
+            p["segment_size_mib"],
+            p["hash_slot_num"],
+            p["index_num_max"],
+            p["consume_queue_file_entries"],
+        ),
+        {n for n in FIELDS if ctx.get_parameter_source(n) is ParameterSource.DEFAULT},
+    )
+    store_config = geometry.store_config(
+        store_dir,
+        flush_disk_type=FlushDiskType(p["flush_disk_type"]),
+        file_reserved_hours=p["file_reserved_hours"],
+    )
+    broker_listen, metrics_listen = p["broker_listen"], p["metrics_listen"]
+    # A developer's default: topics appear on first use, as RocketMQ's own default does.
+    config = BrokerConfig(
+        store=store_config,
+        listen_host=broker_listen.host,
+        listen_port=broker_listen.port,
+        auto_create_topic_enable=True,
+        metrics_host=metrics_listen.host if metrics_listen else None,
+        metrics_port=metrics_listen.port if metrics_listen else 0,
+    )
+    return config, geometry, kept
 
 
 def up_banner(

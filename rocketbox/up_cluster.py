@@ -21,7 +21,7 @@ import logging
 import re
 import signal
 import string
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -30,10 +30,11 @@ import click
 from broker.config import MASTER_ID, BrokerRole
 from rocketbox.child_process import ChildProcess, ChildStartError
 from rocketbox.sidecar_cli import readiness_note, start_sidecar, stop_sidecar
-from rocketbox.start_checks import UP_SIDECAR_LISTEN_OPTIONS
+from rocketbox.start_checks import UP_SIDECAR_LISTEN_OPTIONS, refuse_taken
 from rocketbox.up_layout import up_cluster_broker_dir
 from sidecar.channels import Endpoint
 from sidecar.config import SidecarConfig
+from sidecar.producer import ProducerConfig
 
 LOG = logging.getLogger("rocketbox")
 
@@ -59,9 +60,10 @@ class UpCluster:
     master_role: BrokerRole
     namesrv_listen: Endpoint
     broker_listen: Endpoint
+    sidecar_listen: Endpoint
+    metrics_listen: Endpoint | None  # the sidecar's; each broker serves its own on a free port
     broker_args: tuple[str, ...]
     root_args: tuple[str, ...]  # the parent's --log-level and --log-format, for every child
-    metrics: bool  # each broker serves its own metrics on a free port
 
     def namesrv_command(self) -> list[str]:
         listen = f"{self.namesrv_listen.host}:{self.namesrv_listen.port}"
@@ -92,7 +94,7 @@ class UpCluster:
         if role is not BrokerRole.SLAVE:
             # The slaves learn this address from the NameServer's answer to their registration.
             args += ["--ha-listen", f"{host}:0", "--auto-create-topic"]
-        if self.metrics:
+        if self.metrics_listen is not None:
             args += ["--metrics-listen", f"{host}:0"]
         return [*self.root_args, *args]
 
@@ -152,10 +154,30 @@ def _dial_host(host: str) -> str:
     return "127.0.0.1" if host in ("0.0.0.0", "::", "") else host  # noqa: S104 - compared, not bound
 
 
-async def run_up_cluster(
-    plan: UpCluster, sidecar_config: Callable[[list[Endpoint]], SidecarConfig]
-) -> None:
+def cluster_sidecar_config(
+    masters: list[Endpoint],
+    sidecar_listen: Endpoint,
+    metrics_listen: Endpoint | None,
+    outbox_url: str,
+    ack_ledger_path: Path | None,
+) -> SidecarConfig:
+    """The sidecar of a local cluster: every master an access point; it serves its own metrics
+    (each broker serves its own on a free port)."""
+    return SidecarConfig(
+        producer=ProducerConfig(access_points=tuple(masters)),
+        outbox_url=outbox_url,
+        listen_host=sidecar_listen.host,
+        listen_port=sidecar_listen.port,
+        metrics_host=metrics_listen.host if metrics_listen else None,
+        metrics_port=metrics_listen.port if metrics_listen else 0,
+        ack_ledger_path=ack_ledger_path,
+    )
+
+
+async def run_up_cluster(plan: UpCluster, outbox_url: str, ack_ledger_path: Path | None) -> None:
     """Start the cluster and the sidecar, print where each is, serve until SIGINT/SIGTERM."""
+    sidecar_listen, metrics_listen = plan.sidecar_listen, plan.metrics_listen
+    refuse_taken(cluster_addresses(plan, sidecar_listen, metrics_listen))
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for signum in (signal.SIGINT, signal.SIGTERM):
@@ -166,8 +188,11 @@ async def run_up_cluster(
         raise click.ClickException(str(e)) from e
     watchers: list[asyncio.Task[None]] = []
     try:
+        masters = [endpoint for _, endpoint in cluster.masters]
         sidecar = await start_sidecar(
-            sidecar_config([endpoint for _, endpoint in cluster.masters]),
+            cluster_sidecar_config(
+                masters, sidecar_listen, metrics_listen, outbox_url, ack_ledger_path
+            ),
             UP_SIDECAR_LISTEN_OPTIONS,
         )
         try:
@@ -213,6 +238,23 @@ def cluster_banner(plan: UpCluster, cluster: RunningCluster) -> list[str]:
         f"`rocketbox cluster list --namesrv {cluster.namesrv_address}` shows roles and lag"
     )
     return lines
+
+
+def up_cluster_plan(ctx: click.Context) -> UpCluster:
+    """The cluster ``up``'s options ask for."""
+    p = ctx.params
+    return UpCluster(
+        data_dir=p["data_dir"],
+        broker_groups=p["broker_groups"],
+        slaves=p["slaves"],
+        master_role=BrokerRole(p["master_role"]),
+        namesrv_listen=p["namesrv_listen"],
+        broker_listen=p["broker_listen"],
+        sidecar_listen=p["sidecar_listen"],
+        metrics_listen=p["metrics_listen"],
+        broker_args=cluster_broker_args(ctx),
+        root_args=root_args(ctx),
+    )
 
 
 def cluster_broker_args(ctx: click.Context) -> tuple[str, ...]:
