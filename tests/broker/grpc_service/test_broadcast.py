@@ -179,11 +179,12 @@ def test_an_unacked_message_comes_back_to_its_member_only(broker: BrokerProcess)
         assert (m.message_id, m.delivery_attempt) == (sent, 1)
         assert ids(receive(acks, 1)) == [sent]
         again: list[Message] = []
-        wait_until(
-            lambda: bool(again.extend(forgets.receive(1, HOLD_S)) or again),
-            DEADLINE_S,
-            "the unacked message back to its member",
-        )
+
+        def came_back() -> bool:
+            again.extend(forgets.receive(1, HOLD_S))
+            return bool(again)
+
+        wait_until(came_back, DEADLINE_S, "the unacked message back to its member")
         assert [(m.message_id, m.delivery_attempt) for m in again] == [(sent, 2)]
         forgets.ack(again[0])
         nothing_more(acks)

@@ -133,6 +133,7 @@ def test_group_create_list_and_describe_a_fresh_group(broker: BrokerProcess) -> 
         "name": "Billing",
         "orderly": True,
         "retry_max_times": 3,
+        "broadcast": False,
         "members": [],
         "topics": [],
         "dlq_topic": "%DLQ%Billing",
