@@ -7,7 +7,9 @@ each consume every message; a consumer stopped and a new client started in its p
 from the departed member's progress (only what came after its last ack); the members' progress
 survives a broker restart (SIGTERM, then a new broker on the same data directory); a message
 one member leaves unacked comes back to that member only; the admin shows the model and each
-member's progress, and refuses to change an existing group's model.
+member's progress, and refuses to change an existing group's model; on the wire, a receive
+without ``x-mq-client-id`` is CLIENT_ID_REQUIRED and a member's receipt handle acked by another
+client is INVALID_RECEIPT_HANDLE.
 """
 
 from __future__ import annotations
@@ -18,7 +20,9 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import grpc
 import pytest
+from google.protobuf.duration_pb2 import Duration
 from rocketmq import (
     ClientConfiguration,
     ConsumeResult,
@@ -29,10 +33,14 @@ from rocketmq import (
     PushConsumer,
     SimpleConsumer,
 )
+from rocketmq.grpc_protocol import Code, service_pb2_grpc
+from rocketmq.grpc_protocol import definition_pb2 as pb
+from rocketmq.grpc_protocol import service_pb2 as spb
 
 from tests.broker.broker_process import BrokerProcess, wait_until
 from tests.broker.grpc_service.test_admin import cli, cli_json, refused
 from tests.broker.grpc_service.test_consumer import broker_for, simple_consumer
+from tests.broker.grpc_service.test_edges import CALL_DEADLINE_S
 from tests.broker.grpc_service.test_producer import message, producer
 
 DEADLINE_S = 30.0
@@ -278,3 +286,52 @@ def test_admin_shows_the_model_and_refuses_to_change_it(broker: BrokerProcess) -
         assert len(receive(c, 4)) == 4
     [member] = describe(broker, "Fans")["broadcast_members"]
     assert member["left"]
+
+
+def wire_receive(
+    stub: service_pb2_grpc.MessagingServiceStub, client_id: str | None
+) -> list[spb.ReceiveMessageResponse]:
+    """One raw ReceiveMessage for group Fans, as ``client_id`` (no x-mq-client-id when None)."""
+    request = spb.ReceiveMessageRequest(
+        group=pb.Resource(name="Fans"),
+        message_queue=pb.MessageQueue(topic=pb.Resource(name="News"), id=-1),
+        filter_expression=pb.FilterExpression(type=pb.TAG, expression="*"),
+        batch_size=1,
+        invisible_duration=Duration(seconds=HOLD_S),
+        long_polling_timeout=Duration(seconds=1),
+    )
+    metadata = () if client_id is None else (("x-mq-client-id", client_id),)
+    return list(stub.ReceiveMessage(request, metadata=metadata, timeout=CALL_DEADLINE_S))
+
+
+def wire_ack(
+    stub: service_pb2_grpc.MessagingServiceStub, client_id: str, m: pb.Message
+) -> spb.AckMessageResponse:
+    entry = spb.AckMessageEntry(
+        message_id=m.system_properties.message_id,
+        receipt_handle=m.system_properties.receipt_handle,
+    )
+    request = spb.AckMessageRequest(
+        group=pb.Resource(name="Fans"), topic=pb.Resource(name="News"), entries=[entry]
+    )
+    reply: spb.AckMessageResponse = stub.AckMessage(
+        request, metadata=(("x-mq-client-id", client_id),), timeout=CALL_DEADLINE_S
+    )
+    return reply
+
+
+def test_a_member_is_its_client_id_and_its_handles_are_its_own(broker: BrokerProcess) -> None:
+    [sent] = send(broker.endpoint, "News", 1, "w")
+    with grpc.insecure_channel(broker.endpoint) as channel:
+        stub = service_pb2_grpc.MessagingServiceStub(channel)
+        anonymous = wire_receive(stub, None)[0].status
+        assert anonymous.code == Code.CLIENT_ID_REQUIRED, anonymous
+        for word in ("x-mq-client-id", "'Fans'", "broadcast"):
+            assert word in anonymous.message, anonymous
+        [m] = [f.message for f in wire_receive(stub, "host-a@1@0@x") if f.HasField("message")]
+        assert m.system_properties.message_id == sent
+        other = wire_ack(stub, "host-b@2@0@y", m)
+        assert other.entries[0].status.code == Code.INVALID_RECEIPT_HANDLE, other
+        assert "no member" in other.entries[0].status.message, other
+        mine = wire_ack(stub, "host-a@1@0@x", m)
+        assert mine.status.code == Code.OK, mine
