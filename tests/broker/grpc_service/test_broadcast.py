@@ -14,6 +14,7 @@ client is INVALID_RECEIPT_HANDLE.
 
 from __future__ import annotations
 
+import json
 import threading
 import time
 from collections.abc import Iterator
@@ -162,6 +163,12 @@ def test_members_progress_survives_a_broker_restart(tmp_path: Path) -> None:
             acked = ids(receive(c, 3))
     finally:
         broker.stop()  # SIGTERM: the progress and the members table are written at stop
+    saved = json.loads((tmp_path / "config" / "consumer_offsets.json").read_text())
+    # The member's progress in the groups' format, under "<group>@<member id>"; the table beside.
+    assert sum(q["ack"] + len(q["done"]) for q in saved["Fans@1"]["News"].values()) == 3
+    [left] = saved["@broadcast"]["Fans"]["members"]
+    assert left["id"] == 1
+    assert left["left_ms"] is not None
     broker = broker_for(tmp_path)
     try:
         later = send(broker.endpoint, "News", 5, "after")
