@@ -30,7 +30,7 @@ from broker.arrival import MessageArrivalNotifier
 from broker.background import BackgroundTasks
 from broker.config import BrokerConfig
 from broker.consumer_offset import ConsumerOffsetManager
-from broker.consumer_progress import QueueProgress, topic_progress
+from broker.consumer_progress import QueueProgress, progress_keys, topic_progress
 from broker.errors import BackgroundTaskError
 from broker.flow_control import ForcedFlowControl, SendQueue
 from broker.group_config import GroupConfigManager
@@ -149,7 +149,13 @@ class BrokerController:
     def _build_services(self) -> MessagingService:
         """The domain services and the gRPC activities over them."""
         cfg = self.config
-        self._pop = PopMessageService(self.store, self.topics, cfg.config_dir, self.arrivals)
+        self._pop = PopMessageService(
+            self.store,
+            self.topics,
+            cfg.config_dir,
+            self.arrivals,
+            lambda client_id: self.clients.get(client_id) is not None,
+        )
         self._timer = TimerMessageService(self.store, cfg.config_dir, cfg.timer_pending_max)
         self._transactions = TransactionalMessageService(
             self.store,
@@ -189,7 +195,11 @@ class BrokerController:
             cfg.long_polling_timeout_ms,
         )
         self._clients_activity = ClientActivity(
-            self.clients, self.groups, cfg.store.message_size_bytes_max, cfg.long_polling_timeout_ms
+            self.clients,
+            self.groups,
+            cfg.store.message_size_bytes_max,
+            cfg.long_polling_timeout_ms,
+            self._pop.progress.members,
         )
         messaging = MessagingService(
             sends,
@@ -249,9 +259,10 @@ class BrokerController:
         if self._pop is None:
             return
         for gc in self.groups.list():
-            for topic in self._pop.progress.topics_of(gc.group_name):
-                progress = topic_progress(self.store, self.topics, self._pop, gc.group_name, topic)
-                yield gc.group_name, topic, progress
+            # A broadcast group's gauges are its members': "<group>@<member id>".
+            for key in progress_keys(self._pop, gc):
+                for topic in self._pop.progress.topics_of(key):
+                    yield key, topic, topic_progress(self.store, self.topics, self._pop, key, topic)
 
     def long_polls_waiting(self) -> list[tuple[str, str, int]]:
         return self.arrivals.waiting_counts()

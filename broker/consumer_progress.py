@@ -1,10 +1,13 @@
 """How far a consumer group has come in a topic, queue by queue: the admin's DescribeGroup and
-the broker's consumer-lag gauge read the same figures from here."""
+the broker's consumer-lag gauge read the same figures from here. A broadcast group's progress is
+its members', each under its own key (broadcast_members.py)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
+from broker.broadcast_members import progress_key
+from broker.group_config import GroupConfig
 from broker.pop_message import PopMessageService
 from broker.store.message_store import DefaultMessageStore
 from broker.topic_config import TopicConfigManager
@@ -46,3 +49,11 @@ def topic_progress(
             )
         )
     return out
+
+
+def progress_keys(pop: PopMessageService, gc: GroupConfig) -> list[str]:
+    """Whose progress the group has: its own, or (broadcast) each member's."""
+    if not gc.consume_broadcast_enable:
+        return [gc.group_name]
+    members = pop.progress.members.members(gc.group_name)
+    return [progress_key(gc.group_name, m.id) for m in members]

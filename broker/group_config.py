@@ -2,8 +2,15 @@
 
 A group's settings decide how it consumes: ``consume_message_orderly`` (FIFO: a message group's
 next message waits for the previous one's ack) and ``retry_max_times`` (a message is delivered at
-most retry_max_times + 1 times, then dead-lettered to ``%DLQ%<group>``). Groups are created on
-first use with RocketMQ's defaults (16 retries, not orderly) unless created explicitly first.
+most retry_max_times + 1 times, then dead-lettered to ``%DLQ%<group>``) and
+``consume_broadcast_enable`` (RocketMQ's name: every member receives every message, each with its
+own progress, broadcast_members.py; otherwise the members share them, clustering). Groups are
+created on first use with RocketMQ's defaults (16 retries, not orderly, clustering) unless created
+explicitly first.
+
+A group's consume model does not change under live consumers: CreateGroup of an existing group is
+refused (the admin names the model it has); only the broker's ``--group`` at start replaces a
+group's settings, when no consumer is connected yet, and it logs a model change.
 Persisted like topics, as one JSON file replaced atomically.
 """
 
@@ -36,10 +43,16 @@ class GroupConfig:
     group_name: str
     consume_message_orderly: bool = False
     retry_max_times: int = RETRY_MAX_TIMES_DEFAULT
+    consume_broadcast_enable: bool = False
 
     @property
     def max_delivery_attempts(self) -> int:
         return self.retry_max_times + 1
+
+
+def model_name(gc: GroupConfig) -> str:
+    """RocketMQ's MessageModel of the group, as operators read it."""
+    return "broadcasting" if gc.consume_broadcast_enable else "clustering"
 
 
 def validate_group_name(group: str) -> None:
@@ -80,6 +93,7 @@ class GroupConfigManager:
         retry_max_times: int = RETRY_MAX_TIMES_DEFAULT,
         exist_ok: bool = False,
         replace: bool = False,
+        consume_broadcast_enable: bool = False,
     ) -> GroupConfig:
         validate_group_name(group)
         if not 0 <= retry_max_times <= RETRY_MAX_TIMES_MAX:
@@ -92,13 +106,26 @@ class GroupConfigManager:
                 if exist_ok:
                     return existing
                 raise MessageIllegalError("group", "unique", f"{group!r} exists")
-            gc = GroupConfig(group, consume_message_orderly, retry_max_times)
+            gc = GroupConfig(
+                group, consume_message_orderly, retry_max_times, consume_broadcast_enable
+            )
+            if (
+                existing is not None
+                and existing.consume_broadcast_enable != gc.consume_broadcast_enable
+            ):
+                LOG.warning(
+                    "group %s: consume model changed from %s to %s",
+                    group,
+                    model_name(existing),
+                    model_name(gc),
+                )
             self._groups = {**self._groups, group: gc}
             write_json_atomic(self._path, {"groups": [asdict(g) for g in self.list()]})
         LOG.info(
-            "group %s: orderly=%s retry_max_times=%s",
+            "group %s: orderly=%s retry_max_times=%s model=%s",
             group,
             gc.consume_message_orderly,
             gc.retry_max_times,
+            model_name(gc),
         )
         return gc

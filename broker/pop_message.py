@@ -24,14 +24,15 @@ receive scans the window from ``ack_offset``, in offset order, as that rule need
 In-flight state is kept in memory: after a broker restart every message from ``ack_offset`` on is
 available again (at least once, as RocketMQ promises). A receive with nothing to hand out waits
 for an arrival (arrival.py wakes one waiting receive of the group; one that fills its batch wakes
-the next), or until the earliest invisibility expires.
+the next), or until the earliest invisibility expires. A broadcast group's member has all this
+under its own key (broadcast_members.py), which ack and the others then take as ``group``.
 """
 
 from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -73,6 +74,8 @@ class _Take:
     """One receive's request, shared by its pass over the queues."""
 
     group: GroupConfig
+    # Whose progress: the group's name, or a broadcast member's key (broadcast_members.py).
+    key: str
     queue_id: int
     tags: frozenset[str] | None
     codes: set[int] | None
@@ -97,11 +100,12 @@ class PopMessageService:
         topics: TopicConfigManager,
         config_dir: Path,
         arrivals: MessageArrivalNotifier,
+        connected: Callable[[str], bool] = lambda _client_id: False,
     ) -> None:
         self._arrivals = arrivals
         self._store = store
         self._topics = topics
-        self.progress = PopProgress(store, config_dir)
+        self.progress = PopProgress(store, config_dir, connected)
         self._next_queue: dict[tuple[str, str], int] = {}
 
     # -- life cycle ----------------------------------------------------------------------
@@ -137,27 +141,32 @@ class PopMessageService:
         batch_max: int,
         invisible_ms: int,
         poll_ms: int,
+        key: str | None = None,
     ) -> list[Delivery]:
-        """Up to ``batch_max`` messages, waiting up to ``poll_ms`` for the first to arrive."""
+        """Up to ``batch_max`` messages, waiting up to ``poll_ms`` for the first to arrive.
+        ``key``: a broadcast member's progress key (the group's own progress when None); an
+        arrival wakes one waiting receive per key, so every member of a broadcast group."""
+        key = group.group_name if key is None else key
         deadline = time.monotonic() + poll_ms / 1000
         while True:
             deliveries, next_expiry_ms = await self._take(
-                group, topic, queue_ids, tags, batch_max, invisible_ms
+                group, key, topic, queue_ids, tags, batch_max, invisible_ms
             )
             if len(deliveries) >= batch_max:
                 # A full batch: more may be there for the group's next waiting receive.
-                self._arrivals.notify(topic, group.group_name)
+                self._arrivals.notify(topic, key)
             remaining_s = deadline - time.monotonic()
             if deliveries or remaining_s <= 0 or self._arrivals.closing:
                 return deliveries
             wait_s = remaining_s
             if next_expiry_ms is not None:
                 wait_s = min(wait_s, max(0.0, (next_expiry_ms - _now_ms()) / 1000) + 0.001)
-            await self._arrivals.wait(topic, wait_s, group.group_name)
+            await self._arrivals.wait(topic, wait_s, key)
 
     async def _take(
         self,
         group: GroupConfig,
+        key: str,
         topic: str,
         queue_ids: Sequence[int],
         tags: frozenset[str] | None,
@@ -172,41 +181,29 @@ class PopMessageService:
         next_expiry: int | None = None
         # Each receive starts one queue further on: starting at queue 0 every time starved the
         # high queues under a backlog (seconds of latency on queue 7, milliseconds on queue 0).
-        key = (group.group_name, topic)
-        first = self._next_queue.get(key, 0) % max(1, len(queue_ids))
-        self._next_queue[key] = first + 1
+        first = self._next_queue.get((key, topic), 0) % max(1, len(queue_ids))
+        self._next_queue[(key, topic)] = first + 1
         for queue_id in [*queue_ids[first:], *queue_ids[:first]]:
             if len(deliveries) >= batch_max:
                 break
-            expiry = await self._take_from_queue(
-                group, topic, queue_id, tags, codes, batch_max, invisible_ms, now, deliveries
+            take = _Take(
+                group, key, queue_id, tags, codes, batch_max, invisible_ms, now, deliveries
             )
+            expiry = await self._take_from_queue(topic, take)
             if expiry is not None:
                 next_expiry = expiry if next_expiry is None else min(next_expiry, expiry)
         return deliveries, next_expiry
 
-    async def _take_from_queue(
-        self,
-        group: GroupConfig,
-        topic: str,
-        queue_id: int,
-        tags: frozenset[str] | None,
-        codes: set[int] | None,
-        batch_max: int,
-        invisible_ms: int,
-        now: int,
-        deliveries: list[Delivery],
-    ) -> int | None:
-        qs = self.progress.state(group.group_name, topic, queue_id)
-        cq = self._store.consume_queue_store.find(topic, queue_id)
+    async def _take_from_queue(self, topic: str, take: _Take) -> int | None:
+        qs = self.progress.state(take.key, topic, take.queue_id)
+        cq = self._store.consume_queue_store.find(topic, take.queue_id)
         if cq is None:
             return None
         if qs.ack_offset < cq.min_offset_in_queue:  # retention removed what was left
             qs.ack_offset = cq.min_offset_in_queue
             qs.done = {o for o in qs.done if o >= qs.ack_offset}
             qs.scan_offset = max(qs.scan_offset, qs.ack_offset)
-        take = _Take(group, queue_id, tags, codes, batch_max, invisible_ms, now, deliveries)
-        if group.consume_message_orderly:
+        if take.group.consume_message_orderly:
             return await self._take_orderly(cq, qs, take)
         return await self._take_concurrently(cq, qs, take)
 
@@ -343,8 +340,10 @@ class PopMessageService:
             self._arrivals.notify(topic, group)
         return Delivery(msg, flight.handle, flight.attempt, flight.invisible_until_ms)
 
-    async def forward_to_dead_letter(self, group: str, topic: str, handle: str) -> None:
-        qs, offset, flight = self._flight(group, topic, handle)
+    async def forward_to_dead_letter(
+        self, group: str, topic: str, handle: str, key: str | None = None
+    ) -> None:
+        qs, offset, flight = self._flight(group if key is None else key, topic, handle)
         msg = self._store.look_message_by_offset(flight.phy_offset, flight.size)
         if msg is not None:
             await self._dead_letter(group, msg, flight.attempt)

@@ -5,14 +5,21 @@ above it), rewritten at most every PROGRESS_FLUSH_INTERVAL_S while something cha
 A queue's state is made on first use from what was saved, or, for a group new to the queue, from
 the first message still stored (nothing is skipped). Queues saved but not touched since the start
 are written back as they were. In-flight state is not persisted (see pop_message.py).
+
+A broadcast group's members each have their own progress under the key ``<group>@<member id>``
+(broadcast_members.py), in the same file and format; the members table is saved beside it under
+``"@broadcast"``. A clustering group's entries are as before, so older files read unchanged.
 """
 
 from __future__ import annotations
 
+import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from broker.background import BackgroundTasks
+from broker.broadcast_members import MEMBERS_KEY, BroadcastMembers
 from broker.pop_state import QueueState
 from broker.state_file import StateWriter, read_json
 from broker.store.message_store import DefaultMessageStore
@@ -25,16 +32,25 @@ Saved = dict[str, dict[str, dict[str, dict[str, Any]]]]
 
 
 class PopProgress:
-    def __init__(self, store: DefaultMessageStore, config_dir: Path) -> None:
+    def __init__(
+        self,
+        store: DefaultMessageStore,
+        config_dir: Path,
+        connected: Callable[[str], bool] = lambda _client_id: False,
+    ) -> None:
         self._store = store
         self._path = config_dir / OFFSETS_FILE_NAME
         self._queues: dict[tuple[str, str, int], QueueState] = {}
         self._saved: Saved = {}
         self._writer = StateWriter(self._path, self._snapshot, PROGRESS_FLUSH_INTERVAL_S)
+        self.members = BroadcastMembers(
+            connected, self.forget, self.changed, lambda: time.time_ns() // 1_000_000
+        )
 
     def start(self, tasks: BackgroundTasks) -> None:
         raw = read_json(self._path)
         self._saved = raw if isinstance(raw, dict) else {}
+        self.members.load(self._saved.pop(MEMBERS_KEY, None))
         self._writer.start(tasks)
 
     async def stop(self) -> None:
@@ -56,7 +72,17 @@ class PopProgress:
                 for saved_queue, offset in queues.items():
                     by_queue = data.setdefault(saved_group, {}).setdefault(saved_topic, {})
                     by_queue.setdefault(saved_queue, offset)
+        members = self.members.snapshot()
+        if members:
+            data[MEMBERS_KEY] = members  # the members table, beside the progress
         return data
+
+    def forget(self, key: str) -> None:
+        """Drop every queue's progress of ``key`` (a broadcast member forgotten)."""
+        for k in [k for k in self._queues if k[0] == key]:
+            del self._queues[k]
+        self._saved.pop(key, None)
+        self.changed()
 
     def state(self, group: str, topic: str, queue_id: int) -> QueueState:
         key = (group, topic, queue_id)

@@ -111,9 +111,9 @@ class AdminClient:
         )
 
     def create_group(
-        self, group: str, orderly: bool, retry_max_times: int | None
+        self, group: str, orderly: bool, retry_max_times: int | None, broadcast: bool = False
     ) -> apb.CreateGroupResponse:
-        request = apb.CreateGroupRequest(group=group, orderly=orderly)
+        request = apb.CreateGroupRequest(group=group, orderly=orderly, broadcast=broadcast)
         if retry_max_times is not None:
             request.retry_max_times = retry_max_times
         return self._call(self._stub.CreateGroup, request, apb.CreateGroupResponse)

@@ -85,6 +85,7 @@ def group_to_dict(group: apb.Group) -> dict[str, Any]:
         "name": group.name,
         "orderly": group.orderly,
         "retry_max_times": group.retry_max_times,
+        "broadcast": group.broadcast,
     }
 
 
@@ -119,7 +120,22 @@ def describe_group_to_dict(answer: apb.DescribeGroupResponse) -> dict[str, Any]:
         "topics": [group_progress_to_dict(t) for t in answer.topics],
         "dlq_topic": answer.dlq_topic,
         "dlq_message_count": answer.dlq_message_count,
+        "broadcast_members": members_to_dicts(list(answer.broadcast_members)),
     }
+
+
+def members_to_dicts(members: list[apb.BroadcastMember]) -> list[dict[str, Any]]:
+    return [
+        {
+            "member_id": m.member_id,
+            "client_id": m.client_id,
+            "host": m.host,
+            "last_seen_ms": m.last_seen_ms,
+            "left": m.left,
+            "topics": [group_progress_to_dict(t) for t in m.topics],
+        }
+        for m in members
+    ]
 
 
 # -- answers as text -------------------------------------------------------------------------------
@@ -210,16 +226,18 @@ def format_flow_control(answer: apb.SetFlowControlResponse) -> str:
 
 def _format_group_settings(group: apb.Group) -> str:
     kind = "orderly" if group.orderly else "concurrent"
-    return f"{kind}, retry_max_times {group.retry_max_times}"
+    model = ", broadcasting" if group.broadcast else ""
+    return f"{kind}, retry_max_times {group.retry_max_times}{model}"
 
 
 def format_groups(groups: list[apb.Group]) -> str:
     if not groups:
         return "no groups"
     width = max(len("GROUP"), *(len(g.name) for g in groups))
-    lines = [f"{'GROUP':<{width}}  ORDERLY  RETRY_MAX_TIMES"]
+    lines = [f"{'GROUP':<{width}}  ORDERLY  RETRY_MAX_TIMES  MODEL"]
     lines += [
-        f"{g.name:<{width}}  {'yes' if g.orderly else 'no':<7}  {g.retry_max_times:>15}"
+        f"{g.name:<{width}}  {'yes' if g.orderly else 'no':<7}  {g.retry_max_times:>15}  "
+        f"{'broadcasting' if g.broadcast else 'clustering'}"
         for g in groups
     ]
     return "\n".join(lines)
@@ -266,10 +284,30 @@ def format_describe_group(answer: apb.DescribeGroupResponse) -> str:
         lines.append("members: none connected")
     dlq_messages = plural(answer.dlq_message_count, "message")
     lines.append(f"dead-letter queue {answer.dlq_topic}: {dlq_messages}")
-    if not answer.topics:
+    if answer.group.broadcast:
+        lines.append(format_broadcast_members(list(answer.broadcast_members)))
+    elif not answer.topics:
         lines.append("no topics consumed yet")
     for progress in answer.topics:
         lines += ["", format_group_progress(progress)]
+    return "\n".join(lines)
+
+
+def format_broadcast_members(members: list[apb.BroadcastMember]) -> str:
+    """A broadcast group's members, each with its own progress."""
+    if not members:
+        return "broadcast members: none yet"
+    lines = [f"broadcast members ({len(members)}):"]
+    for m in members:
+        state = "left" if m.left else "active"
+        lines += [
+            "",
+            f"member {m.member_id}: client {m.client_id} ({state}, last seen "
+            f"{format_time_ms(m.last_seen_ms)})",
+        ]
+        if not m.topics:
+            lines.append("no topics consumed yet")
+        lines += [format_group_progress(t) for t in m.topics]
     return "\n".join(lines)
 
 

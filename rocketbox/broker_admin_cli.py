@@ -206,6 +206,12 @@ def group_describe(client: admin.AdminClient, as_json: bool, name: str) -> None:
     default=None,
     help=f"0..64 (default: {RETRY_MAX_TIMES_DEFAULT}); then a message goes to %DLQ%NAME.",
 )
+@click.option(
+    "--broadcast",
+    is_flag=True,
+    help="Every consumer receives every message, each with its own progress (default: the "
+    "consumers share them). Fixed once created.",
+)
 @admin_command
 def group_create(
     client: admin.AdminClient,
@@ -213,9 +219,11 @@ def group_create(
     name: str,
     orderly: bool,
     retry_max_times: int | None,
+    broadcast: bool,
 ) -> None:
-    """Create consumer group NAME."""
-    g = client.create_group(name, orderly, retry_max_times).group
+    """Create consumer group NAME. An existing group is refused, whatever its settings: its
+    consume model never changes under its consumers."""
+    g = client.create_group(name, orderly, retry_max_times, broadcast).group
     _echo(as_json, render.group_to_dict(g), render.format_created_group(g))
 
 
@@ -247,6 +255,12 @@ def group_reset_offset(
     target = target.upper()
     if (target == "TIMESTAMP") != (timestamp_ms is not None):
         raise click.UsageError("--timestamp-ms goes with --to timestamp, and only with it")
-    progress = client.reset_offset(name, topic_name, target, timestamp_ms).progress
+    answer = client.reset_offset(name, topic_name, target, timestamp_ms)
+    if answer.broadcast_members:  # a broadcast group: every member moved
+        members = list(answer.broadcast_members)
+        text = f"group {name} reset to {target.lower()}\n{render.format_broadcast_members(members)}"
+        _echo(as_json, {"broadcast_members": render.members_to_dicts(members)}, text)
+        return
+    progress = answer.progress
     text = f"group {name} reset to {target.lower()}\n{render.format_group_progress(progress)}"
     _echo(as_json, render.group_progress_to_dict(progress), text)

@@ -12,6 +12,7 @@ import logging
 import signal
 from collections.abc import Callable
 from pathlib import Path
+from typing import NamedTuple
 
 import click
 
@@ -85,8 +86,9 @@ LOG = logging.getLogger("rocketbox")
     "--group",
     "groups",
     multiple=True,
-    help="NAME[:orderly][:RETRY_MAX_TIMES] consumer group created at start if missing "
-    "(orderly: FIFO consumption; default 16 retries).",
+    help="NAME[:orderly][:broadcast][:RETRY_MAX_TIMES] consumer group created at start, or its "
+    "settings replaced (orderly: FIFO consumption; broadcast: every consumer receives every "
+    "message; default 16 retries).",
 )
 @click.option("--invisible-duration-min-ms", default=10_000, type=click.IntRange(min=1))
 @click.option("--long-polling-timeout-ms", default=20_000, type=click.IntRange(1_000, 20_000))
@@ -200,20 +202,34 @@ def parse_topic_spec(spec: str) -> tuple[str, int | None, TopicMessageType]:
     return parts[0], queues, kind
 
 
-def parse_group_spec(spec: str) -> tuple[str, bool, int]:
-    """NAME[:orderly][:RETRY_MAX_TIMES]."""
+class GroupSpec(NamedTuple):
+    name: str
+    orderly: bool = False
+    retry_max_times: int = RETRY_MAX_TIMES_DEFAULT
+    broadcast: bool = False
+
+
+_GROUP_SPEC_FORM = "NAME[:orderly][:broadcast][:RETRY_MAX_TIMES]"
+
+
+def parse_group_spec(spec: str) -> GroupSpec:
+    """NAME[:orderly][:broadcast][:RETRY_MAX_TIMES], the words in any order, each once."""
     name, *rest = spec.split(":")
-    orderly = "orderly" in rest
-    numbers = [int(part) for part in rest if part != "orderly"]
-    if len(rest) > 2 or len(numbers) > 1:
-        raise ValueError(f"--group {spec!r}: NAME[:orderly][:RETRY_MAX_TIMES]")
-    return name, orderly, numbers[0] if numbers else RETRY_MAX_TIMES_DEFAULT
+    words = [part for part in rest if part in ("orderly", "broadcast")]
+    try:
+        numbers = [int(part) for part in rest if part not in words]
+    except ValueError:
+        raise ValueError(f"--group {spec!r}: {_GROUP_SPEC_FORM}") from None
+    if len(set(words)) != len(words) or len(numbers) > 1:
+        raise ValueError(f"--group {spec!r}: {_GROUP_SPEC_FORM}")
+    retries = numbers[0] if numbers else RETRY_MAX_TIMES_DEFAULT
+    return GroupSpec(name, "orderly" in words, retries, "broadcast" in words)
 
 
 async def run_broker(
     config: BrokerConfig,
     topic_specs: list[tuple[str, int | None, TopicMessageType]],
-    group_specs: list[tuple[str, bool, int]],
+    group_specs: list[GroupSpec],
     sidecar_config: Callable[[int], SidecarConfig] | None = None,
     banner: Callable[[SidecarConfig], list[str]] | None = None,
 ) -> None:
@@ -238,8 +254,15 @@ async def run_broker(
     try:
         for name, queues, kind in topic_specs:
             controller.topics.create(name, queues, kind, exist_ok=True)
-        for name, orderly, retries in group_specs:
-            controller.groups.create(name, orderly, retries, replace=True)
+        # No consumer is connected yet: the one moment a group's consume model may change.
+        for g in group_specs:
+            controller.groups.create(
+                g.name,
+                g.orderly,
+                g.retry_max_times,
+                replace=True,
+                consume_broadcast_enable=g.broadcast,
+            )
         assert controller.recovery_report is not None
         click.echo(f"recovery: {controller.recovery_report.summary()}")
         sidecar = None

@@ -121,6 +121,7 @@ def to_pb_group(gc: GroupConfig) -> apb.Group:
         name=gc.group_name,
         orderly=gc.consume_message_orderly,
         retry_max_times=gc.retry_max_times,
+        broadcast=gc.consume_broadcast_enable,
     )
 
 

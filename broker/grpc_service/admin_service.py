@@ -24,7 +24,8 @@ from typing import Any, Final, TypeVar
 
 import grpc
 
-from broker.consumer_progress import topic_progress
+from broker.broadcast_members import progress_key
+from broker.consumer_progress import progress_keys, topic_progress
 from broker.errors import BrokerError, TopicExistsError, TopicNotFoundError
 from broker.flow_control import ForcedFlowControl
 from broker.group_config import (
@@ -32,6 +33,7 @@ from broker.group_config import (
     GroupConfig,
     GroupConfigManager,
     dlq_topic,
+    model_name,
     validate_group_name,
 )
 from broker.grpc_service.admin_converter import (
@@ -236,6 +238,7 @@ class BrokerAdminService(broker_admin_pb2_grpc.BrokerAdminServicer):  # type: ig
             topics=topics,
             dlq_topic=dlq,
             dlq_message_count=dlq_count,
+            broadcast_members=self._broadcast_members(gc, None),
         )
 
     async def CreateGroup(  # noqa: N802 - the protocol's method name
@@ -248,11 +251,17 @@ class BrokerAdminService(broker_admin_pb2_grpc.BrokerAdminServicer):  # type: ig
         )
         gc = await _answer(
             context,
-            lambda: self._create_group(request.group, request.orderly, retries),
+            lambda: self._create_group(request.group, request.orderly, retries, request.broadcast),
             in_thread=True,
         )
         if gc is None:
-            await context.abort(grpc.StatusCode.ALREADY_EXISTS, f"group {request.group!r} exists")
+            found = self._groups.find(request.group)
+            model = f" ({model_name(found)})" if found is not None else ""
+            await context.abort(
+                grpc.StatusCode.ALREADY_EXISTS,
+                f"group {request.group!r} exists{model}: its settings and consume model do not "
+                "change under its consumers",
+            )
         return apb.CreateGroupResponse(group=to_pb_group(gc))
 
     async def ResetOffset(  # noqa: N802 - the protocol's method name
@@ -271,8 +280,30 @@ class BrokerAdminService(broker_admin_pb2_grpc.BrokerAdminServicer):  # type: ig
                 queue_offset = self._store.get_offset_in_queue_by_time(
                     topic, queue_id, request.timestamp_ms
                 )
-            self._pop.reset_offset(group, topic, queue_id, queue_offset)
+            for key in progress_keys(self._pop, gc):  # every member of a broadcast group
+                self._pop.reset_offset(key, topic, queue_id, queue_offset)
+        if gc.consume_broadcast_enable:
+            return apb.ResetOffsetResponse(broadcast_members=self._broadcast_members(gc, topic))
         return apb.ResetOffsetResponse(progress=self._progress(group, topic))
+
+    def _broadcast_members(self, gc: GroupConfig, topic: str | None) -> list[apb.BroadcastMember]:
+        """A broadcast group's members with their progress (in ``topic`` only, when given)."""
+        members = self._pop.progress.members
+        out = []
+        for m in members.members(gc.group_name):
+            key = progress_key(gc.group_name, m.id)
+            topics = self._pop.progress.topics_of(key) if topic is None else [topic]
+            out.append(
+                apb.BroadcastMember(
+                    member_id=m.id,
+                    client_id=m.client,
+                    host=m.host,
+                    last_seen_ms=m.seen_ms,
+                    left=members.has_left(m),
+                    topics=[self._progress(key, t) for t in topics],
+                )
+            )
+        return out
 
     async def _configured_group(self, group: str, context: Context) -> GroupConfig:
         await _answer(context, lambda: validate_group_name(group))
@@ -281,13 +312,17 @@ class BrokerAdminService(broker_admin_pb2_grpc.BrokerAdminServicer):  # type: ig
             await context.abort(grpc.StatusCode.NOT_FOUND, f"group {group!r} does not exist")
         return gc
 
-    def _create_group(self, group: str, orderly: bool, retry_max_times: int) -> GroupConfig | None:
+    def _create_group(
+        self, group: str, orderly: bool, retry_max_times: int, broadcast: bool
+    ) -> GroupConfig | None:
         """The new group, or None when it exists (also when a consumer's first use created it
         between the look-up and the create)."""
         if self._groups.find(group) is not None:
             return None
         try:
-            return self._groups.create(group, orderly, retry_max_times)
+            return self._groups.create(
+                group, orderly, retry_max_times, consume_broadcast_enable=broadcast
+            )
         except MessageIllegalError:
             if self._groups.find(group) is not None:
                 return None

@@ -4,6 +4,9 @@ Telemetry stream (the proxy's ClientActivity).
 Telemetry carries a client's Settings, which the broker answers merged with its own (spec §3.4),
 and the broker's RecoverOrphanedTransactionCommand, pushed to a live producer of a topic when a
 transaction outlives its timeout.
+
+Heartbeats and NotifyClientTermination also tell broadcast groups' members (broadcast_members.py)
+that a client is alive, or has left and its member may be adopted at once.
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ import grpc
 from rocketmq.grpc_protocol import definition_pb2 as pb
 from rocketmq.grpc_protocol import service_pb2 as spb
 
+from broker.broadcast_members import BroadcastMembers
 from broker.group_config import GroupConfigManager
 from broker.grpc_service.client_registry import ClientRegistry
 from broker.grpc_service.converter import to_duration, to_pb_message
@@ -70,18 +74,24 @@ class ClientActivity:
         groups: GroupConfigManager,
         body_bytes_max: int,
         long_polling_timeout_ms: int,
+        members: BroadcastMembers,
     ) -> None:
+        self._members = members
         self._clients = clients
         self._groups = groups
         self._max_body_bytes = body_bytes_max
         self._long_polling_ms = long_polling_timeout_ms
 
     def heartbeat(self, context: Context) -> spb.HeartbeatResponse:
-        self._clients.touch(metadata_value(context, CLIENT_ID_HEADER))
+        client_id = metadata_value(context, CLIENT_ID_HEADER)
+        self._clients.touch(client_id)
+        self._members.seen(client_id)
         return spb.HeartbeatResponse(status=OK_STATUS)
 
     def notify_client_termination(self, context: Context) -> spb.NotifyClientTerminationResponse:
-        self._clients.forget(metadata_value(context, CLIENT_ID_HEADER))
+        client_id = metadata_value(context, CLIENT_ID_HEADER)
+        self._clients.forget(client_id)
+        self._members.terminated(client_id)
         return spb.NotifyClientTerminationResponse(status=OK_STATUS)
 
     async def telemetry(

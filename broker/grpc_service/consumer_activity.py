@@ -9,6 +9,12 @@ that breaks before they were written are made visible again at once.
 Group, topic and receipt handles are checked before anything is looked up (request_limits.py):
 an AckMessage refused as a whole (a bad group or topic, no entries or more than ACK_ENTRIES_MAX,
 a malformed handle or message id) is answered by its top-level Status alone.
+
+A broadcast group's calls act on the caller's member (broadcast_members.py), found by its
+``x-mq-client-id``: a receive makes the client a member (CLIENT_ID_REQUIRED without the header,
+TOO_MANY_REQUESTS past the members limit); an ack, change or forward by a client that is not a
+member is answered INVALID_RECEIPT_HANDLE. QueryAssignment assigns every queue to every client,
+which is what a broadcast member needs too: each member reads the whole topic.
 """
 
 from __future__ import annotations
@@ -22,8 +28,10 @@ import grpc
 from rocketmq.grpc_protocol import definition_pb2 as pb
 from rocketmq.grpc_protocol import service_pb2 as spb
 
+from broker.broadcast_members import MembersLimitError, progress_key
 from broker.errors import TopicNotFoundError
-from broker.group_config import DLQ_TOPIC_PREFIX, GroupConfigManager
+from broker.group_config import DLQ_TOPIC_PREFIX, GroupConfig, GroupConfigManager
+from broker.grpc_service.client_activity import CLIENT_ID_HEADER, metadata_value
 from broker.grpc_service.converter import to_pb_message, to_timestamp
 from broker.grpc_service.protocol import OK_STATUS, Code, ProtocolError, shown, status
 from broker.grpc_service.request_limits import (
@@ -108,8 +116,14 @@ class ConsumerActivity:
             yield _closing_frame()
             return
         gc = self._groups.find_or_create(group)
+        try:
+            key = self._member_key(gc, context)
+        except ProtocolError as e:
+            yield spb.ReceiveMessageResponse(status=e.to_status())
+            yield _closing_frame()
+            return
         deliveries = await self._pop.receive(
-            gc, topic, range(tc.queue_nums), tags, batch, invisible_ms, poll_ms
+            gc, topic, range(tc.queue_nums), tags, batch, invisible_ms, poll_ms, key
         )
         if not deliveries:
             yield spb.ReceiveMessageResponse(
@@ -128,7 +142,39 @@ class ConsumerActivity:
         finally:
             for d in deliveries[sent:]:  # never written: visible again now, not after the timeout
                 with contextlib.suppress(InvalidReceiptHandleError):
-                    self._pop.change_invisible_duration(group, topic, d.receipt_handle, 0)
+                    self._pop.change_invisible_duration(key, topic, d.receipt_handle, 0)
+
+    def _member_key(self, gc: GroupConfig, context: Context) -> str:
+        """Whose progress a receive takes from: the group's, or (broadcast) the caller's
+        member's, made or adopted now."""
+        if not gc.consume_broadcast_enable:
+            return gc.group_name
+        client_id = metadata_value(context, CLIENT_ID_HEADER)
+        if not client_id:
+            raise ProtocolError(
+                Code.CLIENT_ID_REQUIRED,
+                f"{CLIENT_ID_HEADER} is required: {gc.group_name!r} is a broadcast group",
+            )
+        try:
+            member_id = self._pop.progress.members.member_of(gc.group_name, client_id)
+        except MembersLimitError as e:
+            raise ProtocolError(Code.TOO_MANY_REQUESTS, str(e)) from None
+        return progress_key(gc.group_name, member_id)
+
+    def _handle_key(self, group: str, context: Context) -> str:
+        """Whose receipt handles an ack, change or forward names: the group's, or (broadcast)
+        the caller's member's. InvalidReceiptHandleError when the caller is no member."""
+        gc = self._groups.find(group)
+        if gc is None or not gc.consume_broadcast_enable:
+            return group
+        client_id = metadata_value(context, CLIENT_ID_HEADER)
+        member_id = self._pop.progress.members.find(group, client_id)
+        if member_id is None:
+            raise InvalidReceiptHandleError(
+                f"client {client_id!r} is no member of broadcast group {group!r}: "
+                "its receipt handles are unknown"
+            )
+        return progress_key(group, member_id)
 
     def _view(self, d: Delivery, namespace: str) -> pb.Message:
         view = to_pb_message(d.message, namespace=namespace)
@@ -161,7 +207,9 @@ class ConsumerActivity:
             )
         return ms
 
-    async def ack_message(self, request: spb.AckMessageRequest) -> spb.AckMessageResponse:
+    async def ack_message(
+        self, request: spb.AckMessageRequest, context: Context
+    ) -> spb.AckMessageResponse:
         group, topic = request.group.name, request.topic.name
         try:
             _validate_group_and_topic(request.group, request.topic)
@@ -174,7 +222,7 @@ class ConsumerActivity:
         entries = []
         for entry in request.entries:
             try:
-                self._pop.ack(group, topic, entry.receipt_handle)
+                self._pop.ack(self._handle_key(group, context), topic, entry.receipt_handle)
                 st = OK_STATUS
             except InvalidReceiptHandleError as e:
                 st = status(Code.INVALID_RECEIPT_HANDLE, str(e))
@@ -188,7 +236,7 @@ class ConsumerActivity:
         return spb.AckMessageResponse(status=top, entries=entries)
 
     def change_invisible_duration(
-        self, request: spb.ChangeInvisibleDurationRequest
+        self, request: spb.ChangeInvisibleDurationRequest, context: Context
     ) -> spb.ChangeInvisibleDurationResponse:
         old = request.receipt_handle
         # Echo the old handle: Python stores whatever comes back, even on errors (spec §12);
@@ -208,7 +256,8 @@ class ConsumerActivity:
         except ProtocolError as e:
             return spb.ChangeInvisibleDurationResponse(status=e.to_status(), receipt_handle=echo)
         try:
-            d = self._pop.change_invisible_duration(request.group.name, request.topic.name, old, ms)
+            key = self._handle_key(request.group.name, context)
+            d = self._pop.change_invisible_duration(key, request.topic.name, old, ms)
         except InvalidReceiptHandleError as e:
             return spb.ChangeInvisibleDurationResponse(
                 status=status(Code.INVALID_RECEIPT_HANDLE, str(e)), receipt_handle=old
@@ -218,7 +267,7 @@ class ConsumerActivity:
         )
 
     async def forward_to_dead_letter(
-        self, request: spb.ForwardMessageToDeadLetterQueueRequest
+        self, request: spb.ForwardMessageToDeadLetterQueueRequest, context: Context
     ) -> spb.ForwardMessageToDeadLetterQueueResponse:
         try:
             _validate_group_and_topic(request.group, request.topic)
@@ -226,8 +275,12 @@ class ConsumerActivity:
         except ProtocolError as e:
             return spb.ForwardMessageToDeadLetterQueueResponse(status=e.to_status())
         try:
+            group = request.group.name
             await self._pop.forward_to_dead_letter(
-                request.group.name, request.topic.name, request.receipt_handle
+                group,
+                request.topic.name,
+                request.receipt_handle,
+                self._handle_key(group, context),
             )
         except InvalidReceiptHandleError as e:
             return spb.ForwardMessageToDeadLetterQueueResponse(

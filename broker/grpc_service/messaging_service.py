@@ -124,17 +124,17 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):  # type: igno
     async def AckMessage(  # noqa: N802 - the protocol's method name
         self, request: spb.AckMessageRequest, context: Context
     ) -> spb.AckMessageResponse:
-        return await self._consumers.ack_message(request)
+        return await self._consumers.ack_message(request, context)
 
     async def ChangeInvisibleDuration(  # noqa: N802 - the protocol's method name
         self, request: spb.ChangeInvisibleDurationRequest, context: Context
     ) -> spb.ChangeInvisibleDurationResponse:
-        return self._consumers.change_invisible_duration(request)
+        return self._consumers.change_invisible_duration(request, context)
 
     async def ForwardMessageToDeadLetterQueue(  # noqa: N802 - the protocol's method name
         self, request: spb.ForwardMessageToDeadLetterQueueRequest, context: Context
     ) -> spb.ForwardMessageToDeadLetterQueueResponse:
-        return await self._consumers.forward_to_dead_letter(request)
+        return await self._consumers.forward_to_dead_letter(request, context)
 
     async def QueryAssignment(  # noqa: N802 - the protocol's method name
         self, request: spb.QueryAssignmentRequest, context: Context

@@ -221,14 +221,16 @@ class SetFlowControlResponse(_message.Message):
     def __init__(self, broker_wide: _Optional[bool] = ..., topics: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class Group(_message.Message):
-    __slots__ = ("name", "orderly", "retry_max_times")
+    __slots__ = ("name", "orderly", "retry_max_times", "broadcast")
     NAME_FIELD_NUMBER: _ClassVar[int]
     ORDERLY_FIELD_NUMBER: _ClassVar[int]
     RETRY_MAX_TIMES_FIELD_NUMBER: _ClassVar[int]
+    BROADCAST_FIELD_NUMBER: _ClassVar[int]
     name: str
     orderly: bool
     retry_max_times: int
-    def __init__(self, name: _Optional[str] = ..., orderly: _Optional[bool] = ..., retry_max_times: _Optional[int] = ...) -> None: ...
+    broadcast: bool
+    def __init__(self, name: _Optional[str] = ..., orderly: _Optional[bool] = ..., retry_max_times: _Optional[int] = ..., broadcast: _Optional[bool] = ...) -> None: ...
 
 class ListGroupsRequest(_message.Message):
     __slots__ = ()
@@ -279,28 +281,48 @@ class GroupTopicProgress(_message.Message):
     def __init__(self, topic: _Optional[str] = ..., queues: _Optional[_Iterable[_Union[GroupQueueProgress, _Mapping]]] = ...) -> None: ...
 
 class DescribeGroupResponse(_message.Message):
-    __slots__ = ("group", "members", "topics", "dlq_topic", "dlq_message_count")
+    __slots__ = ("group", "members", "topics", "dlq_topic", "dlq_message_count", "broadcast_members")
     GROUP_FIELD_NUMBER: _ClassVar[int]
     MEMBERS_FIELD_NUMBER: _ClassVar[int]
     TOPICS_FIELD_NUMBER: _ClassVar[int]
     DLQ_TOPIC_FIELD_NUMBER: _ClassVar[int]
     DLQ_MESSAGE_COUNT_FIELD_NUMBER: _ClassVar[int]
+    BROADCAST_MEMBERS_FIELD_NUMBER: _ClassVar[int]
     group: Group
     members: _containers.RepeatedCompositeFieldContainer[GroupMember]
     topics: _containers.RepeatedCompositeFieldContainer[GroupTopicProgress]
     dlq_topic: str
     dlq_message_count: int
-    def __init__(self, group: _Optional[_Union[Group, _Mapping]] = ..., members: _Optional[_Iterable[_Union[GroupMember, _Mapping]]] = ..., topics: _Optional[_Iterable[_Union[GroupTopicProgress, _Mapping]]] = ..., dlq_topic: _Optional[str] = ..., dlq_message_count: _Optional[int] = ...) -> None: ...
+    broadcast_members: _containers.RepeatedCompositeFieldContainer[BroadcastMember]
+    def __init__(self, group: _Optional[_Union[Group, _Mapping]] = ..., members: _Optional[_Iterable[_Union[GroupMember, _Mapping]]] = ..., topics: _Optional[_Iterable[_Union[GroupTopicProgress, _Mapping]]] = ..., dlq_topic: _Optional[str] = ..., dlq_message_count: _Optional[int] = ..., broadcast_members: _Optional[_Iterable[_Union[BroadcastMember, _Mapping]]] = ...) -> None: ...
+
+class BroadcastMember(_message.Message):
+    __slots__ = ("member_id", "client_id", "host", "last_seen_ms", "left", "topics")
+    MEMBER_ID_FIELD_NUMBER: _ClassVar[int]
+    CLIENT_ID_FIELD_NUMBER: _ClassVar[int]
+    HOST_FIELD_NUMBER: _ClassVar[int]
+    LAST_SEEN_MS_FIELD_NUMBER: _ClassVar[int]
+    LEFT_FIELD_NUMBER: _ClassVar[int]
+    TOPICS_FIELD_NUMBER: _ClassVar[int]
+    member_id: int
+    client_id: str
+    host: str
+    last_seen_ms: int
+    left: bool
+    topics: _containers.RepeatedCompositeFieldContainer[GroupTopicProgress]
+    def __init__(self, member_id: _Optional[int] = ..., client_id: _Optional[str] = ..., host: _Optional[str] = ..., last_seen_ms: _Optional[int] = ..., left: _Optional[bool] = ..., topics: _Optional[_Iterable[_Union[GroupTopicProgress, _Mapping]]] = ...) -> None: ...
 
 class CreateGroupRequest(_message.Message):
-    __slots__ = ("group", "orderly", "retry_max_times")
+    __slots__ = ("group", "orderly", "retry_max_times", "broadcast")
     GROUP_FIELD_NUMBER: _ClassVar[int]
     ORDERLY_FIELD_NUMBER: _ClassVar[int]
     RETRY_MAX_TIMES_FIELD_NUMBER: _ClassVar[int]
+    BROADCAST_FIELD_NUMBER: _ClassVar[int]
     group: str
     orderly: bool
     retry_max_times: int
-    def __init__(self, group: _Optional[str] = ..., orderly: _Optional[bool] = ..., retry_max_times: _Optional[int] = ...) -> None: ...
+    broadcast: bool
+    def __init__(self, group: _Optional[str] = ..., orderly: _Optional[bool] = ..., retry_max_times: _Optional[int] = ..., broadcast: _Optional[bool] = ...) -> None: ...
 
 class CreateGroupResponse(_message.Message):
     __slots__ = ("group",)
@@ -321,7 +343,9 @@ class ResetOffsetRequest(_message.Message):
     def __init__(self, group: _Optional[str] = ..., topic: _Optional[str] = ..., to: _Optional[_Union[ResetTarget, str]] = ..., timestamp_ms: _Optional[int] = ...) -> None: ...
 
 class ResetOffsetResponse(_message.Message):
-    __slots__ = ("progress",)
+    __slots__ = ("progress", "broadcast_members")
     PROGRESS_FIELD_NUMBER: _ClassVar[int]
+    BROADCAST_MEMBERS_FIELD_NUMBER: _ClassVar[int]
     progress: GroupTopicProgress
-    def __init__(self, progress: _Optional[_Union[GroupTopicProgress, _Mapping]] = ...) -> None: ...
+    broadcast_members: _containers.RepeatedCompositeFieldContainer[BroadcastMember]
+    def __init__(self, progress: _Optional[_Union[GroupTopicProgress, _Mapping]] = ..., broadcast_members: _Optional[_Iterable[_Union[BroadcastMember, _Mapping]]] = ...) -> None: ...

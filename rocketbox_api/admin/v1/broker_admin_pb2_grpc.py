@@ -172,7 +172,7 @@ class BrokerAdminServicer:
 
     def CreateGroup(self, request, context):
         """Creates a consumer group with these settings. ALREADY_EXISTS if it exists (whatever its
-        settings); INVALID_ARGUMENT for a bad name (1..120 characters of %a-zA-Z0-9_-) or a
+        settings: a group's consume model never changes under its consumers); INVALID_ARGUMENT for a bad name (1..120 characters of %a-zA-Z0-9_-) or a
         retry_max_times outside 0..64.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
@@ -184,8 +184,8 @@ class BrokerAdminServicer:
         past the last one, or to the first one stored at or after a time. Messages the group had in
         flight in that topic are forgotten: their receipt handles are refused from then on, and
         they are delivered again if the new consume offset is at or before them. Takes effect at
-        once for connected consumers. NOT_FOUND for an unknown group or a topic not in the topic
-        table.
+        once for connected consumers; a broadcast group's members are all moved. NOT_FOUND for an
+        unknown group or a topic not in the topic table.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')

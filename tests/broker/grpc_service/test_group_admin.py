@@ -120,23 +120,25 @@ def store_time_ms(broker: BrokerProcess, message_id: str) -> int:
 
 def test_group_create_list_and_describe_a_fresh_group(broker: BrokerProcess) -> None:
     created = cli_json(broker, "group", "create", "Audit", "--retry-max-times", "0")
-    assert created == {"name": "Audit", "orderly": False, "retry_max_times": 0}
+    assert created == {"name": "Audit", "orderly": False, "retry_max_times": 0, "broadcast": False}
     default = cli_json(broker, "group", "create", "Plain")
-    assert default == {"name": "Plain", "orderly": False, "retry_max_times": 16}
+    assert default == {"name": "Plain", "orderly": False, "retry_max_times": 16, "broadcast": False}
     listed = cli_json(broker, "group", "list")["groups"]
     assert listed == [
-        {"name": "Audit", "orderly": False, "retry_max_times": 0},
-        {"name": "Billing", "orderly": True, "retry_max_times": 3},
-        {"name": "Plain", "orderly": False, "retry_max_times": 16},
+        {"name": "Audit", "orderly": False, "retry_max_times": 0, "broadcast": False},
+        {"name": "Billing", "orderly": True, "retry_max_times": 3, "broadcast": False},
+        {"name": "Plain", "orderly": False, "retry_max_times": 16, "broadcast": False},
     ]
     assert describe(broker, "Billing") == {
         "name": "Billing",
         "orderly": True,
         "retry_max_times": 3,
+        "broadcast": False,
         "members": [],
         "topics": [],
         "dlq_topic": "%DLQ%Billing",
         "dlq_message_count": 0,
+        "broadcast_members": [],
     }
     text = cli(broker, "group", "describe", "Billing").stdout
     assert "group Billing: orderly, retry_max_times 3" in text, text
