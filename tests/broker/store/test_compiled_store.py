@@ -17,8 +17,8 @@ from tests.broker.store.conftest import EXPECT_COMPILED_ENV
 
 REPO = Path(__file__).resolve().parents[3]
 # What the wheel is built from: what the image copies (Dockerfile), without local state.
-SOURCES = ("pyproject.toml", "setup.py", "README.md", "broker", "namesrv", "sidecar", "outbox", "reconcile",
-           "rocketbox", "rocketbox_api")  # fmt: skip
+SOURCES = ("pyproject.toml", "setup.py", "README.md", "broker", "namesrv", "sidecar", "outbox",
+           "reconcile", "rocketbox", "rocketbox_api")  # fmt: skip
 TESTS = ("tests/broker/store", "tests/broker/test_pop_message.py", "tests/broker/test_arrival.py")
 BUILD_TIMEOUT_S = 600
 TESTS_TIMEOUT_S = 600
