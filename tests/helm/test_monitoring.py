@@ -276,6 +276,11 @@ def test_the_alerts_fire_on_series_that_cross_their_thresholds(
          "values": "0x20"},
         {"series": 'rocketbox_sidecar_ready{namespace="ns", pod="app-1", reason="READY"}',
          "values": "1x20"},
+        # A slave 100 MB behind its master from the second minute; another 1 MB behind.
+        {"series": 'rocketbox_broker_replication_lag_bytes{namespace="ns", pod="broker-a-1-0"}',
+         "values": "0 100000000x20"},
+        {"series": 'rocketbox_broker_replication_lag_bytes{namespace="ns", pod="broker-b-1-0"}',
+         "values": "1000000x20"},
     ]  # fmt: skip
     fired = {"namespace": "ns", "pod": "app-0"}
     tests = {
@@ -300,6 +305,12 @@ def test_the_alerts_fire_on_series_that_cross_their_thresholds(
                      "exp_alerts": [alert("RocketboxSpoolRatioHigh", fired, "warning",
                                           "app-0: 50% of sends spooled")]},
                     {"eval_time": "16m", "alertname": "RocketboxOutboxDepthHigh", "exp_alerts": []},
+                    {"eval_time": "5m", "alertname": "RocketboxReplicationLagHigh",
+                     "exp_alerts": []},
+                    {"eval_time": "7m", "alertname": "RocketboxReplicationLagHigh",
+                     "exp_alerts": [alert("RocketboxReplicationLagHigh",
+                                          {"namespace": "ns", "pod": "broker-a-1-0"}, "warning",
+                                          "broker-a-1-0: a slave is 95.37MiB behind its master")]},
                 ],
             }
         ],
