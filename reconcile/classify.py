@@ -143,7 +143,7 @@ def _copies(fold: bool) -> list[Column]:
     folding. A set per message id (of one or two records, a resend's few more) is the fold's
     whole cost: the grouping by id is the one shuffle either way."""
     parked = sf.col("c_parked")
-    read = sf.count(sf.when(sf.col("c_parked").isNotNull(), 1))
+    read = sf.count(sf.when(parked.isNotNull(), 1))
     if not fold:
         return [
             sf.count(sf.when(~parked, 1)).alias("copies"),

@@ -1,4 +1,4 @@
-"""``rocketbox reconcile``: prove from a broker's commitlog that no acknowledged message was lost.
+"""``rocketbox reconcile``: prove from the brokers' commitlogs that nothing acknowledged was lost.
 
 Exit codes: 0 nothing lost, 1 something lost, 2 usage, 3 an input cannot be read, 4 the Spark
 job failed. An outbox URL is exported here, to ``<out>/inputs/outbox.parquet``, before Spark
