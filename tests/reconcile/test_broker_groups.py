@@ -122,6 +122,10 @@ def test_data_dir_of_a_cluster_reads_every_store(cluster: Cluster, tmp_path: Pat
         f"commitlog: 3 directories read; {OK_PER_GROUP + 3} slave copies of a master's "
         "record counted once" in lines
     )
+    report = (done.out / "report.html").read_text()
+    assert "<h3>Directories read</h3>" in report
+    assert f"{OK_PER_GROUP + 3:,} records were read twice or more" in report
+    assert all(str(s / "commitlog") in report for s in (a0, a1, b0))
 
 
 def reconciled(spark: SparkSession, cluster: Cluster, out: Path, *stores: Path) -> dict[str, Any]:
