@@ -10,10 +10,11 @@ by both at phy_offset 0 in the same millisecond (only the store host tells the t
 apart), a message stored twice by group a, and an acknowledged message no group holds.
 
 Proves: the slave's copy adds no duplicate and no message (the totals equal those of the masters
-alone) and is counted as slave copies; the resend across groups and the one within a group are
-still duplicates; the loss is still found; the summary names every directory with its records and
-store hosts; ``--data-dir`` of the cluster layout finds all three stores (the process exits 1 and
-says what it read); a directory given twice is refused; IPv4 and IPv6 store hosts read right.
+alone, and of the slave in its master's place) and is counted as slave copies; the resend
+across groups and the one within a group are still duplicates; the loss is still found; the
+summary names every directory with its records and store hosts; ``--data-dir`` of the cluster
+layout finds all three stores (the process exits 1 and says what it read, report.html too); a
+directory given twice is refused; IPv4 and IPv6 store hosts read right.
 """
 
 from __future__ import annotations
@@ -146,8 +147,11 @@ def test_a_slaves_copy_is_no_duplicate(
 
     with_slave = reconciled(spark, cluster, tmp_path / "with", a0, a1, b0)
     masters = reconciled(spark, cluster, tmp_path / "masters", a0, b0)
+    # After a failover the slave's copy is group a's store: it proves the same.
+    slave_for_master = reconciled(spark, cluster, tmp_path / "slave", a1, b0)
 
     assert with_slave["totals"] == masters["totals"] == expected_totals()
+    assert slave_for_master["totals"] == expected_totals()
     assert with_slave["commitlog"]["slave_copies"] == OK_PER_GROUP + 3
     assert masters["commitlog"]["slave_copies"] == 0
     drill = with_slave["drill_down"]
