@@ -143,7 +143,7 @@ def time_job(
 ) -> tuple[float, dict[str, float]]:
     """Seconds for the whole job; every message must be ok (with the ledger) or unchecked
     (without one: nothing says a sender kept books of these topics)."""
-    config = JobConfig(commitlog=store, outbox=outbox, out_dir=out, ledgers=ledgers)
+    config = JobConfig(commitlogs=(store,), outbox=outbox, out_dir=out, ledgers=ledgers)
     began = time.perf_counter()
     summary = run(config, spark)
     seconds = time.perf_counter() - began

@@ -33,7 +33,9 @@ Each message gets exactly one outcome, the first that applies:
 
 Besides its outcome, a message is *duplicated* when it has more than one copy
 (``duplicate_copies`` = copies - 1); system-topic copies (retries, dead letters) and parked copies
-are not copies.
+are not copies. With several commitlogs (a cluster's, commitlog_sources.py) a copy is a distinct
+(store host, phy_offset, store timestamp): a slave's copy of its master's record is the same
+record, counted once (``folded_copies``), while a resend stored again is a second copy.
 
 Time: a message is bucketed by its *event time*: its first acknowledgement (ledger ``time_ms``),
 else its outbox entry's ``created_ms`` (when it was spooled), else its first store timestamp;
@@ -74,8 +76,10 @@ def classify(
     outbox: DataFrame,
     scope_topics: list[str],
     bucket_ms: int = BUCKET_MS_DEFAULT,
+    fold_copies: bool = False,
 ) -> DataFrame:
-    """One row per message id, with its evidence, its outcome and its bucket."""
+    """One row per message id, with its evidence, its outcome and its bucket. ``fold_copies``:
+    the records come from several commitlogs, which may hold the same record (a slave's copy)."""
     assert bucket_ms > 0
     from_log = records.select(
         "message_id",
@@ -83,6 +87,7 @@ def classify(
         sf.col("parked").alias("c_parked"),
         sf.col("store_timestamp_ms").alias("c_store_ts"),
         sf.col("phy_offset").alias("c_phy_offset"),
+        sf.struct("store_host", "phy_offset", "store_timestamp_ms").alias("c_record"),
     )
     parts = [from_log]
     if acks is not None:
@@ -113,8 +118,7 @@ def classify(
         )  # fmt: skip
     spooled = sf.col("l_state") == "SPOOLED"
     per_id = rows.groupBy("message_id").agg(
-        sf.count(sf.when(~sf.col("c_parked"), 1)).alias("copies"),
-        sf.count(sf.when(sf.col("c_parked"), 1)).alias("parked_copies"),
+        *_copies(fold_copies),
         sf.min("c_topic").alias("c_topic"),
         sf.min("c_store_ts").alias("first_store_timestamp_ms"),
         sf.max("c_store_ts").alias("last_store_timestamp_ms"),
@@ -132,6 +136,27 @@ def classify(
         sf.max_by("o", "o_order").alias("o"),
     )
     return per_id.select(*_classified(scope_topics, bucket_ms))
+
+
+def _copies(fold: bool) -> list[Column]:
+    """copies, parked_copies and folded_copies: records read, less those read twice when
+    folding. A set per message id (of one or two records, a resend's few more) is the fold's
+    whole cost: the grouping by id is the one shuffle either way."""
+    parked = sf.col("c_parked")
+    read = sf.count(sf.when(parked.isNotNull(), 1))
+    if not fold:
+        return [
+            sf.count(sf.when(~parked, 1)).alias("copies"),
+            sf.count(sf.when(parked, 1)).alias("parked_copies"),
+            sf.lit(0).alias("folded_copies"),
+        ]
+    copies = sf.size(sf.collect_set(sf.when(~parked, sf.col("c_record"))))
+    parked_copies = sf.size(sf.collect_set(sf.when(parked, sf.col("c_record"))))
+    return [
+        copies.alias("copies"),
+        parked_copies.alias("parked_copies"),
+        (read - copies - parked_copies).alias("folded_copies"),
+    ]
 
 
 def _classified(scope_topics: list[str], bucket_ms: int) -> list[Column | str]:
@@ -176,6 +201,7 @@ def _classified(scope_topics: list[str], bucket_ms: int) -> list[Column | str]:
         ((sf.col("copies") == 0) & (sf.col("parked_copies") > 0)).alias("parked_only"),
         "copies",
         "parked_copies",
+        "folded_copies",
         "first_store_timestamp_ms",
         "last_store_timestamp_ms",
         "first_phy_offset",

@@ -21,8 +21,12 @@ What each segment scan keeps, and what it only counts:
   phy_offset and the reason). Valid-looking records after it are not read: the broker's recovery
   cuts the log at the same place.
 
-Each segment's counts reach the driver through a Spark accumulator keyed by the segment's start
-offset, so a task run twice (a retry, a recomputed stage) reports the same numbers once.
+Each kept record also carries its store host (store_hosts.py), which tells a slave's copy of a
+record from a resend when several commitlogs are read (commitlog_sources.py).
+
+Each segment's counts reach the driver through a Spark accumulator keyed by the segment's
+directory (its index among the commitlogs read) and start offset, so a task run twice (a retry, a
+recomputed stage) reports the same numbers once.
 """
 
 from __future__ import annotations
@@ -32,7 +36,7 @@ import itertools
 import mmap
 import os
 from collections.abc import Iterator
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -50,6 +54,7 @@ from broker.store.codec.message import PROPERTY_REAL_TOPIC
 from broker.store.codec.scan import ScanEndKind, SegmentScanner
 from broker.store.codec.scan_columns import RecordColumns
 from reconcile.errors import InputError
+from reconcile.store_hosts import store_hosts
 
 # broker/topic_config.py's SYSTEM_TOPIC_PREFIXES and the parking topics of broker/timer_message.py
 # and broker/transaction_message.py. The reconciliation reads only broker.store (DESIGN §1), so
@@ -72,6 +77,7 @@ COMMITLOG_SCHEMA = st.StructType(
         st.StructField("store_timestamp_ms", st.LongType(), False),
         st.StructField("born_timestamp_ms", st.LongType(), False),
         st.StructField("body_size_bytes", st.IntegerType(), False),
+        st.StructField("store_host", st.StringType(), False),
     ]
 )
 # The same columns as Arrow types, for the batches the scan tasks build (one list, not two).
@@ -80,8 +86,11 @@ _SEGMENTS_SCHEMA = st.StructType(
     [
         st.StructField("path", st.StringType(), False),
         st.StructField("file_from_offset", st.LongType(), False),
+        st.StructField("source", st.IntegerType(), False),
     ]
 )
+# What the scan tasks' accumulator is keyed by: (source, file_from_offset).
+StatsKey = tuple[int, int]
 
 
 @dataclass(frozen=True, slots=True)
@@ -89,6 +98,7 @@ class Segment:
     path: Path
     file_from_offset: int
     size_bytes: int
+    source: int = 0  # the index of its directory among the commitlogs read
 
 
 @dataclass(slots=True)
@@ -97,6 +107,7 @@ class SegmentStats:
 
     segment: str
     file_from_offset: int
+    source: int = 0  # the index of its directory among the commitlogs read
     size_bytes: int = 0
     records: int = 0  # valid records read, of every kind
     kept_records: int = 0  # handed to the job: application topics with an id, parked ones too
@@ -110,6 +121,8 @@ class SegmentStats:
     end_reason: str = ""
     first_store_timestamp_ms: int | None = None
     last_store_timestamp_ms: int | None = None
+    # The brokers that stored its kept records (a master's address; a slave's copy has it too).
+    store_hosts: list[str] = field(default_factory=list)
 
     @property
     def stopped_early(self) -> bool:
@@ -130,15 +143,15 @@ class SegmentStats:
         )
 
 
-class _SegmentStatsParam(AccumulatorParam[dict[int, dict[str, Any]]]):
-    """Merges per-segment stats by start offset: a segment scanned twice counts once."""
+class _SegmentStatsParam(AccumulatorParam[dict[StatsKey, dict[str, Any]]]):
+    """Merges per-segment stats by (source, start offset): a segment scanned twice counts once."""
 
-    def zero(self, value: dict[int, dict[str, Any]]) -> dict[int, dict[str, Any]]:
+    def zero(self, value: dict[StatsKey, dict[str, Any]]) -> dict[StatsKey, dict[str, Any]]:
         return {}
 
     def addInPlace(  # noqa: N802 - pyspark's name
-        self, value1: dict[int, dict[str, Any]], value2: dict[int, dict[str, Any]]
-    ) -> dict[int, dict[str, Any]]:
+        self, value1: dict[StatsKey, dict[str, Any]], value2: dict[StatsKey, dict[str, Any]]
+    ) -> dict[StatsKey, dict[str, Any]]:
         value1.update(value2)
         return value1
 
@@ -152,11 +165,12 @@ def commitlog_dir(path: Path) -> Path:
     raise InputError(f"commitlog directory {path} does not exist")
 
 
-def list_segments(directory: Path) -> list[Segment]:
-    """The segment files in phy_offset order (names and sizes only: no record is read here)."""
+def list_segments(directory: Path, source: int = 0) -> list[Segment]:
+    """The segment files in phy_offset order (names and sizes only: no record is read here);
+    ``source`` is the directory's index among the commitlogs read."""
     try:
         names = sorted(p for p in directory.iterdir() if _is_segment_name(p.name))
-        segments = [Segment(p, int(p.name), p.stat().st_size) for p in names]
+        segments = [Segment(p, int(p.name), p.stat().st_size, source) for p in names]
     except OSError as e:
         raise InputError(f"cannot list commitlog segments in {directory}: {e}") from e
     if not segments:
@@ -175,18 +189,18 @@ def segment_gaps(segments: list[Segment]) -> list[dict[str, int]]:
     ]
 
 
-def stats_accumulator(spark: SparkSession) -> Accumulator[dict[int, dict[str, Any]]]:
+def stats_accumulator(spark: SparkSession) -> Accumulator[dict[StatsKey, dict[str, Any]]]:
     return spark.sparkContext.accumulator({}, _SegmentStatsParam())
 
 
 def scan_commitlog(
     spark: SparkSession,
     segments: list[Segment],
-    stats: Accumulator[dict[int, dict[str, Any]]],
+    stats: Accumulator[dict[StatsKey, dict[str, Any]]],
     batch_records_max: int = SCAN_BATCH_RECORDS_MAX,
 ) -> DataFrame:
     """The records of every segment (COMMITLOG_SCHEMA), one Spark partition per segment."""
-    rows = [(str(s.path), s.file_from_offset) for s in segments]
+    rows = [(str(s.path), s.file_from_offset, s.source) for s in segments]
     # parallelize with one slice per element: exactly one segment per partition, so one task.
     rdd = spark.sparkContext.parallelize(rows, len(rows))
     paths = spark.createDataFrame(rdd, _SEGMENTS_SCHEMA)
@@ -195,20 +209,21 @@ def scan_commitlog(
 
 
 def scan_partition(
-    stats: Accumulator[dict[int, dict[str, Any]]],
+    stats: Accumulator[dict[StatsKey, dict[str, Any]]],
     batch_records_max: int,
     batches: Iterator[pa.RecordBatch],
 ) -> Iterator[pa.RecordBatch]:
     """mapInArrow's function: scan the segments named in ``batches`` (runs on an executor)."""
     for batch in batches:
-        for path, from_offset in zip(
+        for path, from_offset, source in zip(
             batch.column("path").to_pylist(),
             batch.column("file_from_offset").to_pylist(),
+            batch.column("source").to_pylist(),
             strict=True,
         ):
-            found = SegmentStats(Path(path).name, from_offset)
+            found = SegmentStats(Path(path).name, from_offset, source)
             yield from scan_segment(Path(path), found, batch_records_max)
-            stats.add({from_offset: asdict(found)})
+            stats.add({(source, from_offset): asdict(found)})
 
 
 def scan_segment(
@@ -286,7 +301,7 @@ def _kept(
             topics[t] = topic_kind(t)
         kinds = [topics[t] for t in cols.topic]
     if not any(kinds) and None not in cols.message_id:
-        return _to_arrow(cols, np.zeros(len(cols), np.bool_))
+        return _to_arrow(cols, np.zeros(len(cols), np.bool_), buf, found)
     keep: list[int] = []
     for i, (kind, message_id) in enumerate(zip(kinds, cols.message_id, strict=True)):
         if kind == _SYSTEM:
@@ -311,10 +326,15 @@ def _kept(
         born_timestamp_ms=cols.born_timestamp_ms[index],
         body_size_bytes=cols.body_size_bytes[index],
     )
-    return _to_arrow(kept, np.asarray([kinds[i] == _PARKED for i in keep], np.bool_))
+    parked = np.asarray([kinds[i] == _PARKED for i in keep], np.bool_)
+    return _to_arrow(kept, parked, buf, found)
 
 
-def _to_arrow(cols: RecordColumns, parked: npt.NDArray[np.bool_]) -> pa.RecordBatch:
+def _to_arrow(
+    cols: RecordColumns, parked: npt.NDArray[np.bool_], buf: mmap.mmap, found: SegmentStats
+) -> pa.RecordBatch:
+    hosts = store_hosts(buf, cols.phy_offset - found.file_from_offset)
+    found.store_hosts = sorted(set(found.store_hosts).union(hosts))
     return pa.RecordBatch.from_arrays(
         [
             pa.array(cols.message_id, pa.string()),
@@ -326,6 +346,7 @@ def _to_arrow(cols: RecordColumns, parked: npt.NDArray[np.bool_]) -> pa.RecordBa
             pa.array(cols.store_timestamp_ms, pa.int64()),
             pa.array(cols.born_timestamp_ms, pa.int64()),
             pa.array(cols.body_size_bytes, pa.int32()),
+            pa.array(hosts, pa.string()),
         ],
         schema=_ARROW_SCHEMA,
     )

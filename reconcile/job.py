@@ -1,6 +1,7 @@
 """The reconciliation job: the inputs, the classification and what it writes.
 
-    segments (driver lists names) ─► scan tasks (one per segment, mapInArrow) ─┐
+    segments of every commitlog (driver lists names)
+        ─► scan tasks (one per segment, mapInArrow) ───────────────────────────┐
     ledgers (JSON lines, parsed once to inputs/acks) ──────────────────────────┼─► classify
     outbox export (JSON lines or Parquet) ──────────────────────────────────────┘   (one shuffle)
         ─► details/messages (Parquet, one row per message id with its outcome; written by Spark)
@@ -29,11 +30,10 @@ from reconcile.classify import BUCKET_MS_DEFAULT, classify, counts_by_topic_and_
 from reconcile.commitlog_source import (
     SCAN_BATCH_RECORDS_MAX,
     SegmentStats,
-    commitlog_dir,
-    list_segments,
     scan_commitlog,
     stats_accumulator,
 )
+from reconcile.commitlog_sources import CommitlogSource, read_sources, sources_summary
 from reconcile.errors import InputError
 from reconcile.ledgers import (
     check_ledgers,
@@ -55,7 +55,9 @@ _BYPASS_PARTIAL_AGGREGATION = "spark.sql.execution.bypassPartialAggregation"
 
 @dataclass(frozen=True, slots=True)
 class JobConfig:
-    commitlog: Path  # a store root (with commitlog/) or the commitlog directory itself
+    # Store roots (with commitlog/) or commitlog directories: one broker's, or a cluster's
+    # (every group's master, and slaves' copies, which fold into their masters' records).
+    commitlogs: tuple[Path, ...]
     outbox: Path  # an export: .jsonl, or .parquet (file or directory)
     out_dir: Path
     ledgers: tuple[Path, ...] = ()
@@ -90,7 +92,7 @@ def run(config: JobConfig, spark: SparkSession | None = None) -> dict[str, Any]:
 
 def check_inputs(config: JobConfig) -> None:
     """Fail before Spark starts when an input is missing (InputError, exit 3)."""
-    list_segments(commitlog_dir(config.commitlog))
+    read_sources(config.commitlogs)
     export_kind(config.outbox)
     check_ledgers(config.ledgers)
 
@@ -117,7 +119,10 @@ def reconcile(spark: SparkSession, config: JobConfig) -> dict[str, Any]:
     out = config.out_dir
     details = out / "details"
     out.mkdir(parents=True, exist_ok=True)
-    segments = list_segments(commitlog_dir(config.commitlog))
+    sources = read_sources(config.commitlogs)
+    segments = [segment for source in sources for segment in source.segments]
+    # Only a second log can hold a slave's copy: one log keeps the cheaper count of copies.
+    fold_copies = len(sources) > 1
     scan_stats = stats_accumulator(spark)
     records = scan_commitlog(spark, segments, scan_stats, config.scan_batch_records_max)
 
@@ -126,7 +131,7 @@ def reconcile(spark: SparkSession, config: JobConfig) -> dict[str, Any]:
     with phase("outbox_stats"):
         outbox_summary = figures.one_row(outbox_stats(outbox))
 
-    messages = classify(records, acks, outbox, scope, config.bucket_ms)
+    messages = classify(records, acks, outbox, scope, config.bucket_ms, fold_copies)
     messages_path = details / "messages"
     with phase("scan_classify_write"), _bypass_partial_aggregation(spark):
         # Not partitioned by outcome: that would sort every row; readers filter on it instead.
@@ -153,10 +158,10 @@ def reconcile(spark: SparkSession, config: JobConfig) -> dict[str, Any]:
     segment_rows = [SegmentStats(**v) for _, v in sorted(scan_stats.value.items())]
     summary: dict[str, Any] = {
         "verdict": "",
-        "inputs": _inputs(spark, config),
+        "inputs": _inputs(spark, config, sources),
         "bucket_ms": config.bucket_ms,
         "totals": figures.counts_only(total[0]) if total else figures.counts_only({}),
-        "commitlog": figures.commitlog_summary(segments, segment_rows, limit),
+        "commitlog": sources_summary(sources, segment_rows, limit),
         "ledgers": {**ledger, "scope_topics": scope[:limit]},
         "outbox": outbox_summary,
         "per_topic": [figures.with_key(r, "topic") for r in per_topic[:limit]],
@@ -172,6 +177,9 @@ def reconcile(spark: SparkSession, config: JobConfig) -> dict[str, Any]:
         "details": {"messages": str(messages_path), "counts": str(counts_path)},
         "phases_s": phase.seconds,
     }
+    if fold_copies:
+        with phase("slave_copies"):
+            summary["commitlog"]["slave_copies"] = figures.slave_copies(classified)
     summary["verdict"] = "LOST" if summary["totals"]["lost"] else "NOTHING_LOST"
     summary["elapsed_s"] = round(time.monotonic() - started, 3)
     return summary
@@ -196,9 +204,11 @@ def _read_ledgers(
     return acks, ledger, scope
 
 
-def _inputs(spark: SparkSession, config: JobConfig) -> dict[str, Any]:
+def _inputs(
+    spark: SparkSession, config: JobConfig, sources: list[CommitlogSource]
+) -> dict[str, Any]:
     return {
-        "commitlog": str(commitlog_dir(config.commitlog)),
+        "commitlogs": [str(s.directory) for s in sources],
         "outbox": str(config.outbox),
         "ledgers": [str(p) for p in config.ledgers],
         "master": spark.sparkContext.master,

@@ -213,20 +213,34 @@ def _commitlog_section(summary: dict[str, Any]) -> str:
               _column_value("time_ms", c.get("last_store_timestamp_ms"))]],
         ),
     ]  # fmt: skip
+    if len(c["sources"]) > 1:
+        parts.append(
+            f"<h3>Directories read</h3><p>{c['slave_copies']:,} records were read twice or more "
+            "(a slave's copy of its master's record: same store host, phy_offset and store "
+            "time) and counted once.</p>"
+        )
+        parts.append(
+            _table(
+                ["directory", "segments", "records", "kept", "store hosts"],
+                [[s["directory"], s["segments"], s["records"], s["kept_records"],
+                  ", ".join(s["store_hosts"])] for s in c["sources"]],
+            )
+        )  # fmt: skip
     if c["stops"]:
         parts.append("<h3>Scans that stopped early</h3>")
         parts.append(
             _table(
-                ["segment", "phy_offset", "where", "reason"],
-                [[s["segment"], s["phy_offset"], s["where"], s["reason"]] for s in c["stops"]],
+                ["directory", "segment", "phy_offset", "where", "reason"],
+                [[s["directory"], s["segment"], s["phy_offset"], s["where"], s["reason"]]
+                 for s in c["stops"]],
             )
-        )
+        )  # fmt: skip
     if c["gaps"]:
         parts.append("<h3>Missing segments</h3>")
         parts.append(
             _table(
-                ["from phy_offset", "to phy_offset"],
-                [[g["from_phy_offset"], g["to_phy_offset"]] for g in c["gaps"]],
+                ["directory", "from phy_offset", "to phy_offset"],
+                [[g["directory"], g["from_phy_offset"], g["to_phy_offset"]] for g in c["gaps"]],
             )
         )
     return "\n".join(parts)

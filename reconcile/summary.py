@@ -118,6 +118,11 @@ def commitlog_summary(
     }
 
 
+def slave_copies(classified: DataFrame) -> int:
+    """Records read more than once (a slave's copy of its master's) and counted once."""
+    return int(one_row(classified.agg(sf.sum("folded_copies").alias("n")))["n"] or 0)
+
+
 def latency_summary(classified: DataFrame, limit: int) -> dict[str, Any]:
     stats = [r.asDict() for r in latency_stats(classified).limit(limit + 1).collect()]
     histogram = {int(r["bin"]): int(r["messages"]) for r in latency_histogram(classified).collect()}

@@ -1,4 +1,4 @@
-"""``rocketbox reconcile``: prove from a broker's commitlog that no acknowledged message was lost.
+"""``rocketbox reconcile``: prove from the brokers' commitlogs that nothing acknowledged was lost.
 
 Exit codes: 0 nothing lost, 1 something lost, 2 usage, 3 an input cannot be read, 4 the Spark
 job failed. An outbox URL is exported here, to ``<out>/inputs/outbox.parquet``, before Spark
@@ -19,7 +19,7 @@ from outbox.export import export_parquet
 from outbox.factory import BACKENDS, redact
 from reconcile.errors import InputError, ReconcileError
 from rocketbox.outbox_session import open_for_reading
-from rocketbox.up_layout import up_ack_ledger, up_broker_dir, up_outbox_dir
+from rocketbox.up_layout import up_ack_ledger, up_broker_dir, up_broker_stores, up_outbox_dir
 from rocketbox.wording import plural
 
 if TYPE_CHECKING:
@@ -48,13 +48,17 @@ def _spark_conf(
     "--data-dir",
     type=click.Path(path_type=Path, file_okay=False, exists=True),
     default=None,
-    help="A `rocketbox up` data directory: its broker store, its RocksDB outbox and its ack "
-    "ledger (DATA_DIR/broker, DATA_DIR/outbox, DATA_DIR/acks.jsonl), each unless given below.",
+    help="A `rocketbox up` data directory: its broker stores, its RocksDB outbox and its ack "
+    "ledger (DATA_DIR/broker or every DATA_DIR/brokers/<broker-name>-<broker-id> of a "
+    "cluster, DATA_DIR/outbox, DATA_DIR/acks.jsonl), each unless given below.",
 )
 @click.option(
     "--commitlog",
+    "commitlogs",
+    multiple=True,
     type=click.Path(path_type=Path, file_okay=False),
-    help="A broker's store directory (holding commitlog/) or its commitlog directory.",
+    help="A broker's store directory (holding commitlog/) or its commitlog directory; "
+    "repeatable: one per broker group of a cluster, and slaves' copies, which count once.",
 )
 @click.option(
     "--outbox",
@@ -106,7 +110,7 @@ def _spark_conf(
 @click.option("--json", "as_json", is_flag=True, help="Print the whole summary as JSON.")
 def reconcile_command(
     data_dir: Path | None,
-    commitlog: Path | None,
+    commitlogs: tuple[Path, ...],
     outbox_source: str | None,
     ledgers: tuple[Path, ...],
     master: str,
@@ -127,14 +131,16 @@ def reconcile_command(
     from reconcile.session import SparkSettings  # noqa: PLC0415 - PySpark loads only for this command
 
     if data_dir is not None:
-        commitlog, outbox_source, ledgers = _up_inputs(data_dir, commitlog, outbox_source, ledgers)
-    if commitlog is None or outbox_source is None:
-        missing = "--commitlog" if commitlog is None else "--outbox"
+        commitlogs, outbox_source, ledgers = _up_inputs(
+            data_dir, commitlogs, outbox_source, ledgers
+        )
+    if not commitlogs or outbox_source is None:
+        missing = "--commitlog" if not commitlogs else "--outbox"
         raise click.UsageError(f"Missing option '{missing}' (or --data-dir of a `rocketbox up`)")
     try:
         outbox_path = _outbox_export(outbox_source, out_dir)
         config = JobConfig(
-            commitlog=commitlog,
+            commitlogs=commitlogs,
             outbox=outbox_path,
             out_dir=out_dir,
             ledgers=ledgers,
@@ -159,15 +165,22 @@ def reconcile_command(
 
 
 def _up_inputs(
-    data_dir: Path, commitlog: Path | None, outbox_source: str | None, ledgers: tuple[Path, ...]
-) -> tuple[Path, str, tuple[Path, ...]]:
-    """The inputs ``rocketbox up --data-dir DATA_DIR`` keeps, where not given explicitly; its
-    ledger only when it exists (``up --ack-ledger ''`` keeps none)."""
+    data_dir: Path,
+    commitlogs: tuple[Path, ...],
+    outbox_source: str | None,
+    ledgers: tuple[Path, ...],
+) -> tuple[tuple[Path, ...], str, tuple[Path, ...]]:
+    """The inputs ``rocketbox up --data-dir DATA_DIR`` keeps, where not given explicitly: every
+    broker store (one broker's, or a cluster's masters and slaves); its ledger only when it
+    exists (``up --ack-ledger ''`` keeps none)."""
     ledger = up_ack_ledger(data_dir)
     if not ledgers and ledger.is_file():
         ledgers = (ledger,)
+    if not commitlogs:
+        # None found: DATA_DIR/broker, which the job then reports missing (exit 3).
+        commitlogs = tuple(up_broker_stores(data_dir)) or (up_broker_dir(data_dir),)
     return (
-        commitlog or up_broker_dir(data_dir),
+        commitlogs,
         outbox_source or f"rocksdb://{up_outbox_dir(data_dir)}",
         ledgers,
     )
@@ -220,14 +233,16 @@ def summary_text(
         f"({c['system_topic_records']:,} in system topics, {c['records_without_id']:,} without "
         f"id, {c['parked_records']:,} parked)",
     ]
+    lines += _sources_text(c)
+    several = len(c["sources"]) > 1
     lines += [
-        f"commitlog: {s['where']}: scan of {s['segment']} stopped at phy_offset "
-        f"{s['phy_offset']:,}: {s['reason']}"
+        f"commitlog: {s['where']}: scan of {s['segment']}{_in(s, several)} stopped at "
+        f"phy_offset {s['phy_offset']:,}: {s['reason']}"
         for s in c["stops"]
     ]
     lines += [
-        f"commitlog: no segment holds phy_offsets {g['from_phy_offset']:,} to "
-        f"{g['to_phy_offset']:,}"
+        f"commitlog: no segment{_in(g, several)} holds phy_offsets {g['from_phy_offset']:,} "
+        f"to {g['to_phy_offset']:,}"
         for g in c["gaps"]
     ]
     lines.append(
@@ -242,3 +257,24 @@ def summary_text(
         f"({summary['elapsed_s']} s on {config.spark.master})"
     )
     return "\n".join(lines)
+
+
+def _sources_text(c: dict[str, Any]) -> list[str]:
+    """A line per commitlog directory and one for the slave copies folded, when several."""
+    if len(c["sources"]) < 2:
+        return []
+    lines = [
+        f"commitlog: {s['directory']}: {plural(s['records'], 'record', grouped=True)} "
+        f"({s['kept_records']:,} kept) stored by {', '.join(s['store_hosts']) or 'no broker'}"
+        for s in c["sources"]
+    ]
+    lines.append(
+        f"commitlog: {plural(len(c['sources']), 'directory', grouped=True)} read; "
+        f"{plural(c['slave_copies'], 'slave copy', grouped=True)} of a master's record "
+        "counted once"
+    )
+    return lines
+
+
+def _in(where: dict[str, Any], several: bool) -> str:
+    return f" in {where['directory']}" if several else ""

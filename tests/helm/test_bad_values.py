@@ -2,7 +2,8 @@
 the schema refuses unknown keys at any depth and unknown outbox types (values.schema.json,
 additionalProperties false), and templates/validate.yaml refuses the combinations that would lose
 messages or mislead (a RocksDB outbox on an emptyDir, a Redis or MySQL outbox without its Secret,
-a reconciliation that cannot see what it must compare). The values files are in
+a reconciliation that cannot see what it must compare, a cluster's impossible shapes). The
+values files are in
 tests/helm/values/bad/, each saying what is wrong with it.
 """
 
@@ -52,6 +53,19 @@ EXPECTED = {
     "reconcile-brokers": [
         "reconcile.commitlog.source=brokerVolume reads broker-0's store only",
         "broker.replicas > 1",
+    ],
+    "cluster-no-groups": ["at '/broker/brokerGroups': minimum: got 0, want 1"],
+    "cluster-unknown-role": [
+        "at '/broker/role': value must be one of 'ASYNC_MASTER', 'SYNC_MASTER'",
+    ],
+    "cluster-replicas": [
+        "broker.replicas must be 1 in a cluster",
+        "broker.brokerGroups x (1 + broker.slavesPerGroup)",
+    ],
+    "cluster-reconcile-rwo": [
+        "reconcile.commitlog.source=brokerVolume in a cluster reads every broker's claim",
+        "ReadWriteMany storage (broker.persistence.accessModes)",
+        "brokers/<broker-name>-<broker-id>/commitlog",
     ],
 }
 

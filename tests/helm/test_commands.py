@@ -99,7 +99,7 @@ def test_the_reconcile_command_line_is_rocketboxs(
     with_out = {**container, "args": [*args, "--out", "/tmp/r"]}
     ctx = parse("reconcile", with_out, rendered.outbox_type, monkeypatch)
     p = ctx.params
-    assert str(p["commitlog"]) == "/var/lib/rocketbox/broker/commitlog"
+    assert [str(c) for c in p["commitlogs"]] == ["/var/lib/rocketbox/broker/commitlog"]
     assert p["outbox_source"] == (url or p["outbox_source"])
     assert p["outbox_source"], "an outbox source in every outbox choice"
     assert str(p["out_dir"]) == "/tmp/r"

@@ -28,6 +28,7 @@ from tests.broker.broker_process import BrokerProcess, wait_until
 from tests.helm.chart import CHART, Doc, Helm, find, parse, values_file
 from tests.helm.conftest import Rendered
 from tests.helm.monitoring import (
+    CLUSTER_METRICS,
     DASHBOARDS,
     EXTERNAL_METRICS,
     TARGET_LABELS,
@@ -67,6 +68,7 @@ ALERTS = {
     "spool rate": "RocketboxSpoolRatioHigh",
     "consumer lag": "RocketboxConsumerLagHigh",
     "disk ratio": "RocketboxDiskUsedRatioHigh",
+    "replication lag (issue #17)": "RocketboxReplicationLagHigh",
 }
 
 
@@ -177,12 +179,15 @@ def test_queries_and_rules_name_only_metrics_the_processes_export(
         f"{n} ({where})"
         for where, e in exprs
         for n in metric_names(e)
-        if n not in names and n not in EXTERNAL_METRICS
+        if n not in names and n not in EXTERNAL_METRICS and n not in CLUSTER_METRICS
     }
     assert not unknown, f"no process exports: {sorted(unknown)}"
     for where, expr in exprs:
         for metric, labels in selected_labels(expr).items():
             if metric in EXTERNAL_METRICS:
+                continue
+            if metric in CLUSTER_METRICS:
+                assert not labels - TARGET_LABELS, f"{where}: {metric} selects on {labels}"
                 continue
             missing = labels - TARGET_LABELS - names[metric]
             assert not missing, f"{where}: {metric} has no label {missing}"
@@ -299,6 +304,48 @@ def test_the_alerts_fire_on_series_that_cross_their_thresholds(
             }
         ],
     }  # fmt: skip
+    path = tmp_path / "tests.yaml"
+    path.write_text(yaml.safe_dump(tests, sort_keys=False))
+    out = promtool_run("test", "rules", str(path))
+    assert "SUCCESS" in out, out
+
+
+def test_the_replication_lag_alert_fires_on_a_slave_far_behind(
+    monitored: list[Doc], tmp_path: Path
+) -> None:
+    """`promtool test rules`: a slave 100 MB behind its master from the second minute fires
+    RocketboxReplicationLagHigh once its `for` (5m) has passed; one 1 MB behind never does."""
+    rules = tmp_path / "rules.yaml"
+    promtool_check_rules(rule_groups(monitored), rules)
+    (lag,) = [r for g in rule_groups(monitored) for r in g["rules"]
+              if r["alert"] == "RocketboxReplicationLagHigh"]  # fmt: skip
+    series = [
+        {"series": 'rocketbox_broker_replication_lag_bytes{namespace="ns", pod="broker-a-1-0"}',
+         "values": "0 100000000x20"},
+        {"series": 'rocketbox_broker_replication_lag_bytes{namespace="ns", pod="broker-b-1-0"}',
+         "values": "1000000x20"},
+    ]  # fmt: skip
+    fired = {
+        "exp_labels": {"namespace": "ns", "pod": "broker-a-1-0", "severity": "warning"},
+        "exp_annotations": {
+            "summary": "broker-a-1-0: a slave is 95.37MiB behind its master",
+            "description": lag["annotations"]["description"],
+        },
+    }
+    tests = {
+        "rule_files": [str(rules)],
+        "evaluation_interval": "1m",
+        "tests": [
+            {
+                "interval": "1m",
+                "input_series": series,
+                "alert_rule_test": [
+                    {"eval_time": "5m", "alertname": lag["alert"], "exp_alerts": []},
+                    {"eval_time": "7m", "alertname": lag["alert"], "exp_alerts": [fired]},
+                ],
+            }
+        ],
+    }
     path = tmp_path / "tests.yaml"
     path.write_text(yaml.safe_dump(tests, sort_keys=False))
     out = promtool_run("test", "rules", str(path))

@@ -71,7 +71,7 @@ def plants(tmp_path_factory: pytest.TempPathFactory) -> Planted:
 
 def reconcile(spark: SparkSession, p: Planted, out: Path, **kw: Any) -> dict[str, Any]:
     config = JobConfig(
-        commitlog=p.store,
+        commitlogs=(p.store,),
         outbox=kw.pop("outbox", p.outbox_jsonl),
         out_dir=out,
         ledgers=kw.pop("ledgers", (p.acks,)),

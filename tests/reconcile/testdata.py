@@ -72,9 +72,15 @@ def segment_records_max(segment_size_bytes: int, record_bytes: int) -> int:
 class CommitLogWriter:
     """Append records to ``commitlog_dir`` exactly as the broker's CommitLog lays them out."""
 
-    def __init__(self, commitlog_dir: Path, segment_size_bytes: int) -> None:
+    def __init__(
+        self,
+        commitlog_dir: Path,
+        segment_size_bytes: int,
+        store_host: tuple[str, int] = STORE_HOST,
+    ) -> None:
         self.commitlog_dir = commitlog_dir
         self.segment_size_bytes = segment_size_bytes
+        self.store_host = store_host  # the broker's address every record carries
         self._file: IO[bytes] | None = None
         self._segment_from_offset = 0
         self._wrote_position = 0
@@ -138,7 +144,7 @@ class CommitLogWriter:
             if born_timestamp_ms is None
             else born_timestamp_ms,
             born_host=BORN_HOST,
-            store_host=STORE_HOST,
+            store_host=self.store_host,
         )
         encoded = encode_message(msg, 0)
         self._make_room(encoded.total_size)

@@ -108,6 +108,78 @@ seccompProfile:
 {{- end -}}
 
 {{/*
+"true" when the release runs a cluster (NameServers, broker groups, slaves): broker.brokerGroups
+> 1, broker.slavesPerGroup > 0 or namesrv.enabled; "" for the default single broker.
+*/}}
+{{- define "rocketbox.cluster" -}}
+{{- $b := .Values.broker -}}
+{{- if and $b.enabled (or (gt (int $b.brokerGroups) 1) (gt (int $b.slavesPerGroup) 0) .Values.namesrv.enabled) -}}
+true
+{{- end -}}
+{{- end -}}
+
+{{- define "rocketbox.namesrvName" -}}
+{{- printf "%s-namesrv" (include "rocketbox.fullname" .) -}}
+{{- end -}}
+
+{{- define "rocketbox.namesrvHeadlessName" -}}
+{{- printf "%s-namesrv-headless" (include "rocketbox.fullname" .) -}}
+{{- end -}}
+
+{{/* Every NameServer pod's stable DNS name and port, joined with ';' (the brokers' --namesrv). */}}
+{{- define "rocketbox.namesrvAddresses" -}}
+{{- $n := .Values.namesrv -}}
+{{- $addresses := list -}}
+{{- range $i := until (int $n.replicas) -}}
+{{- $addresses = append $addresses (printf "%s-%d.%s.%s.svc.%s:%d" (include "rocketbox.namesrvName" $) $i (include "rocketbox.namesrvHeadlessName" $) $.Release.Namespace $.Values.broker.clusterDomain (int $n.port)) -}}
+{{- end -}}
+{{- join ";" $addresses -}}
+{{- end -}}
+
+{{/*
+A cluster's brokers as a JSON list, group by group, master first: each with its group's name
+(broker-a ...), its letter, broker id, role, StatefulSet name (<broker>-<letter>-<id>) and the
+stable DNS name of its one pod.
+*/}}
+{{- define "rocketbox.clusterBrokers" -}}
+{{- $b := .Values.broker -}}
+{{- $brokers := list -}}
+{{- range $g := until (int $b.brokerGroups) -}}
+{{- $letter := substr $g (add1 $g | int) "abcdefghijklmnopqrstuvwxyz" -}}
+{{- range $id := until (add1 $b.slavesPerGroup | int) -}}
+{{- $sts := printf "%s-%s-%d" (include "rocketbox.brokerName" $) $letter $id -}}
+{{- $host := printf "%s-0.%s.%s.svc.%s" $sts (include "rocketbox.brokerHeadlessName" $) $.Release.Namespace $b.clusterDomain -}}
+{{- $role := eq $id 0 | ternary $b.role "SLAVE" -}}
+{{- $brokers = append $brokers (dict "name" (printf "broker-%s" $letter) "letter" $letter "id" $id "role" $role "statefulSet" $sts "host" $host) -}}
+{{- end -}}
+{{- end -}}
+{{- toJson $brokers -}}
+{{- end -}}
+
+{{/* A cluster group's master Service: <broker>-<letter>. */}}
+{{- define "rocketbox.groupServiceName" -}}
+{{- printf "%s-%s" (include "rocketbox.brokerName" .root) .letter -}}
+{{- end -}}
+
+{{/*
+The access points a sidecar of this release sends to, as a JSON list of HOST:PORT: the broker's
+client Service, or in a cluster every group's master Service (the masters take the sends; the
+NameServers' routes lead clients on from there).
+*/}}
+{{- define "rocketbox.brokerAccessPoints" -}}
+{{- if include "rocketbox.cluster" . -}}
+{{- $points := list -}}
+{{- range $g := until (int .Values.broker.brokerGroups) -}}
+{{- $letter := substr $g (add1 $g | int) "abcdefghijklmnopqrstuvwxyz" -}}
+{{- $points = append $points (printf "%s.%s.svc.%s:%d" (include "rocketbox.groupServiceName" (dict "root" $ "letter" $letter)) $.Release.Namespace $.Values.broker.clusterDomain (int $.Values.broker.port)) -}}
+{{- end -}}
+{{- toJson $points -}}
+{{- else -}}
+{{- toJson (list (include "rocketbox.brokerAddress" .)) -}}
+{{- end -}}
+{{- end -}}
+
+{{/*
 The broker's topics: broker.topics, plus the example app's when it is enabled and not already
 listed (by name).
 */}}
