@@ -22,6 +22,7 @@ from rocketbox.consume_cli import consume_command
 from rocketbox.envvars import RocketboxGroup
 from rocketbox.event_loop import EVENT_LOOP_DEFAULT, EVENT_LOOPS
 from rocketbox.logs import LOG_FORMATS, LOG_LEVELS, configure_logging
+from rocketbox.namesrv_cli import namesrv
 from rocketbox.outbox_cli import outbox_group
 from rocketbox.reconcile_cli import reconcile_command
 from rocketbox.run_settings import RunSettings, run_async
@@ -241,7 +242,7 @@ def up_banner(
     return lines
 
 
-for command in (broker, sidecar_command, send_command, consume_command, reconcile_command):
+for command in (broker, namesrv, sidecar_command, send_command, consume_command, reconcile_command):
     main.add_command(command)
 for command in (outbox_group, topic, message, group):
     main.add_command(command)

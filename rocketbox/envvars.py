@@ -9,9 +9,9 @@
     is ROCKETBOX_SIDECAR_OUTBOX, ``--limit`` of ``rocketbox outbox ls`` is
     ROCKETBOX_OUTBOX_LS_LIMIT, the root's ``--log-level`` is ROCKETBOX_LOG_LEVEL.
 
-The servers (``broker``, ``sidecar``, ``up``) take (b) for every option, their ``--broker`` and
-``--outbox`` included: a server's settings are its own deployment's (the chart sets them per
-container), not a shell's shared aim.
+The servers (``broker``, ``namesrv``, ``sidecar``, ``up``) take (b) for every option, their
+``--broker`` and ``--outbox`` included: a server's settings are its own deployment's (the chart
+sets them per container), not a shell's shared aim.
 
 ``RocketboxGroup`` applies the rule to each command it is given, and to that command's own
 subcommands, when it is added: a new command is named by the rule without doing anything. An
@@ -34,7 +34,7 @@ CLIENT_ENVVARS = {
     "--outbox": "ROCKETBOX_OUTBOX",
 }
 # Top-level commands that serve: their every option follows (b).
-SERVER_COMMANDS = frozenset({"broker", "sidecar", "up"})
+SERVER_COMMANDS = frozenset({"broker", "namesrv", "sidecar", "up"})
 
 
 def _upper(name: str) -> str:
