@@ -18,6 +18,7 @@ from broker.config import BrokerConfig
 from broker.store.config import FlushDiskType
 from rocketbox.broker_admin_cli import flow_control, group, message, topic
 from rocketbox.broker_cli import broker, broker_addresses, run_broker
+from rocketbox.cluster_cli import cluster
 from rocketbox.consume_cli import consume_command
 from rocketbox.envvars import RocketboxGroup
 from rocketbox.event_loop import EVENT_LOOP_DEFAULT, EVENT_LOOPS
@@ -244,6 +245,6 @@ def up_banner(
 
 for command in (broker, namesrv, sidecar_command, send_command, consume_command, reconcile_command):
     main.add_command(command)
-for command in (outbox_group, topic, message, group):
+for command in (outbox_group, topic, message, group, cluster):
     main.add_command(command)
 main.add_command(flow_control)

@@ -1,9 +1,10 @@
 """The one rule naming the environment variable of every ``rocketbox`` option.
 
 (a) A client-side connection setting has one shared name, whichever command uses it: a command
-    that connects to a broker, a sidecar or an outbox as a client reads ``--broker`` from
-    ROCKETBOX_BROKER, ``--sidecar`` from ROCKETBOX_SIDECAR, ``--outbox`` from ROCKETBOX_OUTBOX,
-    so that one ``export`` aims every tool at the same thing.
+    that connects to a broker, a sidecar, an outbox or a NameServer as a client reads
+    ``--broker`` from ROCKETBOX_BROKER, ``--sidecar`` from ROCKETBOX_SIDECAR, ``--outbox`` from
+    ROCKETBOX_OUTBOX, ``--namesrv`` from ROCKETBOX_NAMESRV, so that one ``export`` aims every
+    tool at the same thing.
 (b) Every other option is ROCKETBOX_<COMMAND>_<OPTION>, after the command's path and the
     option's first long name (not its Python parameter): ``--outbox`` of ``rocketbox sidecar``
     is ROCKETBOX_SIDECAR_OUTBOX, ``--limit`` of ``rocketbox outbox ls`` is
@@ -32,6 +33,7 @@ CLIENT_ENVVARS = {
     "--broker": "ROCKETBOX_BROKER",
     "--sidecar": "ROCKETBOX_SIDECAR",
     "--outbox": "ROCKETBOX_OUTBOX",
+    "--namesrv": "ROCKETBOX_NAMESRV",
 }
 # Top-level commands that serve: their every option follows (b).
 SERVER_COMMANDS = frozenset({"broker", "namesrv", "sidecar", "up"})
