@@ -22,7 +22,7 @@ from pathlib import Path
 
 import grpc
 
-from chaos.processes import BrokerProcess, RocketboxProcess
+from chaos.processes import BROKER_METRICS_LINE, BrokerProcess, RocketboxProcess
 from rocketbox_api.namesrv.v1 import namesrv_pb2 as npb
 from rocketbox_api.namesrv.v1 import namesrv_pb2_grpc
 
@@ -34,22 +34,28 @@ CALL_DEADLINE_S = 5.0
 
 
 class NamesrvProcess(RocketboxProcess):
-    """``rocketbox namesrv`` with short scan and expiry; ``extra_args`` come last."""
+    """``rocketbox namesrv`` with short scan and expiry; ``metrics``: on a free port
+    (``metrics_port``); ``extra_args`` come last."""
 
     def __init__(
         self,
         expiry_ms: int = EXPIRY_MS,
         scan_interval_ms: int = SCAN_INTERVAL_MS,
         extra_args: Sequence[str] = (),
+        *,
+        metrics: bool = False,
     ) -> None:
         self.expiry_ms = expiry_ms
         self.scan_interval_ms = scan_interval_ms
         self.extra_args = tuple(extra_args)
-        super().__init__("namesrv", NAMESRV_READY_LINE)
+        self.metrics = metrics
+        metrics_line = BROKER_METRICS_LINE if metrics else None  # the same "metrics on" line
+        super().__init__("namesrv", NAMESRV_READY_LINE, metrics_line=metrics_line)
 
     def command_args(self, port: int, metrics_port: int) -> list[str]:
+        metrics = ["--metrics-listen", f"127.0.0.1:{metrics_port}"] if self.metrics else []
         return [
-            "namesrv", "--listen", f"127.0.0.1:{port}",
+            "namesrv", "--listen", f"127.0.0.1:{port}", *metrics,
             f"--scan-not-active-broker-interval-ms={self.scan_interval_ms}",
             f"--broker-channel-expired-time-ms={self.expiry_ms}",
             *self.extra_args,
