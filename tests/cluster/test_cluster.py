@@ -6,7 +6,8 @@ each at its own broker, so a producer's sends land on both groups and a SimpleCo
 broker consumes every message; ``rocketbox cluster list`` shows both brokers (and ``--json``
 parses), ``rocketbox message get --namesrv`` finds a message whichever group holds it; a broker
 killed with SIGKILL leaves the routes after the NameServer's expiry; a group whose master is gone
-is routed READ only at its slave, which learned its master from its registration's answer.
+is routed READ only at its slave, which learned its master from its registration's answer; a
+topic the cluster does not know is auto-created on the broker asked and routed at once.
 """
 
 from __future__ import annotations
@@ -140,13 +141,20 @@ def _held_by(broker: object, sent: set[str]) -> str:
 
 
 def test_a_killed_broker_leaves_the_routes_after_the_expiry(tmp_path: Path) -> None:
-    with running_cluster(tmp_path, master_args=[f"--topic={TOPIC}:{QUEUES}"]) as cluster:
+    args = [f"--topic={TOPIC}:{QUEUES}", "--auto-create-topic"]
+    with running_cluster(tmp_path, master_args=args) as cluster:
         a, b = cluster.broker("broker-a"), cluster.broker("broker-b")
         wait_until(
             lambda: set(groups_routed(a.endpoint)) == {"broker-a", "broker-b"},
             DEADLINE_S,
             "both groups in broker-a's QueryRoute",
         )
+        # A topic the cluster does not know is created on the broker asked, which registers
+        # it before it answers: the NameServer routes it at once.
+        assert {q.broker.name for q in query_route(b.endpoint, "AutoTopic")} == {"broker-b"}
+        auto = cluster.namesrv.route("AutoTopic")
+        assert auto is not None
+        assert [q.broker_name for q in auto.queue_datas] == ["broker-b"]
         b.process.signal(signal.SIGKILL)
         b.process.wait_exit(DEADLINE_S)
         wait_until(
