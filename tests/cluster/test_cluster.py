@@ -3,17 +3,20 @@ processes registered with it, driven by the unmodified official Python client.
 
 Proves: any broker's QueryRoute answers the topic's queues across every group of the cluster,
 each at its own broker, so a producer's sends land on both groups and a SimpleConsumer asking one
-broker consumes every message; ``rocketbox cluster list`` shows both brokers (and ``--json``
-parses), ``rocketbox message get --namesrv`` finds a message whichever group holds it; a broker
-killed with SIGKILL leaves the routes after the NameServer's expiry; a group whose master is gone
-is routed READ only at its slave, which learned its master from its registration's answer; a
-topic the cluster does not know is auto-created on the broker asked and routed at once.
+broker consumes every message, and QueryAssignment hands out both groups' queues; ``rocketbox
+cluster list`` shows both brokers (``--json`` parses; an unreachable NameServer exits 3);
+``rocketbox message get --namesrv`` finds a message whichever group holds it (and exits 1 when
+none does); a broker killed with SIGKILL leaves the routes after the NameServer's expiry; a group
+whose master is gone is routed READ only at its slave, which learned its master from its
+registration's answer; a topic the cluster does not know is auto-created on the broker asked and
+routed at once.
 """
 
 from __future__ import annotations
 
 import json
 import signal
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -57,6 +60,22 @@ def groups_routed(endpoint: str) -> dict[str, tuple[int, int, int]]:
     return seen
 
 
+def assigned_groups(endpoint: str) -> dict[str, int]:
+    """broker name → how many of its queues QueryAssignment hands out."""
+    with grpc.insecure_channel(endpoint) as channel:
+        answer = service_pb2_grpc.MessagingServiceStub(channel).QueryAssignment(
+            spb.QueryAssignmentRequest(
+                topic=pb.Resource(name=TOPIC), group=pb.Resource(name="ClusterGroup")
+            ),
+            timeout=5.0,
+        )
+    assert answer.status.code == pb.OK, answer.status
+    counts: dict[str, int] = {}
+    for a in answer.assignments:
+        counts[a.message_queue.broker.name] = counts.get(a.message_queue.broker.name, 0) + 1
+    return counts
+
+
 def namesrv_has_groups(cluster: Cluster, names: set[str]) -> bool:
     route = cluster.namesrv.route(TOPIC)
     return route is not None and {q.broker_name for q in route.queue_datas} == names
@@ -95,6 +114,7 @@ def test_sends_spread_over_both_groups_and_one_consumer_gets_every_message(
             "broker-a": (QUEUES, a.process.port, pb.READ_WRITE),
             "broker-b": (QUEUES, b.process.port, pb.READ_WRITE),
         }
+        assert assigned_groups(b.endpoint) == {"broker-a": QUEUES, "broker-b": QUEUES}
         with producer(a.endpoint, (TOPIC,)) as p:
             sent = {p.send(message(TOPIC, f"m{i}".encode())).message_id for i in range(MESSAGES)}
         assert len(sent) == MESSAGES
@@ -125,6 +145,18 @@ def test_sends_spread_over_both_groups_and_one_consumer_gets_every_message(
         )
         assert found.returncode == 0, found.stderr
         assert len(json.loads(found.stdout)["messages"]) == 1
+        missing = rocketbox("message", "get", "--namesrv", cluster.namesrv.endpoint, "0" * 32)
+        assert missing.returncode == 1, missing
+        assert "is in none of the 2 broker groups" in missing.stderr
+
+
+def test_cluster_list_exits_3_when_the_namesrv_is_unreachable() -> None:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]  # closed when the block ends: nothing listens there
+    done = rocketbox("cluster", "list", "--namesrv", f"127.0.0.1:{port}", "--deadline-s", "2")
+    assert done.returncode == 3, done
+    assert f"NameServer 127.0.0.1:{port}: UNAVAILABLE" in done.stderr
 
 
 def _held_by(broker: object, sent: set[str]) -> str:
