@@ -5,9 +5,10 @@ answer naming its master and HA address, and the cluster's brokers with their fi
 UnregisterBroker takes a broker out at once; bad registrations are refused INVALID_ARGUMENT
 naming the field and the limit, an unknown topic NOT_FOUND; a broker that stops registering is
 dropped after the (short) expiry and counted in the metrics; a real broker whose NameServer is
-down starts and serves all the same, says so, and registers once the NameServer is up, and a
-restarted NameServer (soft state) is filled again by the broker's next registrations; a taken
-port exits 2 with one line; --help names the options.
+down starts all the same, says so, and registers once the NameServer is up; a restarted
+NameServer (soft state) is filled again by the broker's next registrations; a broker stopped
+cleanly leaves at once (it unregisters); a taken port exits 2 with one line; --help names the
+options.
 """
 
 from __future__ import annotations
@@ -174,7 +175,7 @@ def free_port() -> int:
 
 
 def test_a_broker_outlives_its_namesrv_and_fills_a_restarted_one(tmp_path: Path) -> None:
-    namesrv = NamesrvProcess()
+    namesrv = NamesrvProcess(expiry_ms=120_000)  # a broker leaves by unregistering alone
     namesrv.port = free_port()  # known before it starts: the broker is told it while it is down
     broker = cluster_broker(tmp_path, namesrv, "broker-a", 0, ["--topic=T:2"])
     with broker.process:
@@ -195,6 +196,9 @@ def test_a_broker_outlives_its_namesrv_and_fills_a_restarted_one(tmp_path: Path)
                 "the restarted NameServer filled again",
             )
             assert namesrv.route("T") is not None
+            broker.process.stop()  # SIGTERM: a clean shutdown unregisters
+            assert namesrv.live_brokers() == set()
+            assert namesrv.route("T") is None
 
 
 def run_cli(*args: str) -> subprocess.CompletedProcess[str]:
