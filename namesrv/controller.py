@@ -3,7 +3,8 @@
 start(): bind the gRPC port and the metrics endpoint first (a taken port fails here, before any
 work: ListenError naming the address), then start the scan for silent brokers and serve
 (rocketbox.namesrv.v1.NameServerService and health). It returns once the server serves, with the
-bound port. shutdown(): stop serving, then the scan.
+bound port. shutdown(): stop serving, then the scan. A scan that dies (a bug) is
+``wait_failed``'s answer: the process stops rather than serving routes that never expire.
 
 The scan runs every scan_not_active_broker_interval_ms and drops each broker whose last
 registration is older than broker_channel_expired_time_ms (RocketMQ's scanNotActiveBroker).
@@ -73,6 +74,16 @@ class NamesrvController:
             await self._health.set(service, health_pb2.HealthCheckResponse.SERVING)
         LOG.info("namesrv serving on %s:%s", cfg.listen_host, self.port)
         return self.port
+
+    async def wait_failed(self) -> BaseException:
+        """Returns when the scan dies (a bug: it never ends by itself), with its exception."""
+        assert self._scan is not None
+        try:
+            await asyncio.shield(self._scan)
+        except Exception as e:  # whatever killed it: the caller stops the NameServer
+            LOG.critical("the NameServer's scan died; the NameServer stops", exc_info=True)
+            return e
+        raise AssertionError("the scan ended without an exception")
 
     async def _scan_not_active_broker(self) -> None:
         cfg = self.config

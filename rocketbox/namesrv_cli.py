@@ -96,8 +96,14 @@ async def run_namesrv(config: NamesrvConfig) -> None:
         if controller.metrics_port:
             click.echo(f"metrics on http://{config.metrics_host}:{controller.metrics_port}/metrics")
         click.echo(f"namesrv listening on {config.listen_host}:{port}; Ctrl-C stops cleanly")
-        await stop.wait()
+        stopped = asyncio.create_task(stop.wait())
+        failed = asyncio.create_task(controller.wait_failed())
+        await asyncio.wait({stopped, failed}, return_when=asyncio.FIRST_COMPLETED)
+        stopped.cancel()
+        failed.cancel()
         LOG.info("stopping the namesrv")
     finally:
         await controller.shutdown()
+    if failed.done() and not failed.cancelled():
+        raise click.ClickException(f"the NameServer's scan died: {failed.result()!r}")
     click.echo("rocketbox namesrv stopped cleanly")

@@ -36,8 +36,13 @@ CALL_DEADLINE_S = 5.0
 @pytest.fixture
 def namesrv() -> Iterator[NamesrvProcess]:
     # Long enough an expiry that registrations made by hand stay within it.
-    with NamesrvProcess(expiry_ms=120_000) as process:
+    process = NamesrvProcess(expiry_ms=120_000).start()
+    try:
         yield process
+    finally:
+        code = process.stop()
+    assert code == 0, process.output()  # SIGTERM: a clean stop
+    assert "rocketbox namesrv stopped cleanly" in process.output()
 
 
 @pytest.fixture
