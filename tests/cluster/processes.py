@@ -147,16 +147,21 @@ def running_cluster(
     master_args: Sequence[str] = (),
     slave_args: Sequence[str] = (),
     namesrv: NamesrvProcess | None = None,
+    register_interval_ms: int = REGISTER_INTERVAL_MS,
 ) -> Iterator[Cluster]:
     """A NameServer and ``groups`` groups of a master and ``slaves`` slaves each, all running;
-    stopped (SIGTERM, then SIGKILL after a deadline) when the block ends."""
+    stopped (SIGTERM, then SIGKILL after a deadline) when the block ends. ``master_args`` and
+    ``slave_args`` come last on their brokers' command lines, so they override (a
+    ``--broker-role SYNC_MASTER``, an ``--ha-listen 127.0.0.1:0``)."""
     cluster = Cluster(namesrv or NamesrvProcess())
     with contextlib.ExitStack() as stack:
         stack.enter_context(cluster.namesrv)
         for g in range(groups):
             for broker_id in range(slaves + 1):
                 args = master_args if broker_id == 0 else slave_args
-                b = cluster_broker(root, cluster.namesrv, group_name(g), broker_id, args)
+                b = cluster_broker(
+                    root, cluster.namesrv, group_name(g), broker_id, args, register_interval_ms
+                )
                 cluster.brokers.append(b)
                 stack.enter_context(b.process)
         yield cluster
