@@ -41,9 +41,11 @@ from broker.grpc_service.consumer_activity import ConsumerActivity
 from broker.grpc_service.messaging_service import MessagingService
 from broker.grpc_service.protocol import fault_reply
 from broker.grpc_service.pull_activity import PullActivity
+from broker.grpc_service.route_activity import ClusterRoute, RouteActivity
 from broker.grpc_service.send_activity import SendActivity
 from broker.metrics import BrokerMetrics
 from broker.pop_message import PopMessageService
+from broker.register_broker import RegisterBrokerService
 from broker.send_message import SendMessageService
 from broker.store import STORE_BUILD
 from broker.store.codec.message import MessageExt
@@ -90,6 +92,17 @@ class BrokerController:
         self._metrics_server: WSGIServer | None = None
         self._root: contextlib.AsyncExitStack | None = None
         self._tasks: BackgroundTasks
+        # With NameServers: registrations (at start, every interval, on every topic change).
+        self.registration: RegisterBrokerService | None = None
+        if config.namesrv_addr:
+            self.registration = RegisterBrokerService(
+                config,
+                self.topics,
+                lambda: self.store.commit_log.max_offset,
+                self.ha_address,
+                self.on_master_changed,
+            )
+            self.topics.add_listener(self.registration.request_register)
 
     async def start(self) -> int:
         """Recover and serve; returns the bound port. On failure, what started is stopped.
@@ -132,6 +145,8 @@ class BrokerController:
         await self._start_services()
         self._add_servicers(server, messaging)
         await server.start()
+        if self.registration is not None:  # once it serves: routes may name it from now on
+            self.registration.start(self._tasks, self.port)
         for service in ("", MESSAGING_SERVICE_NAME, ADMIN_SERVICE_NAME):
             await self._health.set(service, health_pb2.HealthCheckResponse.SERVING)
         self.metrics.watch(self)
@@ -186,11 +201,18 @@ class BrokerController:
                 addresses=[pb.Address(host=cfg.route_host, port=0)],
             ),
         )
+        reg = self.registration
+        routes = RouteActivity(
+            sends,
+            broker,
+            ClusterRoute(reg.outer_api, cfg.broker_cluster_name) if reg is not None else None,
+            reg.register_broker_all if reg is not None else None,
+        )
         consumers = ConsumerActivity(
             self._pop,
             self.groups,
             sends,
-            broker,
+            routes,
             cfg.invisible_duration_ms_min,
             cfg.long_polling_timeout_ms,
         )
@@ -202,8 +224,7 @@ class BrokerController:
             self._pop.progress.members,
         )
         messaging = MessagingService(
-            sends,
-            broker,
+            routes,
             self._clients_activity,
             SendActivity(
                 sends, self._transactions, cfg.store.message_size_bytes_max, cfg.delay_ms_max
@@ -310,6 +331,8 @@ class BrokerController:
         return self._clients_activity.request_transaction_check(topic, half, transaction_id)
 
     async def shutdown(self) -> None:
+        if self.registration is not None:  # first: clients are routed elsewhere at once
+            await self.registration.stop()
         if self._metrics_server is not None:
             self._metrics_server.shutdown()
             self._metrics_server.server_close()

@@ -9,6 +9,7 @@ from __future__ import annotations
 import enum
 import logging
 import threading
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -74,6 +75,17 @@ class TopicConfigManager:
         self._default_queue_nums = default_queue_nums
         self._lock = threading.Lock()
         self._topics: dict[str, TopicConfig] = {}
+        self._listeners: list[Callable[[], None]] = []
+
+    def add_listener(self, listener: Callable[[], None]) -> None:
+        """Call ``listener`` after every change of the table (a topic created or deleted), on
+        the thread that changed it, outside the lock: the broker registers again with its
+        NameServers so that routes follow."""
+        self._listeners.append(listener)
+
+    def _changed(self) -> None:
+        for listener in self._listeners:
+            listener()
 
     def load(self) -> None:
         raw = read_json(self._path)
@@ -118,6 +130,7 @@ class TopicConfigManager:
             self._topics = {**self._topics, topic: tc}
             self._persist()
         LOG.info("created topic %s: %s queues, %s", topic, nums, message_type.value)
+        self._changed()
         return tc
 
     def delete(self, topic: str) -> TopicConfig:
@@ -128,6 +141,7 @@ class TopicConfigManager:
             self._topics = {k: v for k, v in self._topics.items() if k != topic}
             self._persist()
         LOG.info("deleted topic %s", topic)
+        self._changed()
         return tc
 
     def _persist(self) -> None:

@@ -54,6 +54,10 @@ class AdminClient:
         )
         self._stub = broker_admin_pb2_grpc.BrokerAdminStub(self._channel)
 
+    @property
+    def deadline_s(self) -> float:
+        return self._deadline_s
+
     def __enter__(self) -> AdminClient:
         return self
 

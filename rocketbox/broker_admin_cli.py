@@ -11,12 +11,15 @@ from collections.abc import Callable
 from typing import Any
 
 import click
+import grpc
 
 from broker.group_config import RETRY_MAX_TIMES_DEFAULT
 from rocketbox import admin_client as admin
 from rocketbox import admin_render as render
+from rocketbox.cluster_cli import check_namesrv, serving_brokers
 from rocketbox.exit_codes import FAILED_EXIT_CODE, UNREACHABLE_EXIT_CODE
 from rocketbox.wording import plural
+from rocketbox_api.admin.v1 import broker_admin_pb2 as apb
 
 # Each command prints text for people, or JSON with --json. A failed call prints the broker's
 # status code and details on stderr and exits with ADMIN_ERROR_EXIT_CODE, or with
@@ -135,13 +138,56 @@ def message() -> None:
 
 @message.command("get")
 @click.argument("message_id")
+@click.option(
+    "--namesrv",
+    default=None,
+    metavar="HOST:PORT",
+    callback=check_namesrv,
+    help="Ask every broker group of the cluster this NameServer knows (its master, or a slave "
+    "while the master is gone), not --broker alone.",
+)
 @admin_command
-def message_get(client: admin.AdminClient, as_json: bool, message_id: str) -> None:
+def message_get(
+    client: admin.AdminClient, as_json: bool, message_id: str, namesrv: str | None
+) -> None:
     """Every stored copy of the message with MESSAGE_ID."""
-    answer = client.get_message(message_id)
-    messages = list(answer.messages)
-    data = render.messages_to_dict(messages, answer.truncated)
-    _echo(as_json, data, render.format_messages(messages, answer.truncated))
+    if namesrv is None:
+        answer = client.get_message(message_id)
+        messages, truncated = list(answer.messages), answer.truncated
+    else:
+        messages, truncated = _get_in_cluster(namesrv, client.deadline_s, message_id)
+    data = render.messages_to_dict(messages, truncated)
+    _echo(as_json, data, render.format_messages(messages, truncated))
+
+
+def _get_in_cluster(
+    namesrv: str, deadline_s: float, message_id: str
+) -> tuple[list[apb.StoredMessage], bool]:
+    """What any group holds of the message: NOT_FOUND (exit 1) when none does, unreachable
+    (exit 3) when no broker answered."""
+    addresses = serving_brokers(namesrv, deadline_s)
+    messages: list[apb.StoredMessage] = []
+    truncated = False
+    failures: list[admin.AdminCallError] = []
+    for address in addresses:
+        try:
+            with admin.AdminClient(address, deadline_s) as client:
+                answer = client.get_message(message_id)
+        except admin.AdminCallError as e:
+            if e.code is not grpc.StatusCode.NOT_FOUND:
+                failures.append(e)
+                click.echo(str(e), err=True)
+            continue
+        messages.extend(answer.messages)
+        truncated = truncated or answer.truncated
+    if messages:
+        return messages, truncated
+    if failures and len(failures) == len(addresses) and all(f.unreachable for f in failures):
+        raise BrokerUnreachableError(f"no broker of the cluster answered ({len(failures)} asked)")
+    raise AdminCommandError(
+        f"NOT_FOUND: message {message_id} is in none of the {len(addresses)} broker groups "
+        f"NameServer {namesrv} knows"
+    )
 
 
 @message.command("query")

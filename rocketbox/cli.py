@@ -18,10 +18,12 @@ from broker.config import BrokerConfig, BrokerRole
 from broker.store.config import FlushDiskType
 from rocketbox.broker_admin_cli import flow_control, group, message, topic
 from rocketbox.broker_cli import broker, broker_addresses, run_broker
+from rocketbox.cluster_cli import cluster
 from rocketbox.consume_cli import consume_command
 from rocketbox.envvars import RocketboxGroup
 from rocketbox.event_loop import EVENT_LOOP_DEFAULT, EVENT_LOOPS
 from rocketbox.logs import LOG_FORMATS, LOG_LEVELS, configure_logging
+from rocketbox.namesrv_cli import namesrv
 from rocketbox.outbox_cli import outbox_group
 from rocketbox.reconcile_cli import reconcile_command
 from rocketbox.run_settings import RunSettings, run_async
@@ -296,8 +298,8 @@ def up_banner(
     return lines
 
 
-for command in (broker, sidecar_command, send_command, consume_command, reconcile_command):
+for command in (broker, namesrv, sidecar_command, send_command, consume_command, reconcile_command):
     main.add_command(command)
-for command in (outbox_group, topic, message, group):
+for command in (outbox_group, topic, message, group, cluster):
     main.add_command(command)
 main.add_command(flow_control)

@@ -1,17 +1,18 @@
 """The one rule naming the environment variable of every ``rocketbox`` option.
 
 (a) A client-side connection setting has one shared name, whichever command uses it: a command
-    that connects to a broker, a sidecar or an outbox as a client reads ``--broker`` from
-    ROCKETBOX_BROKER, ``--sidecar`` from ROCKETBOX_SIDECAR, ``--outbox`` from ROCKETBOX_OUTBOX,
-    so that one ``export`` aims every tool at the same thing.
+    that connects to a broker, a sidecar, an outbox or a NameServer as a client reads
+    ``--broker`` from ROCKETBOX_BROKER, ``--sidecar`` from ROCKETBOX_SIDECAR, ``--outbox`` from
+    ROCKETBOX_OUTBOX, ``--namesrv`` from ROCKETBOX_NAMESRV, so that one ``export`` aims every
+    tool at the same thing.
 (b) Every other option is ROCKETBOX_<COMMAND>_<OPTION>, after the command's path and the
     option's first long name (not its Python parameter): ``--outbox`` of ``rocketbox sidecar``
     is ROCKETBOX_SIDECAR_OUTBOX, ``--limit`` of ``rocketbox outbox ls`` is
     ROCKETBOX_OUTBOX_LS_LIMIT, the root's ``--log-level`` is ROCKETBOX_LOG_LEVEL.
 
-The servers (``broker``, ``sidecar``, ``up``) take (b) for every option, their ``--broker`` and
-``--outbox`` included: a server's settings are its own deployment's (the chart sets them per
-container), not a shell's shared aim.
+The servers (``broker``, ``namesrv``, ``sidecar``, ``up``) take (b) for every option, their
+``--broker`` and ``--outbox`` included: a server's settings are its own deployment's (the chart
+sets them per container), not a shell's shared aim.
 
 ``RocketboxGroup`` applies the rule to each command it is given, and to that command's own
 subcommands, when it is added: a new command is named by the rule without doing anything. An
@@ -32,9 +33,10 @@ CLIENT_ENVVARS = {
     "--broker": "ROCKETBOX_BROKER",
     "--sidecar": "ROCKETBOX_SIDECAR",
     "--outbox": "ROCKETBOX_OUTBOX",
+    "--namesrv": "ROCKETBOX_NAMESRV",
 }
 # Top-level commands that serve: their every option follows (b).
-SERVER_COMMANDS = frozenset({"broker", "sidecar", "up"})
+SERVER_COMMANDS = frozenset({"broker", "namesrv", "sidecar", "up"})
 
 
 def _upper(name: str) -> str:

@@ -44,6 +44,7 @@ from broker.grpc_service.request_limits import (
     validate_namespace,
     validate_receipt_handle,
 )
+from broker.grpc_service.route_activity import RouteActivity
 from broker.grpc_service.validator import validate_group, validate_topic
 from broker.pop_message import Delivery, PopMessageService
 from broker.pop_state import InvalidReceiptHandleError
@@ -59,6 +60,7 @@ AUTO_RENEW_INVISIBLE_MS = 60_000
 # Answer this long before the client's deadline, so the stream ends before the client gives up.
 DEADLINE_MARGIN_MS = 500
 LONG_POLLING_MS_MAX = 20_000
+_READABLE = (pb.READ, pb.READ_WRITE)
 
 
 class ConsumerActivity:
@@ -67,7 +69,7 @@ class ConsumerActivity:
         pop: PopMessageService,
         groups: GroupConfigManager,
         sends: SendMessageService,
-        broker: pb.Broker,
+        routes: RouteActivity,
         invisible_duration_ms_min: int,
         long_polling_timeout_ms: int,
     ) -> None:
@@ -75,7 +77,7 @@ class ConsumerActivity:
         self._pop = pop
         self._groups = groups
         self._sends = sends
-        self._broker = broker
+        self._routes = routes
         self._invisible_ms_min = invisible_duration_ms_min
 
     def _topic(self, name: str) -> TopicConfig:
@@ -288,26 +290,22 @@ class ConsumerActivity:
             )
         return spb.ForwardMessageToDeadLetterQueueResponse(status=OK_STATUS)
 
-    def query_assignment(self, request: spb.QueryAssignmentRequest) -> spb.QueryAssignmentResponse:
+    async def query_assignment(
+        self, request: spb.QueryAssignmentRequest
+    ) -> spb.QueryAssignmentResponse:
         try:
             validate_group(request.group.name)
-            tc = self._topic(request.topic.name)
+            validate_topic(request.topic.name, allow_dead_letter=True)
             validate_namespace(request.topic, "topic", Code.ILLEGAL_TOPIC)
+            queues = await self._routes.message_queues(request.topic)
         except ProtocolError as e:
             return spb.QueryAssignmentResponse(status=e.to_status())
-        resource = pb.Resource(
-            resource_namespace=request.topic.resource_namespace, name=request.topic.name
-        )
+        except TopicNotFoundError as e:
+            return spb.QueryAssignmentResponse(status=status(Code.TOPIC_NOT_FOUND, str(e)))
         # Pop consumption serves the whole topic whatever queue is asked for: one assignment
-        # per queue lets every client's balancer spread its receives.
-        assignments = [
-            pb.Assignment(
-                message_queue=pb.MessageQueue(
-                    topic=resource, id=q, permission=pb.READ_WRITE, broker=self._broker
-                )
-            )
-            for q in range(tc.queue_nums)
-        ]
+        # per readable queue (of every group, in a cluster) lets every client's balancer spread
+        # its receives.
+        assignments = [pb.Assignment(message_queue=q) for q in queues if q.permission in _READABLE]
         return spb.QueryAssignmentResponse(status=OK_STATUS, assignments=assignments)
 
 

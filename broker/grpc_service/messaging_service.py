@@ -1,9 +1,9 @@
 """``apache.rocketmq.v2.MessagingService``: the servicer, one method per RPC, each handing its
 request to the activity of its family (the proxy's shape): client life cycle and telemetry in
 client_activity.py, sends and transactions in send_activity.py, consumption in
-consumer_activity.py and pull_activity.py. Routes are answered here. Every reply carries a Status
-(spec §1). RecallMessage and SyncLiteSubscription (newer features the broker lacks) are answered
-NOT_IMPLEMENTED in the Status.
+consumer_activity.py and pull_activity.py, routes in route_activity.py. Every reply carries a
+Status (spec §1). RecallMessage and SyncLiteSubscription (newer features the broker lacks) are
+answered NOT_IMPLEMENTED in the Status.
 """
 
 from __future__ import annotations
@@ -12,45 +12,29 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 import grpc
-from rocketmq.grpc_protocol import definition_pb2 as pb
 from rocketmq.grpc_protocol import service_pb2 as spb
 from rocketmq.grpc_protocol import service_pb2_grpc
 
-from broker.errors import TopicNotFoundError
 from broker.grpc_service.client_activity import ClientActivity
 from broker.grpc_service.consumer_activity import ConsumerActivity
-from broker.grpc_service.protocol import OK_STATUS, Code, ProtocolError, status
+from broker.grpc_service.protocol import Code, status
 from broker.grpc_service.pull_activity import PullActivity
-from broker.grpc_service.request_limits import validate_namespace
+from broker.grpc_service.route_activity import RouteActivity
 from broker.grpc_service.send_activity import SendActivity
-from broker.grpc_service.validator import validate_topic
-from broker.send_message import SendMessageService
-from broker.store.errors import MessageIllegalError
-from broker.topic_config import TopicMessageType
 
 Context = grpc.aio.ServicerContext[Any, Any]
-
-_ACCEPTS = {
-    TopicMessageType.NORMAL: [pb.NORMAL],
-    TopicMessageType.FIFO: [pb.FIFO],
-    TopicMessageType.DELAY: [pb.DELAY],
-    TopicMessageType.TRANSACTION: [pb.TRANSACTION],
-    TopicMessageType.MIXED: [pb.NORMAL, pb.FIFO, pb.DELAY, pb.TRANSACTION],
-}
 
 
 class MessagingService(service_pb2_grpc.MessagingServiceServicer):  # type: ignore[misc]  # untyped stubs
     def __init__(
         self,
-        sends: SendMessageService,
-        broker: pb.Broker,
+        routes: RouteActivity,
         clients: ClientActivity,
         producers: SendActivity,
         consumers: ConsumerActivity,
         pulls: PullActivity,
     ) -> None:
-        self._sends = sends
-        self._broker = broker
+        self._routes = routes
         self._clients = clients
         self._producers = producers
         self._consumers = consumers
@@ -60,30 +44,7 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):  # type: igno
     async def QueryRoute(  # noqa: N802 - the protocol's name
         self, request: spb.QueryRouteRequest, context: Context
     ) -> spb.QueryRouteResponse:
-        name = request.topic.name
-        try:
-            # Consumers route to %DLQ%<group> too; sends to it are refused by send validation.
-            validate_topic(name, allow_dead_letter=True)
-            validate_namespace(request.topic, "topic", Code.ILLEGAL_TOPIC)
-            tc = self._sends.resolve_topic(name)
-        except ProtocolError as e:
-            return spb.QueryRouteResponse(status=e.to_status())
-        except TopicNotFoundError as e:
-            return spb.QueryRouteResponse(status=status(Code.TOPIC_NOT_FOUND, str(e)))
-        except MessageIllegalError as e:
-            return spb.QueryRouteResponse(status=status(Code.ILLEGAL_TOPIC, str(e)))
-        resource = pb.Resource(resource_namespace=request.topic.resource_namespace, name=name)
-        queues = [
-            pb.MessageQueue(
-                topic=resource,
-                id=queue_id,
-                permission=pb.READ_WRITE,
-                broker=self._broker,
-                accept_message_types=_ACCEPTS[tc.message_type],
-            )
-            for queue_id in range(tc.queue_nums)
-        ]
-        return spb.QueryRouteResponse(status=OK_STATUS, message_queues=queues)
+        return await self._routes.query_route(request)
 
     async def Heartbeat(  # noqa: N802 - the protocol's method name
         self, request: spb.HeartbeatRequest, context: Context
@@ -139,7 +100,7 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):  # type: igno
     async def QueryAssignment(  # noqa: N802 - the protocol's method name
         self, request: spb.QueryAssignmentRequest, context: Context
     ) -> spb.QueryAssignmentResponse:
-        return self._consumers.query_assignment(request)
+        return await self._consumers.query_assignment(request)
 
     # -- offset-based consumption: the pull activity ---------------------------------------
     async def PullMessage(  # noqa: N802 - the protocol's method name

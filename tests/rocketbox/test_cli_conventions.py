@@ -26,9 +26,10 @@ from tests.rocketbox_process import RocketboxProcess
 # click's --help at 80 columns: the formatter's width is 78; a summary gets what the longest
 # command name in its group and the 6 columns of indentation and gap leave.
 HELP_WIDTH = 78
-SERVERS = {"broker", "sidecar", "up"}
+SERVERS = {"broker", "namesrv", "sidecar", "up"}
 SHARED = {"--broker": "ROCKETBOX_BROKER", "--sidecar": "ROCKETBOX_SIDECAR"}
 SHARED["--outbox"] = "ROCKETBOX_OUTBOX"
+SHARED["--namesrv"] = "ROCKETBOX_NAMESRV"
 
 
 def walk(
