@@ -41,8 +41,3 @@ def up_outbox_dir(data_dir: Path) -> Path:
 def up_ack_ledger(data_dir: Path) -> Path:
     return (data_dir / UP_ACK_LEDGER_NAME).resolve()
 
-
-def up_cluster_broker_dir(data_dir: Path, broker_name: str, broker_id: int) -> Path:
-    """A local cluster's broker (``up --broker-groups``): ``brokers/broker-a-0`` is group
-    broker-a's master, ``brokers/broker-a-1`` its first slave."""
-    return (data_dir / UP_CLUSTER_BROKERS_DIR_NAME / f"{broker_name}-{broker_id}").resolve()
