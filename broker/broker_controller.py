@@ -42,6 +42,7 @@ from broker.grpc_service.messaging_service import MessagingService
 from broker.grpc_service.protocol import fault_reply
 from broker.grpc_service.pull_activity import PullActivity
 from broker.grpc_service.send_activity import SendActivity
+from broker.ha.replication import HAState, Replication
 from broker.metrics import BrokerMetrics
 from broker.pop_message import PopMessageService
 from broker.send_message import SendMessageService
@@ -53,7 +54,7 @@ from broker.timer_message import TimerMessageService
 from broker.topic_config import TopicConfigManager
 from broker.transaction_message import TransactionalMessageService
 from rocketbox_api.admin.v1 import broker_admin_pb2_grpc
-from rocketbox_api.listen import bind_grpc, start_metrics_server
+from rocketbox_api.listen import HA, ListenError, bind_grpc, start_metrics_server
 from rocketbox_api.server_guard import ServerGuard
 
 LOG = logging.getLogger(__name__)
@@ -75,6 +76,7 @@ class BrokerController:
         self.groups = GroupConfigManager(config.config_dir)
         self.arrivals = MessageArrivalNotifier()
         self.pull_offsets = ConsumerOffsetManager(config.config_dir)
+        self.replication = Replication(config, self.store)
         self._pop: PopMessageService | None = None
         self.forced_flow_control = ForcedFlowControl()
         self.clients = ClientRegistry(config.telemetry_outbound_max)
@@ -108,7 +110,9 @@ class BrokerController:
             self.store.lock()
             server = self._server = self._bind()
             self._start_metrics_server()
+            await self._bind_ha()
         except BaseException:
+            await self.replication.stop()
             if self._server is not None:
                 await self._server.stop(None)  # bound, never started: gives the port back
                 self._server = None
@@ -130,6 +134,7 @@ class BrokerController:
         self.arrivals.attach(self.store)
         messaging = self._build_services()
         await self._start_services()
+        await self.replication.start(self._tasks)
         self._add_servicers(server, messaging)
         await server.start()
         for service in ("", MESSAGING_SERVICE_NAME, ADMIN_SERVICE_NAME):
@@ -149,7 +154,9 @@ class BrokerController:
     def _build_services(self) -> MessagingService:
         """The domain services and the gRPC activities over them."""
         cfg = self.config
-        self._pop = PopMessageService(self.store, self.topics, cfg.config_dir, self.arrivals)
+        self._pop = PopMessageService(
+            self.store, self.topics, cfg.config_dir, self.arrivals, not cfg.is_slave
+        )
         self._timer = TimerMessageService(self.store, cfg.config_dir, cfg.timer_pending_max)
         self._transactions = TransactionalMessageService(
             self.store,
@@ -196,12 +203,17 @@ class BrokerController:
             broker,
             self._clients_activity,
             SendActivity(
-                sends, self._transactions, cfg.store.message_size_bytes_max, cfg.delay_ms_max
+                sends,
+                self._transactions,
+                cfg.store.message_size_bytes_max,
+                cfg.delay_ms_max,
+                self.replication.write_refusal,
             ),
             consumers,
             PullActivity(
                 self.store, sends, self.arrivals, self.pull_offsets, cfg.long_polling_timeout_ms
             ),
+            self.replication.write_refusal,
         )
         broker.endpoints.addresses[0].port = self.port
         return messaging
@@ -211,8 +223,11 @@ class BrokerController:
         assert self._transactions is not None
         assert self._pop is not None
         assert self._send_queue is not None
-        await self._timer.start(self._tasks)
-        await self._transactions.start(self._tasks)
+        if not self.config.is_slave:
+            # A slave's log is its master's bytes: its timer and transaction checks would
+            # write there. They run on the master, whose writes the slave replicates.
+            await self._timer.start(self._tasks)
+            await self._transactions.start(self._tasks)
         await self._pop.start(self._tasks)
         await self.pull_offsets.start(self._tasks)
         self._send_queue.start(self._tasks)
@@ -228,6 +243,7 @@ class BrokerController:
                 self.groups,
                 self._pop,
                 self.clients,
+                self.replication.write_refusal,
             ),
             server,
         )
@@ -237,12 +253,24 @@ class BrokerController:
     def ha_address(self) -> str | None:
         """HOST:PORT of this master's HA listener, which its registrations advertise to slaves;
         None when it has none (a slave, or a stand-alone broker)."""
-        return None
+        return self.replication.ha_address()
 
     def on_master_changed(self, master_address: str | None, master_ha_address: str | None) -> None:
         """A slave's registration answer names its group's master (gRPC and HA addresses, or
         None while the group has no master): the slave replicates from and syncs configs with
         it. A master ignores it."""
+        self.replication.on_master_changed(master_ha_address)
+
+    def ha_state(self) -> HAState:
+        return self.replication.state()
+
+    async def _bind_ha(self) -> None:
+        try:
+            await self.replication.bind()
+        except OSError as e:
+            cfg = self.config
+            address = f"{cfg.ha_listen_host}:{cfg.ha_listen_port}"
+            raise ListenError(HA, address, e.strerror or str(e)) from e
 
     # -- what the scrape-time metrics read (broker/metrics.py BrokerState) ----------------------
     def consumer_progress(self) -> Iterator[tuple[str, str, Sequence[QueueProgress]]]:
@@ -308,6 +336,7 @@ class BrokerController:
             self.arrivals.wake_all()
             await self._server.stop(SHUTDOWN_GRACE_S)
             self._server = None
+        await self.replication.stop()
         if self._send_queue is not None:
             await self._send_queue.stop()
         if self._timer is not None:

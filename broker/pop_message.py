@@ -97,7 +97,11 @@ class PopMessageService:
         topics: TopicConfigManager,
         config_dir: Path,
         arrivals: MessageArrivalNotifier,
+        dead_letter_enable: bool = True,
     ) -> None:
+        # False on a SLAVE (only its master writes its log): a message past its attempts stays
+        # in flight, delivered no more, instead of being dead-lettered.
+        self._dead_letter_enable = dead_letter_enable
         self._arrivals = arrivals
         self._store = store
         self._topics = topics
@@ -299,6 +303,11 @@ class PopMessageService:
         """Deliver ``msg`` (again, when ``flight``), or dead-letter it past the attempts."""
         attempt = flight.attempt + 1 if flight is not None else 1
         if attempt > take.group.max_delivery_attempts:
+            if not self._dead_letter_enable:
+                handle = make_handle(take.queue_id, offset)
+                until = take.now + take.invisible_ms
+                qs.hand_out(offset, InFlight(phy_offset, size, attempt - 1, until, handle, None))
+                return
             await self._dead_letter(take.group.group_name, msg, attempt - 1)
             qs.mark_done(offset)
             self.progress.changed()

@@ -43,7 +43,7 @@ from rocketbox.start_checks import (
     refuse_taken,
 )
 from rocketbox.store_geometry import store_geometry_options
-from rocketbox_api.listen import GRPC, METRICS, ListenError
+from rocketbox_api.listen import GRPC, HA, METRICS, ListenError
 from sidecar.channels import Endpoint
 from sidecar.config import SidecarConfig
 
@@ -187,6 +187,8 @@ def broker_addresses(config: BrokerConfig, options: ListenOptions) -> list[tuple
     addresses = [(options[GRPC], config.listen_host, config.listen_port)]
     if config.metrics_host is not None:
         addresses.append((options[METRICS], config.metrics_host, config.metrics_port))
+    if config.ha_listen_host is not None and not config.is_slave:
+        addresses.append((options[HA], config.ha_listen_host, config.ha_listen_port))
     return addresses
 
 

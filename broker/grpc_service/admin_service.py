@@ -81,7 +81,11 @@ class BrokerAdminService(broker_admin_pb2_grpc.BrokerAdminServicer):  # type: ig
         groups: GroupConfigManager,
         pop: PopMessageService,
         clients: ClientRegistry,
+        write_refusal: str | None = None,
     ) -> None:
+        """``write_refusal``: why this broker (a SLAVE) takes no topic or group writes: its
+        configs are its master's, copied (FAILED_PRECONDITION, naming the reason)."""
+        self._write_refusal = write_refusal
         self._store = store
         self._topics = topics
         self._forced = forced_flow_control
@@ -93,6 +97,7 @@ class BrokerAdminService(broker_admin_pb2_grpc.BrokerAdminServicer):  # type: ig
     async def CreateTopic(  # noqa: N802 - the API's name
         self, request: apb.CreateTopicRequest, context: Context
     ) -> apb.CreateTopicResponse:
+        await self._refuse_writes(context)
         kind = FROM_PB_TYPE.get(request.message_type)
         if kind is None:
             await context.abort(
@@ -130,6 +135,7 @@ class BrokerAdminService(broker_admin_pb2_grpc.BrokerAdminServicer):  # type: ig
     async def DeleteTopic(  # noqa: N802 - the protocol's method name
         self, request: apb.DeleteTopicRequest, context: Context
     ) -> apb.DeleteTopicResponse:
+        await self._refuse_writes(context)
         await _answer(context, lambda: validate_topic_name(request.topic))
         tc = await _answer(context, lambda: self._topics.delete(request.topic), in_thread=True)
         return apb.DeleteTopicResponse(topic=to_pb_topic(tc))
@@ -241,6 +247,7 @@ class BrokerAdminService(broker_admin_pb2_grpc.BrokerAdminServicer):  # type: ig
     async def CreateGroup(  # noqa: N802 - the protocol's method name
         self, request: apb.CreateGroupRequest, context: Context
     ) -> apb.CreateGroupResponse:
+        await self._refuse_writes(context)
         retries = (
             request.retry_max_times
             if request.HasField("retry_max_times")
@@ -258,6 +265,7 @@ class BrokerAdminService(broker_admin_pb2_grpc.BrokerAdminServicer):  # type: ig
     async def ResetOffset(  # noqa: N802 - the protocol's method name
         self, request: apb.ResetOffsetRequest, context: Context
     ) -> apb.ResetOffsetResponse:
+        await self._refuse_writes(context)
         await _answer(context, lambda: validate_reset(request))
         gc = await self._configured_group(request.group, context)
         tc = await _answer(context, lambda: self._configured_topic(request.topic))
@@ -273,6 +281,10 @@ class BrokerAdminService(broker_admin_pb2_grpc.BrokerAdminServicer):  # type: ig
                 )
             self._pop.reset_offset(group, topic, queue_id, queue_offset)
         return apb.ResetOffsetResponse(progress=self._progress(group, topic))
+
+    async def _refuse_writes(self, context: Context) -> None:
+        if self._write_refusal is not None:
+            await context.abort(grpc.StatusCode.FAILED_PRECONDITION, self._write_refusal)
 
     async def _configured_group(self, group: str, context: Context) -> GroupConfig:
         await _answer(context, lambda: validate_group_name(group))

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 
 from broker.store.checkpoint import StoreCheckpoint
 from broker.store.clean import CleanResult, StoreCleaner
@@ -77,6 +77,9 @@ class DefaultMessageStore(MessageReader):
         self._arrival_listeners: list[Callable[[DispatchRequest], None]] = []
         self._running = False
         self._flush_failed = False
+        # Why puts are refused (SERVICE_NOT_AVAILABLE), when they are: a failed fsync, or a
+        # slave's store, whose log only its master's bytes may extend. One check for both.
+        self._writes_refused: str | None = None
         self._lock = StoreLock(config.lock_file_path, config.store_path_root_dir)
         self._sync_flush_timeout_s = config.sync_flush_timeout_ms / 1000
         self._checkpoint: StoreCheckpoint | None = None
@@ -85,6 +88,11 @@ class DefaultMessageStore(MessageReader):
         self._group_commit: GroupCommitService | None = None
         self._reput: ReputMessageService | None = None
         self._cleaner: StoreCleaner | None = None
+        # A SYNC_MASTER's wait for a slave to hold a put (broker/ha/sync.py): given the put's
+        # results, the results to answer.
+        self.replica_wait: (
+            Callable[[list[PutMessageResult]], Awaitable[list[PutMessageResult]]] | None
+        ) = None
 
     # == life cycle ================================================================================
     def lock(self) -> None:
@@ -241,6 +249,12 @@ class DefaultMessageStore(MessageReader):
 
     def _on_flush_error(self, error: OSError) -> None:
         self._flush_failed = True
+        self._writes_refused = "a commitlog fsync failed; the store no longer accepts writes"
+
+    def refuse_puts(self, detail: str) -> None:
+        """Refuse every put from now on with ``detail`` (a slave's store: only
+        ``append_to_commit_log`` writes its log)."""
+        self._writes_refused = detail
 
     def flush_logics(self) -> None:
         """Flush consume queues and index, then record in the checkpoint how far they reach."""
@@ -283,11 +297,27 @@ class DefaultMessageStore(MessageReader):
         """As ``put_messages``, but the event loop runs on while the fsync is under way."""
         results, end_offset = self._append(msgs)
         group_commit = self._group_commit
-        if end_offset < 0 or group_commit is None:
+        if (
+            end_offset >= 0
+            and group_commit is not None
+            and not await group_commit.wait_flushed_async(end_offset, self._sync_flush_timeout_s)
+        ):
+            results = flush_timeouts(results)
+        if self.replica_wait is None:  # all but a SYNC_MASTER: this check is all they pay
             return results
-        if await group_commit.wait_flushed_async(end_offset, self._sync_flush_timeout_s):
-            return results
-        return flush_timeouts(results)
+        return await self.replica_wait(results)
+
+    def append_to_commit_log(self, start_phy_offset: int, data: bytes) -> str | None:
+        """A slave's write: its master's log bytes at exactly their phy_offset (CommitLog's
+        ``append_data``), then dispatched like any append. Returns why it refused, or None."""
+        if not self._running:
+            return "the store is not running"
+        if self._flush_failed:
+            return "a commitlog fsync failed; the store no longer accepts writes"
+        refused = self.commit_log.append_data(start_phy_offset, data)
+        if refused is None:
+            self._wake_dispatch()
+        return refused
 
     def _append(self, msgs: Sequence[MessageExtBrokerInner]) -> tuple[list[PutMessageResult], int]:
         """Validate, encode and append. Returns one result per message, in order, and under
@@ -362,10 +392,9 @@ class DefaultMessageStore(MessageReader):
             return PutMessageResult(
                 PutMessageStatus.SERVICE_NOT_AVAILABLE, detail="the store is not running"
             )
-        if self._flush_failed:
+        if self._writes_refused is not None:
             return PutMessageResult(
-                PutMessageStatus.SERVICE_NOT_AVAILABLE,
-                detail="a commitlog fsync failed; the store no longer accepts writes",
+                PutMessageStatus.SERVICE_NOT_AVAILABLE, detail=self._writes_refused
             )
         if self._cleaner is not None and self._cleaner.disk_full:
             return PutMessageResult(
