@@ -43,6 +43,7 @@ from broker.grpc_service.protocol import fault_reply
 from broker.grpc_service.pull_activity import PullActivity
 from broker.grpc_service.send_activity import SendActivity
 from broker.ha.replication import HAState, Replication
+from broker.ha.slave_synchronize import SlaveSynchronize
 from broker.metrics import BrokerMetrics
 from broker.pop_message import PopMessageService
 from broker.send_message import SendMessageService
@@ -134,7 +135,9 @@ class BrokerController:
         self.arrivals.attach(self.store)
         messaging = self._build_services()
         await self._start_services()
-        await self.replication.start(self._tasks)
+        assert self._pop is not None
+        configs = SlaveSynchronize(self.topics, self.groups, self._pop.progress, self.pull_offsets)
+        await self.replication.start(self._tasks, configs)
         self._add_servicers(server, messaging)
         await server.start()
         for service in ("", MESSAGING_SERVICE_NAME, ADMIN_SERVICE_NAME):

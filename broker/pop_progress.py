@@ -58,6 +58,20 @@ class PopProgress:
                     by_queue.setdefault(saved_queue, offset)
         return data
 
+    def saved(self) -> Saved:
+        """Every queue's progress, as the file holds it (what a slave copies)."""
+        return self._snapshot()
+
+    def sync_from(self, master: Saved) -> None:
+        """A slave takes its master's progress: each queue moves forward to it, never back (what
+        was acked here while the master was away stays acked)."""
+        for group, topics in master.items():
+            for topic, queues in topics.items():
+                for queue_id, saved in queues.items():
+                    qs = self.state(group, topic, int(queue_id))
+                    qs.advance_to(int(saved["ack"]), (int(o) for o in saved["done"]))
+        self.changed()
+
     def state(self, group: str, topic: str, queue_id: int) -> QueueState:
         key = (group, topic, queue_id)
         qs = self._queues.get(key)

@@ -151,6 +151,7 @@ def broker(
         flush_disk_type=FlushDiskType(flush_disk_type),
         file_reserved_hours=file_reserved_hours,
         message_size_bytes_max=message_size_bytes_max,
+        sync_flush_timeout_ms=cluster.sync_flush_timeout_ms,
     )
     try:
         config = BrokerConfig(
@@ -259,6 +260,9 @@ async def run_broker(
             controller.metrics.registry.register(sidecar.metrics.registry)
         if controller.metrics_port:
             click.echo(f"metrics on http://{config.metrics_host}:{controller.metrics_port}/metrics")
+        ha_address = controller.ha_address()
+        if ha_address is not None:
+            click.echo(f"broker HA listening on {ha_address} ({config.broker_role.value})")
         click.echo(f"broker listening on {config.listen_host}:{port}; Ctrl-C stops cleanly")
         try:
             await stop.wait()

@@ -23,8 +23,16 @@ import asyncio
 import contextlib
 import logging
 import time
+from collections.abc import Callable
 
-from broker.ha.protocol import FRAME_HEADER, HAError, report
+from broker.ha.protocol import (
+    CONFIG_FRAME,
+    CONFIG_REQUEST,
+    FRAME_HEADER,
+    HA_CONFIG_BYTES_MAX,
+    HAError,
+    report,
+)
 from broker.store.codec.layout import (
     BLANK_MAGIC_CODE,
     MESSAGE_MAGIC_CODE,
@@ -48,8 +56,12 @@ class HAClient:
         heartbeat_interval_ms: int,
         housekeeping_interval_ms: int,
         transfer_batch_bytes: int,
+        slave_sync_interval_ms: int,
     ) -> None:
         self._store = store
+        self._sync_interval_s = slave_sync_interval_ms / 1000
+        # Takes the master's configs and progress (slave_synchronize.py); set once they load.
+        self.on_config: Callable[[bytes], None] | None = None
         self.master_ha_address = master_ha_address
         self._heartbeat_s = heartbeat_interval_ms / 1000
         self._housekeeping_s = housekeeping_interval_ms / 1000
@@ -123,7 +135,14 @@ class HAClient:
 
     async def _replicate(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         last_heard_s = last_report_s = time.monotonic()
+        last_sync_s = last_heard_s - self._sync_interval_s  # ask for configs at once
         while True:
+            if (
+                self.on_config is not None
+                and time.monotonic() - last_sync_s >= self._sync_interval_s
+            ):
+                writer.write(report(CONFIG_REQUEST))
+                last_sync_s = time.monotonic()
             try:
                 header = await asyncio.wait_for(
                     reader.readexactly(FRAME_HEADER.size), self._heartbeat_s
@@ -134,6 +153,9 @@ class HAClient:
             if header:
                 last_heard_s = now_s
                 start, size = FRAME_HEADER.unpack(header)
+                if start == CONFIG_FRAME:
+                    await self._take_config(reader, size)
+                    continue
                 if not 0 <= size <= self._batch_bytes:
                     raise HAError(f"a frame of {size} bytes (ha_transfer_batch_bytes="
                                   f"{self._batch_bytes})")  # fmt: skip
@@ -148,6 +170,18 @@ class HAClient:
                 writer.write(report(self._store.commit_log.max_offset))
                 last_report_s = now_s
             await asyncio.wait_for(writer.drain(), self._housekeeping_s)
+
+    async def _take_config(self, reader: asyncio.StreamReader, size: int) -> None:
+        if not 0 <= size <= HA_CONFIG_BYTES_MAX:
+            raise HAError(
+                f"a config frame of {size} bytes (HA_CONFIG_BYTES_MAX={HA_CONFIG_BYTES_MAX})"
+            )
+        payload = await asyncio.wait_for(reader.readexactly(size), self._housekeeping_s)
+        if self.on_config is not None:
+            try:
+                self.on_config(payload)
+            except ValueError as e:
+                raise HAError(f"the master's configs: {e}") from e
 
     def _take(self, start: int, data: bytes) -> bool:
         """Append the whole records ``data`` completes, in one write; True when it appended."""

@@ -19,7 +19,7 @@ import logging
 import time
 from typing import Protocol
 
-from broker.ha.protocol import REPORT, HAError, frame
+from broker.ha.protocol import CONFIG_FRAME, CONFIG_REQUEST, REPORT, HAError, frame
 from broker.store.commit_log import CommitLog
 
 LOG = logging.getLogger(__name__)
@@ -35,6 +35,10 @@ class ConnectionOwner(Protocol):
     def on_ack(self, connection: HAConnection) -> None: ...
 
     async def wait_for_data(self, timeout_s: float) -> None: ...
+
+    def config_snapshot(self) -> bytes | None:
+        """The configs and progress a slave asks for (None: not ready yet)."""
+        ...
 
 
 class HAConnection:
@@ -60,6 +64,7 @@ class HAConnection:
         # The slave's last report: the end of the log it holds (-1 before the first).
         self.slave_ack_offset = -1
         self.transfer_from_offset = -1
+        self._config_requested = False
 
     async def serve(self) -> None:
         """Serve the slave until it goes, falls silent or breaks the protocol."""
@@ -98,6 +103,9 @@ class HAConnection:
     async def _read_report(self) -> int:
         data = await asyncio.wait_for(self._reader.readexactly(REPORT.size), self._housekeeping_s)
         (offset,) = REPORT.unpack(data)
+        if offset == CONFIG_REQUEST and self.slave_ack_offset >= 0:
+            self._config_requested = True
+            return self.slave_ack_offset
         if offset < 0:
             raise HAError(f"reported a negative phy_offset {offset}")
         self.slave_ack_offset = offset
@@ -115,7 +123,11 @@ class HAConnection:
         last_write_s = time.monotonic()
         while True:
             data = self._read_log(self.transfer_from_offset)
-            if data:
+            snapshot = self._owner.config_snapshot() if self._config_requested else None
+            if snapshot is not None:
+                self._config_requested = False
+                writer.write(frame(CONFIG_FRAME, snapshot))
+            elif data:
                 writer.write(frame(self.transfer_from_offset, data))
                 self.transfer_from_offset += len(data)
             elif time.monotonic() - last_write_s >= self._heartbeat_s:

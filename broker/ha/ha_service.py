@@ -16,6 +16,7 @@ import asyncio
 import collections
 import contextlib
 import logging
+from collections.abc import Callable
 
 from broker.config import BrokerConfig
 from broker.ha.ha_connection import HAConnection
@@ -42,6 +43,8 @@ class HAService:
         self._waiters: collections.deque[tuple[int, asyncio.Future[None]]] = collections.deque()
         self._timeout_s = config.store.sync_flush_timeout_ms / 1000
         self.address = ""
+        # Set once the broker's configs are loaded (broker/ha/slave_synchronize.py).
+        self.config_source: Callable[[], bytes] | None = None
 
     async def bind(self) -> str:
         """Bind the listener (port 0: a free one) without serving yet; returns HOST:PORT.
@@ -109,6 +112,9 @@ class HAService:
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(self._data_event.wait(), timeout_s)
         self._data_event.clear()
+
+    def config_snapshot(self) -> bytes | None:
+        return self.config_source() if self.config_source is not None else None
 
     @property
     def slave_ack_offset(self) -> int:

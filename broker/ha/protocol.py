@@ -10,6 +10,13 @@ master's next frame will start, its log's end when idle):
     | 8 | start phy_offset | 4 | size | size bytes of the master's commitlog |
 
 A frame never crosses a segment end and carries at most ha_transfer_batch_bytes.
+
+Config sync (RocketMQ's SlaveSynchronize) rides the same connection: a slave's report of -1
+(CONFIG_REQUEST) asks for its master's topic and group configs and consume progress, which the
+master answers with a frame at offset -1 (CONFIG_FRAME) holding them as JSON
+(broker/ha/slave_synchronize.py), at most HA_CONFIG_BYTES_MAX. One connection, one address: a
+slave given only its master's HA address syncs without knowing its gRPC one, and configs never
+overtake the log bytes they describe.
 """
 
 from __future__ import annotations
@@ -18,6 +25,9 @@ import struct
 
 REPORT = struct.Struct(">q")
 FRAME_HEADER = struct.Struct(">qi")
+CONFIG_REQUEST = -1
+CONFIG_FRAME = -1
+HA_CONFIG_BYTES_MAX = 64 * 1024 * 1024
 
 
 class HAError(Exception):

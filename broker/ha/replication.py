@@ -17,6 +17,7 @@ from broker.background import BackgroundTasks
 from broker.config import BrokerConfig, BrokerRole
 from broker.ha.ha_client import HAClient
 from broker.ha.ha_service import HAService
+from broker.ha.slave_synchronize import SlaveSynchronize
 from broker.store.message_store import DefaultMessageStore
 
 LOG = logging.getLogger(__name__)
@@ -60,6 +61,7 @@ class Replication:
             self.client = HAClient(
                 store, config.ha_master_address, config.ha_send_heartbeat_interval_ms,
                 config.ha_housekeeping_interval_ms, config.ha_transfer_batch_bytes,
+                config.slave_sync_interval_ms,
             )  # fmt: skip
         elif config.ha_listen_host is not None:
             self.service = HAService(config, store)
@@ -69,9 +71,13 @@ class Replication:
         if self.service is not None:
             await self.service.bind()
 
-    async def start(self, tasks: BackgroundTasks) -> None:
-        """Serve slaves, or start copying the master; the store is recovered by now."""
+    async def start(self, tasks: BackgroundTasks, configs: SlaveSynchronize) -> None:
+        """Serve slaves, or start copying the master; the store is recovered and the configs
+        loaded by now: ``configs`` is what a master hands its slaves and a slave takes."""
+        if self.client is not None:
+            self.client.on_config = configs.apply
         if self.service is not None:
+            self.service.config_source = configs.snapshot
             await self.service.start()
             if self._config.broker_role is BrokerRole.SYNC_MASTER:
                 self._store.replica_wait = self.service.replica_wait
