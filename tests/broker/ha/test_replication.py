@@ -99,9 +99,9 @@ def test_a_send_to_a_slave_is_refused_naming_its_master(tmp_path: Path) -> None:
             msg = Message()
             msg.topic = "Work"
             msg.body = b"to a slave"
-            with pytest.raises(Exception, match="FORBIDDEN|40300|is a SLAVE") as refused:
+            with pytest.raises(Exception, match="broker-a-1 is a SLAVE; send to its master") as e:
                 p.send(msg)
-            assert "broker-a-1 is a SLAVE; send to its master" in str(refused.value)
+            assert "40300" in str(e.value)  # FORBIDDEN: the sidecar tries another broker
         finally:
             p.shutdown()
     finally:
