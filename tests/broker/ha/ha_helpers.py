@@ -5,7 +5,10 @@ metrics, and commitlog bytes from its segment files."""
 from __future__ import annotations
 
 import re
+import time
 from pathlib import Path
+
+from rocketmq import SimpleConsumer
 
 from tests.broker.broker_process import BrokerProcess, wait_until
 from tests.prometheus import sample, scrape
@@ -72,3 +75,15 @@ def commitlog_bytes(data_dir: Path, end: int) -> bytes:
     data = b"".join(p.read_bytes() for p in segments if p.name.isdigit())
     assert len(data) >= end, f"{data_dir}: {len(data)} bytes of segments, {end} expected"
     return data[:end]
+
+
+def receive_bodies(c: SimpleConsumer, want: set[bytes]) -> set[bytes]:
+    """Receive (and ack) until every body of ``want`` came, within the deadline; all bodies seen."""
+    seen: set[bytes] = set()
+    end = time.monotonic() + DEADLINE_S
+    while not want <= seen and time.monotonic() < end:
+        for m in c.receive(32, 2):
+            seen.add(m.body)
+            c.ack(m)
+    assert want <= seen, f"received {seen}, {want} expected"
+    return seen
