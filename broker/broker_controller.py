@@ -247,6 +247,7 @@ class BrokerController:
                 self._pop,
                 self.clients,
                 self.replication.write_refusal,
+                self.replication.state,
             ),
             server,
         )

@@ -40,6 +40,7 @@ from broker.grpc_service.admin_converter import (
     QUERY_MAX_NUM_DEFAULT,
     TO_PB_CLIENT_TYPE,
     to_pb_group,
+    to_pb_ha_state,
     to_pb_topic,
     to_pb_topic_progress,
     validate_message_id,
@@ -47,6 +48,7 @@ from broker.grpc_service.admin_converter import (
     within_budget,
 )
 from broker.grpc_service.client_registry import ClientRegistry
+from broker.ha.replication import HAState
 from broker.pop_message import PopMessageService
 from broker.store.errors import MessageIllegalError, StoreError
 from broker.store.message_reader import QUERY_MESSAGE_NUMS_MAX
@@ -82,10 +84,12 @@ class BrokerAdminService(broker_admin_pb2_grpc.BrokerAdminServicer):  # type: ig
         pop: PopMessageService,
         clients: ClientRegistry,
         write_refusal: str | None = None,
+        ha_state: Callable[[], HAState] | None = None,
     ) -> None:
         """``write_refusal``: why this broker (a SLAVE) takes no topic or group writes: its
         configs are its master's, copied (FAILED_PRECONDITION, naming the reason)."""
         self._write_refusal = write_refusal
+        self._ha_state = ha_state
         self._store = store
         self._topics = topics
         self._forced = forced_flow_control
@@ -281,6 +285,13 @@ class BrokerAdminService(broker_admin_pb2_grpc.BrokerAdminServicer):  # type: ig
                 )
             self._pop.reset_offset(group, topic, queue_id, queue_offset)
         return apb.ResetOffsetResponse(progress=self._progress(group, topic))
+
+    async def GetHAState(  # noqa: N802 - the API's name
+        self, request: apb.GetHAStateRequest, context: Context
+    ) -> apb.GetHAStateResponse:
+        if self._ha_state is None:
+            await context.abort(grpc.StatusCode.UNIMPLEMENTED, "this broker has no HA state")
+        return to_pb_ha_state(self._ha_state())
 
     async def _refuse_writes(self, context: Context) -> None:
         if self._write_refusal is not None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import enum
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
@@ -90,6 +91,10 @@ class GetMessageResult:
     min_offset: int
     max_offset: int
     messages: list[MessageExt] = field(default_factory=list)
+
+
+# Given a put's results, the results to answer once a slave holds them (a SYNC_MASTER's wait).
+ReplicaWait = Callable[[list[PutMessageResult]], Awaitable[list[PutMessageResult]]]
 
 
 def illegal_result(error: MessageIllegalError) -> PutMessageResult:
