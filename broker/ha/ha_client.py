@@ -31,6 +31,7 @@ from broker.ha.protocol import (
     FRAME_HEADER,
     HA_CONFIG_BYTES_MAX,
     HAError,
+    cancel_and_wait,
     report,
 )
 from broker.store.codec.layout import (
@@ -124,11 +125,13 @@ class HAClient:
             replicate = asyncio.ensure_future(self._replicate(reader, writer))
             changed = asyncio.ensure_future(self._changed.wait())
             try:
-                await asyncio.wait({replicate, changed}, return_when=asyncio.FIRST_COMPLETED)
+                done, _ = await asyncio.wait(
+                    {replicate, changed}, return_when=asyncio.FIRST_COMPLETED
+                )
             finally:
-                changed.cancel()
-                replicate.cancel()
-            if replicate.done() and not replicate.cancelled():
+                writer.close()  # its reads and writes end at once
+                await cancel_and_wait([changed, replicate])
+            if replicate in done:
                 replicate.result()  # raises what ended it
         finally:
             writer.close()
@@ -186,6 +189,10 @@ class HAClient:
     def _take(self, start: int, data: bytes) -> bool:
         """Append the whole records ``data`` completes, in one write; True when it appended."""
         expected = self._pending_from + len(self._pending)
+        if expected == 0 and self._store.commit_log.mapped_file_queue.last() is None:
+            # An empty log starts where the master's oldest kept segment does (its retention
+            # may have deleted the ones before); append_data checks it is a segment's start.
+            self._pending_from = expected = start
         if start != expected:
             raise HAError(f"a frame at phy_offset {start}, not at this log's end {expected}")
         pending = self._pending

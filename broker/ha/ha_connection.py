@@ -80,6 +80,9 @@ class HAConnection:
         finally:
             self._writer.close()
 
+    def close(self) -> None:
+        self._writer.close()
+
     def _start_transfer(self, slave_max_offset: int) -> None:
         log = self._log
         if slave_max_offset > log.max_offset:

@@ -20,6 +20,7 @@ from collections.abc import Callable
 
 from broker.config import BrokerConfig
 from broker.ha.ha_connection import HAConnection
+from broker.ha.protocol import cancel_and_wait
 from broker.store.message_store import DefaultMessageStore
 from broker.store.status import PutMessageResult, PutMessageStatus
 
@@ -67,11 +68,9 @@ class HAService:
         if self._server is not None:
             self._server.close()
             self._server = None
-        for task in list(self._handlers):
-            task.cancel()
-        for task in list(self._handlers):
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+        for connection in self.connections:
+            connection.close()  # its reads and writes end at once
+        await cancel_and_wait(list(self._handlers))
         for _, fut in self._waiters:
             if not fut.done():
                 fut.cancel()

@@ -21,18 +21,33 @@ overtake the log bytes they describe.
 
 from __future__ import annotations
 
+import asyncio
 import struct
+from collections.abc import Collection
+from typing import Any
 
 REPORT = struct.Struct(">q")
 FRAME_HEADER = struct.Struct(">qi")
 CONFIG_REQUEST = -1
 CONFIG_FRAME = -1
 HA_CONFIG_BYTES_MAX = 64 * 1024 * 1024
+CANCEL_RETRY_S = 0.2
 
 
 class HAError(Exception):
     """The HA peer broke the protocol or its log does not continue this one's: the connection
     is closed (and, by a slave, made again after a backoff). Retriable."""
+
+
+async def cancel_and_wait(tasks: Collection[asyncio.Task[Any]]) -> None:
+    """Cancel ``tasks`` and wait until they are done, cancelling again while any runs: on
+    Python 3.11 ``asyncio.wait_for`` loses a cancellation that meets its inner await's end, and
+    an HA loop is mostly such waits."""
+    pending = {t for t in tasks if not t.done()}
+    while pending:
+        for task in pending:
+            task.cancel()
+        _, pending = await asyncio.wait(pending, timeout=CANCEL_RETRY_S)
 
 
 def report(max_phy_offset: int) -> bytes:

@@ -9,7 +9,6 @@ stand-alone broker runs neither and pays nothing.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 from dataclasses import dataclass, field
 
@@ -17,6 +16,7 @@ from broker.background import BackgroundTasks
 from broker.config import BrokerConfig, BrokerRole
 from broker.ha.ha_client import HAClient
 from broker.ha.ha_service import HAService
+from broker.ha.protocol import cancel_and_wait
 from broker.ha.slave_synchronize import SlaveSynchronize
 from broker.store.message_store import DefaultMessageStore
 
@@ -87,9 +87,7 @@ class Replication:
     async def stop(self) -> None:
         self._store.replica_wait = None
         if self._client_task is not None:
-            self._client_task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._client_task
+            await cancel_and_wait([self._client_task])
             self._client_task = None
         if self.service is not None:
             await self.service.stop()
