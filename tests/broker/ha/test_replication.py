@@ -5,12 +5,14 @@ byte-identical to the master's up to the replicated offset, across a segment end
 blank end marker included), and whose consume queues serve the messages to a consumer on the
 slave; a slave restarted resumes from what it holds (the master transfers from there, not from
 0), and what was written while it was down arrives after; a send to a slave is refused with
-FORBIDDEN, naming the slave and its role.
+FORBIDDEN, naming the slave and its role; a slave silent past the housekeeping interval
+(SIGSTOPped) is dropped by its master, and catches up once it resumes.
 """
 
 from __future__ import annotations
 
 import re
+import signal
 from pathlib import Path
 
 import pytest
@@ -25,6 +27,7 @@ from tests.broker.ha.ha_helpers import (
     ha_address,
     master,
     slave,
+    slave_acks,
     wait_caught_up,
 )
 
@@ -107,4 +110,26 @@ def test_a_send_to_a_slave_is_refused_naming_its_master(tmp_path: Path) -> None:
     finally:
         if s is not None:
             s.stop()
+        m.stop()
+
+
+def test_a_silent_slave_is_dropped_and_catches_up_when_it_resumes(tmp_path: Path) -> None:
+    m = master(tmp_path / "broker-a-0", "--topic=Work:2")
+    s = slave(tmp_path / "broker-a-1", ha_address(m))
+    try:
+        wait_until(lambda: slave_acks(m), DEADLINE_S, "the slave connected")
+        s.signal(signal.SIGSTOP)
+        try:
+            # ha_housekeeping_interval_ms (3 s here) without a report: the master closes it.
+            wait_until(lambda: not slave_acks(m), DEADLINE_S, "the master dropping the slave")
+            with producer(m.endpoint, ("Work",)) as p:
+                p.send(message("Work", b"while the slave was silent"))
+        finally:
+            s.signal(signal.SIGCONT)
+        end = wait_caught_up(m, s)
+        assert commitlog_bytes(tmp_path / "broker-a-1", end) == commitlog_bytes(
+            tmp_path / "broker-a-0", end
+        )
+    finally:
+        s.stop()
         m.stop()
