@@ -9,7 +9,8 @@ ha_housekeeping_interval_ms, and connects again after a backoff.
 Frames cut the master's records anywhere; the client hands the store whole records and whole
 blank end markers only, holding the rest of one until its last byte came, so the log never ends
 in half a record and the dispatcher never meets one. The part held is one record at most: its
-declared size is checked against the bytes left in its segment.
+declared size is checked against the bytes left in its segment and this store's largest record
+(whose limits must be its master's).
 
 Bytes that do not continue this log (a frame starting elsewhere, or, where a record should
 start, something that is not one) mean the master's log is not the one this slave copied: the
@@ -36,10 +37,12 @@ from broker.ha.protocol import (
 )
 from broker.store.codec.layout import (
     BLANK_MAGIC_CODE,
+    END_FILE_MIN_BLANK_LENGTH,
     MESSAGE_MAGIC_CODE,
     MESSAGE_MAGIC_CODE_V2,
     TOTAL_AND_MAGIC,
 )
+from broker.store.config import RECORD_FIXED_BYTES_MAX
 from broker.store.message_store import DefaultMessageStore
 
 LOG = logging.getLogger(__name__)
@@ -73,6 +76,14 @@ class HAClient:
         # behind this slave is, as far as it knows.
         self.master_offset_seen = 0
         self._pending = bytearray()  # the start of a record whose end has not come yet
+        # The most a record or blank end marker can take (this store's limits, which must be
+        # its master's): what the pending part is bounded by.
+        cfg = store.config
+        self._unit_bytes_max = (
+            END_FILE_MIN_BLANK_LENGTH
+            + RECORD_FIXED_BYTES_MAX
+            + (cfg.message_size_bytes_max + cfg.topic_length_max + cfg.properties_length_max)
+        )
         self._pending_from = 0
 
     def set_master(self, master_ha_address: str | None) -> None:
@@ -208,6 +219,11 @@ class HAClient:
                 raise HAError(
                     f"no record starts at phy_offset {at} of the master's log "
                     "(its log diverged from this slave's)"
+                )
+            if total > self._unit_bytes_max:
+                raise HAError(
+                    f"a record of {total} bytes at phy_offset {at}, past this slave's largest "
+                    f"({self._unit_bytes_max}): its message size limits must be its master's"
                 )
             if len(pending) - cut < total:
                 break
