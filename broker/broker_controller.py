@@ -1,11 +1,11 @@
 """BrokerController: the broker process's parts, started and stopped in order.
 
 start(): lock the store directory, bind the gRPC port, the metrics endpoint and a master's HA
-listener (a held directory or a taken port fails here, before any work: StoreLockedError naming the holder, ListenError
-naming the address), recover the store, load topics, start the timer, transaction and send
-services and HA replication (broker/ha: a master serves its slaves, a slave copies its master and
-refuses writes), then serve gRPC (apache.rocketmq.v2 messaging, admin, health). It returns once
-the server serves.
+listener (a held directory or a taken port fails here, before any work: StoreLockedError naming
+the holder, ListenError naming the address), recover the store, load topics, start the timer,
+transaction and send services and HA replication (broker/ha: a master serves its slaves, a slave
+copies its master and refuses writes), then serve gRPC (apache.rocketmq.v2 messaging, admin,
+health). It returns once the server serves.
 shutdown(): stop intake (the server refuses new calls and finishes the running ones within the
 grace period), drain the send queue, stop timer and transaction services (saving progress), then
 shut the store down (flush, checkpoint, clean-exit marker).
