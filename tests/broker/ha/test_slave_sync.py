@@ -4,7 +4,8 @@ serves consumers when its master is gone; real ``rocketbox broker`` processes th
 Proves: a topic created on the master appears on the slave after a sync interval, and a topic
 write on the slave is refused (FAILED_PRECONDITION, naming its role); consume progress acked on
 the master is on the slave after a sync, so that once the master is SIGKILLed a consumer on the
-slave receives the rest and none of the acked ones.
+slave receives the rest and none of the acked ones; a pull offset committed on the master is on
+the slave after a sync, and the slave serves PullMessage from there once the master is gone.
 """
 
 from __future__ import annotations
@@ -12,10 +13,15 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from rocketmq.grpc_protocol import Code
+from rocketmq.grpc_protocol import definition_pb2 as pb
+from rocketmq.grpc_protocol import service_pb2 as spb
+
 from tests.broker.broker_process import wait_until
 from tests.broker.grpc_service.test_admin import cli, cli_json, refused
 from tests.broker.grpc_service.test_consumer import receive_all, simple_consumer
 from tests.broker.grpc_service.test_producer import message, producer
+from tests.broker.grpc_service.test_pull import committed, pull, queue, stub_call
 from tests.broker.ha.ha_helpers import DEADLINE_S, ha_address, master, slave, wait_caught_up
 
 
@@ -73,6 +79,41 @@ def test_after_the_master_dies_the_slave_serves_the_rest_not_the_acked(tmp_path:
             got = {g.message_id for g in receive_all(c, 10)}
             assert got == rest
             assert c.receive(32, 2) == []
+    finally:
+        if s is not None:
+            s.stop()
+        if m.running():
+            m.stop()
+
+
+def test_pull_offsets_sync_and_the_slave_serves_pulls(tmp_path: Path) -> None:
+    m = master(tmp_path / "broker-a-0", "--topic=Log:1")
+    s = None
+    try:
+        s = slave(tmp_path / "broker-a-1", ha_address(m))
+        with producer(m.endpoint, ("Log",)) as p:
+            sent = [p.send(message("Log", f"line {i}".encode())).message_id for i in range(5)]
+        reply = stub_call(
+            m.endpoint,
+            "UpdateOffset",
+            spb.UpdateOffsetRequest(
+                group=pb.Resource(name="Readers"), message_queue=queue("Log"), offset=3
+            ),
+        )
+        assert isinstance(reply, spb.UpdateOffsetResponse)
+        assert reply.status.code == Code.OK
+        wait_caught_up(m, s)
+
+        def synced() -> bool:
+            got = committed(s.endpoint, "Readers")
+            return bool(got.status.code == Code.OK and got.offset == 3)
+
+        wait_until(synced, DEADLINE_S, "the master's pull offset synced to the slave")
+        m.kill()
+        code, messages, next_offset = pull(s.endpoint, "Log", 3)
+        assert code == Code.OK
+        assert [x.system_properties.message_id for x in messages] == sent[3:]
+        assert next_offset == 5
     finally:
         if s is not None:
             s.stop()
