@@ -25,6 +25,7 @@ from tests.broker.ha.ha_helpers import (
     slave,
     wait_caught_up,
 )
+from tests.prometheus import sample, scrape
 
 RPC_DEADLINE_S = 10.0
 
@@ -57,6 +58,18 @@ def test_the_admin_service_reports_each_side_of_replication(tmp_path: Path) -> N
         assert of_slave.master_connected
         assert of_slave.behind_master_bytes == 0
         assert not of_slave.slaves
+        # The same, as metrics.
+        [slave_address] = [x.address for x in of_master.slaves]
+        at_master = scrape(m.metrics_port)
+        assert sample(at_master, "rocketbox_broker_ha_connections") == 1
+        assert sample(at_master, "rocketbox_broker_ha_slave_ack_offset", slave=slave_address) == end
+        lag = "rocketbox_broker_ha_replication_lag_bytes"
+        assert (lag, (("peer", slave_address),)) in at_master
+        assert sample(at_master, lag, peer=slave_address) == 0
+        at_slave = scrape(s.metrics_port)
+        assert sample(at_slave, "rocketbox_broker_ha_connections") == 1
+        assert (lag, (("peer", ha_address(m)),)) in at_slave
+        assert sample(at_slave, lag, peer=ha_address(m)) == 0
     finally:
         if s is not None:
             s.stop()
