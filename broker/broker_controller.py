@@ -1,10 +1,11 @@
 """BrokerController: the broker process's parts, started and stopped in order.
 
-start(): lock the store directory, bind the gRPC port and the metrics endpoint (a held directory
-or a taken port fails here, before any work: StoreLockedError naming the holder, ListenError
-naming the address), recover the store, load topics, start the timer, transaction and send
-services, then serve gRPC (apache.rocketmq.v2 messaging, admin, health). It returns once the
-server serves.
+start(): lock the store directory, bind the gRPC port, the metrics endpoint and a master's HA
+listener (a held directory or a taken port fails here, before any work: StoreLockedError naming
+the holder, ListenError naming the address), recover the store, load topics, start the timer,
+transaction and send services and HA replication (broker/ha: a master serves its slaves, a slave
+copies its master and refuses writes), then serve gRPC (apache.rocketmq.v2 messaging, admin,
+health). It returns once the server serves.
 shutdown(): stop intake (the server refuses new calls and finishes the running ones within the
 grace period), drain the send queue, stop timer and transaction services (saving progress), then
 shut the store down (flush, checkpoint, clean-exit marker).
@@ -39,10 +40,12 @@ from broker.grpc_service.client_activity import ClientActivity
 from broker.grpc_service.client_registry import ClientRegistry
 from broker.grpc_service.consumer_activity import ConsumerActivity
 from broker.grpc_service.messaging_service import MessagingService
-from broker.grpc_service.protocol import fault_reply
 from broker.grpc_service.pull_activity import PullActivity
 from broker.grpc_service.route_activity import ClusterRoute, RouteActivity
 from broker.grpc_service.send_activity import SendActivity
+from broker.grpc_service.server import bind_server
+from broker.ha.replication import HAState, Replication
+from broker.ha.slave_synchronize import SlaveSynchronize
 from broker.metrics import BrokerMetrics
 from broker.pop_message import PopMessageService
 from broker.register_broker import RegisterBrokerService
@@ -55,8 +58,7 @@ from broker.timer_message import TimerMessageService
 from broker.topic_config import TopicConfigManager
 from broker.transaction_message import TransactionalMessageService
 from rocketbox_api.admin.v1 import broker_admin_pb2_grpc
-from rocketbox_api.listen import bind_grpc, start_metrics_server
-from rocketbox_api.server_guard import ServerGuard
+from rocketbox_api.listen import HA, ListenError, start_metrics_server
 
 LOG = logging.getLogger(__name__)
 
@@ -77,6 +79,7 @@ class BrokerController:
         self.groups = GroupConfigManager(config.config_dir)
         self.arrivals = MessageArrivalNotifier()
         self.pull_offsets = ConsumerOffsetManager(config.config_dir)
+        self.replication = Replication(config, self.store)
         self._pop: PopMessageService | None = None
         self.forced_flow_control = ForcedFlowControl()
         self.clients = ClientRegistry(config.telemetry_outbound_max)
@@ -119,9 +122,12 @@ class BrokerController:
             # advertise. The metrics endpoint binds with it, so a taken one fails before
             # recovery, not after it.
             self.store.lock()
-            server = self._server = self._bind()
+            server, self.port = bind_server(self.config)
+            self._server = server
             self._start_metrics_server()
+            await self._bind_ha()
         except BaseException:
+            await self.replication.stop()
             if self._server is not None:
                 await self._server.stop(None)  # bound, never started: gives the port back
                 self._server = None
@@ -143,6 +149,9 @@ class BrokerController:
         self.arrivals.attach(self.store)
         messaging = self._build_services()
         await self._start_services()
+        assert self._pop is not None
+        configs = SlaveSynchronize(self.topics, self.groups, self._pop.progress, self.pull_offsets)
+        await self.replication.start(self._tasks, configs)
         self._add_servicers(server, messaging)
         await server.start()
         if self.registration is not None:  # once it serves: routes may name it from now on
@@ -169,7 +178,8 @@ class BrokerController:
             self.topics,
             cfg.config_dir,
             self.arrivals,
-            lambda client_id: self.clients.get(client_id) is not None,
+            connected=lambda client_id: self.clients.get(client_id) is not None,
+            dead_letter_enable=not cfg.is_slave,
         )
         self._timer = TimerMessageService(self.store, cfg.config_dir, cfg.timer_pending_max)
         self._transactions = TransactionalMessageService(
@@ -227,12 +237,17 @@ class BrokerController:
             routes,
             self._clients_activity,
             SendActivity(
-                sends, self._transactions, cfg.store.message_size_bytes_max, cfg.delay_ms_max
+                sends,
+                self._transactions,
+                cfg.store.message_size_bytes_max,
+                cfg.delay_ms_max,
+                self.replication.write_refusal,
             ),
             consumers,
             PullActivity(
                 self.store, sends, self.arrivals, self.pull_offsets, cfg.long_polling_timeout_ms
             ),
+            self.replication.write_refusal,
         )
         broker.endpoints.addresses[0].port = self.port
         return messaging
@@ -242,8 +257,11 @@ class BrokerController:
         assert self._transactions is not None
         assert self._pop is not None
         assert self._send_queue is not None
-        await self._timer.start(self._tasks)
-        await self._transactions.start(self._tasks)
+        if not self.config.is_slave:
+            # A slave's log is its master's bytes: its timer and transaction checks would
+            # write there. They run on the master, whose writes the slave replicates.
+            await self._timer.start(self._tasks)
+            await self._transactions.start(self._tasks)
         await self._pop.start(self._tasks)
         await self.pull_offsets.start(self._tasks)
         self._send_queue.start(self._tasks)
@@ -259,6 +277,8 @@ class BrokerController:
                 self.groups,
                 self._pop,
                 self.clients,
+                self.replication.write_refusal,
+                self.replication.state,
             ),
             server,
         )
@@ -268,12 +288,24 @@ class BrokerController:
     def ha_address(self) -> str | None:
         """HOST:PORT of this master's HA listener, which its registrations advertise to slaves;
         None when it has none (a slave, or a stand-alone broker)."""
-        return None
+        return self.replication.ha_address()
 
     def on_master_changed(self, master_address: str | None, master_ha_address: str | None) -> None:
         """A slave's registration answer names its group's master (gRPC and HA addresses, or
         None while the group has no master): the slave replicates from and syncs configs with
         it. A master ignores it."""
+        self.replication.on_master_changed(master_ha_address)
+
+    def ha_state(self) -> HAState:
+        return self.replication.state()
+
+    async def _bind_ha(self) -> None:
+        try:
+            await self.replication.bind()
+        except OSError as e:
+            cfg = self.config
+            address = f"{cfg.ha_listen_host}:{cfg.ha_listen_port}"
+            raise ListenError(HA, address, e.strerror or str(e)) from e
 
     # -- what the scrape-time metrics read (broker/metrics.py BrokerState) ----------------------
     def consumer_progress(self) -> Iterator[tuple[str, str, Sequence[QueueProgress]]]:
@@ -303,28 +335,6 @@ class BrokerController:
             )
             self.metrics_port = self._metrics_server.server_port
 
-    def _bind(self) -> grpc.aio.Server:
-        cfg = self.config
-        server = grpc.aio.server(
-            # Malformed requests and handler faults: a protocol answer, a rate-limited line.
-            interceptors=[ServerGuard(fault_reply)],
-            options=[
-                ("grpc.max_receive_message_length", cfg.grpc_receive_message_bytes_max),
-                ("grpc.max_send_message_length", cfg.grpc_receive_message_bytes_max),
-                # A second broker on the same port must fail, not share it silently (spec §12).
-                ("grpc.so_reuseport", 0),
-            ],
-        )
-        address = f"{cfg.listen_host}:{cfg.listen_port}"
-        if cfg.tls_cert_file is not None and cfg.tls_key_file is not None:
-            credentials = grpc.ssl_server_credentials(
-                [(cfg.tls_key_file.read_bytes(), cfg.tls_cert_file.read_bytes())]
-            )
-            self.port = bind_grpc(server, address, credentials)
-        else:
-            self.port = bind_grpc(server, address)
-        return server
-
     def _request_transaction_check(self, topic: str, half: MessageExt, transaction_id: str) -> bool:
         # Checks start after the server is up, so the messaging service exists by then.
         assert self._clients_activity is not None
@@ -342,6 +352,7 @@ class BrokerController:
             self.arrivals.wake_all()
             await self._server.stop(SHUTDOWN_GRACE_S)
             self._server = None
+        await self.replication.stop()
         if self._send_queue is not None:
             await self._send_queue.stop()
         if self._timer is not None:

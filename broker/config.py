@@ -54,6 +54,14 @@ class BrokerConfig:
     # How often a slave copies its master's topic and group configs and consume progress
     # (RocketMQ's SlaveSynchronize).
     slave_sync_interval_ms: int = 10_000
+    # HA replication (RocketMQ's haSendHeartbeatInterval, haHousekeepingInterval,
+    # haTransferBatchSize, haMaxGapNotInSync): a slave reports its offset at least this often; a
+    # connection silent this long is closed; bytes per transfer frame; and a SYNC_MASTER does not
+    # wait for a slave further behind than this (it answers SLAVE_NOT_AVAILABLE at once).
+    ha_send_heartbeat_interval_ms: int = 5_000
+    ha_housekeeping_interval_ms: int = 20_000
+    ha_transfer_batch_bytes: int = 32 * 1024
+    ha_max_gap_not_in_sync_bytes: int = 256 * 1024 * 1024
     auto_create_topic_enable: bool = False
     default_topic_queue_nums: int = 8
 
@@ -107,6 +115,15 @@ class BrokerConfig:
             ),
             (self.register_broker_interval_ms > 0, "register_broker_interval_ms must be > 0"),
             (self.slave_sync_interval_ms > 0, "slave_sync_interval_ms must be > 0"),
+            (
+                0 < self.ha_send_heartbeat_interval_ms < self.ha_housekeeping_interval_ms,
+                "ha_send_heartbeat_interval_ms must be > 0 and below ha_housekeeping_interval_ms",
+            ),
+            (
+                4096 <= self.ha_transfer_batch_bytes <= 4 * 1024 * 1024,
+                "ha_transfer_batch_bytes must be in 4096..4194304",
+            ),
+            (self.ha_max_gap_not_in_sync_bytes > 0, "ha_max_gap_not_in_sync_bytes must be > 0"),
             (self.advertised_host != "0.0.0.0", "advertised_host 0.0.0.0 cannot be dialled"),  # noqa: S104 - a comparison with the wildcard address, not a bind
             (1 <= self.default_topic_queue_nums <= 1024, "default_topic_queue_nums: 1..1024"),
             (self.wait_time_ms_in_send_queue > 0, "wait_time_ms_in_send_queue must be > 0"),

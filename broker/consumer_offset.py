@@ -40,5 +40,16 @@ class ConsumerOffsetManager:
         self._offsets.setdefault(f"{group}@{topic}", {})[str(queue_id)] = offset
         self._writer.dirty = True
 
+    def saved(self) -> dict[str, dict[str, int]]:
+        return {k: dict(v) for k, v in self._offsets.items()}
+
+    def sync_from(self, master: dict[str, dict[str, int]]) -> None:
+        """A slave takes its master's pull offsets (each moves forward, never back)."""
+        for key, queues in master.items():
+            mine = self._offsets.setdefault(key, {})
+            for queue_id, offset in queues.items():
+                mine[queue_id] = max(mine.get(queue_id, 0), int(offset))
+        self._writer.dirty = True
+
     def query(self, group: str, topic: str, queue_id: int) -> int | None:
         return self._offsets.get(f"{group}@{topic}", {}).get(str(queue_id))

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import logging
 import threading
+from collections.abc import Iterable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -81,6 +82,16 @@ class GroupConfigManager:
 
     def list(self) -> list[GroupConfig]:
         return sorted(self._groups.values(), key=lambda g: g.group_name)
+
+    def replace_all(self, groups: Iterable[GroupConfig]) -> None:
+        """A slave's sync: its master's groups, exactly."""
+        new = {gc.group_name: gc for gc in groups}
+        with self._lock:
+            if new == self._groups:
+                return
+            self._groups = new
+            write_json_atomic(self._path, {"groups": [asdict(g) for g in self.list()]})
+        LOG.info("groups synced from the master: %s", len(new))
 
     def find_or_create(self, group: str) -> GroupConfig:
         found = self._groups.get(group)

@@ -18,6 +18,11 @@ Read when scraped, so nothing is kept twice:
 - ``rocketbox_broker_send_queue_depth``, ``rocketbox_broker_commitlog_max_phy_offset`` and
   ``rocketbox_broker_commitlog_flushed_phy_offset`` (bytes; their difference is what a crash of
   the machine could lose under ASYNC_FLUSH).
+- HA replication (broker/ha): ``rocketbox_broker_ha_connections`` (a master: slaves connected; a
+  slave: 1 while connected to its master), ``rocketbox_broker_ha_slave_ack_offset{slave}`` (a
+  master: each slave's last acknowledged phy_offset), and
+  ``rocketbox_broker_ha_replication_lag_bytes{peer}`` (a master: how far each slave is behind
+  it; a slave: how far it is behind the master's end it heard of, peer = its master).
 """
 
 from __future__ import annotations
@@ -32,6 +37,7 @@ from prometheus_client.registry import Collector
 
 from broker.consumer_progress import QueueProgress
 from broker.flow_control import FlowControlReason
+from broker.ha.replication import HAState
 from broker.store.status import PutMessageResult
 
 # Seconds: an append takes tens of microseconds; a SYNC_FLUSH put waits for a ~1 ms fsync.
@@ -55,6 +61,8 @@ class BrokerState(Protocol):
     def commitlog_offsets(self) -> tuple[int, int]:
         """(max phy_offset, flushed phy_offset)."""
         ...
+
+    def ha_state(self) -> HAState: ...
 
 
 class BrokerMetrics:
@@ -153,3 +161,28 @@ class _StateCollector(Collector):
             "rocketbox_broker_commitlog_flushed_phy_offset", "Bytes of the commitlog fsynced.",
             value=flushed_offset,
         )  # fmt: skip
+        yield from _ha_gauges(self._state.ha_state())
+
+
+def _ha_gauges(ha: HAState) -> Iterable[GaugeMetricFamily]:
+    connections = len(ha.slaves) if ha.master_ha_address is None else int(ha.master_connected)
+    yield GaugeMetricFamily(
+        "rocketbox_broker_ha_connections",
+        "HA connections: a master's slaves, or a slave's one to its master.", value=connections,
+    )  # fmt: skip
+    ack = GaugeMetricFamily(
+        "rocketbox_broker_ha_slave_ack_offset",
+        "The phy_offset each slave last acknowledged (a master).", labels=["slave"],
+    )  # fmt: skip
+    lag = GaugeMetricFamily(
+        "rocketbox_broker_ha_replication_lag_bytes",
+        "Bytes a slave is behind its master (a master: per slave; a slave: peer = its master).",
+        labels=["peer"],
+    )  # fmt: skip
+    for slave in ha.slaves:
+        ack.add_metric([slave.address], slave.ack_offset)
+        lag.add_metric([slave.address], slave.lag_bytes)
+    if ha.master_ha_address is not None:
+        lag.add_metric([ha.master_ha_address], ha.behind_master_bytes)
+    yield ack
+    yield lag

@@ -101,7 +101,9 @@ class PopMessageService:
         config_dir: Path,
         arrivals: MessageArrivalNotifier,
         connected: Callable[[str], bool] = lambda _client_id: False,
+        dead_letter_enable: bool = True,  # False on a SLAVE: see _hand_out
     ) -> None:
+        self._dead_letter_enable = dead_letter_enable
         self._arrivals = arrivals
         self._store = store
         self._topics = topics
@@ -295,13 +297,16 @@ class PopMessageService:
     ) -> None:
         """Deliver ``msg`` (again, when ``flight``), or dead-letter it past the attempts."""
         attempt = flight.attempt + 1 if flight is not None else 1
+        handle = make_handle(take.queue_id, offset)
+        until = take.now + take.invisible_ms
         if attempt > take.group.max_delivery_attempts:
+            if not self._dead_letter_enable:  # a SLAVE writes no log: held in flight, not sent
+                qs.hand_out(offset, InFlight(phy_offset, size, attempt - 1, until, handle, None))
+                return
             await self._dead_letter(take.group.group_name, msg, attempt - 1)
             qs.mark_done(offset)
             self.progress.changed()
             return
-        handle = make_handle(take.queue_id, offset)
-        until = take.now + take.invisible_ms
         message_group = msg.properties.get(PROPERTY_SHARDING_KEY)
         qs.hand_out(offset, InFlight(phy_offset, size, attempt, until, handle, message_group))
         take.deliveries.append(Delivery(msg, handle, attempt, until))
@@ -369,12 +374,9 @@ class PopMessageService:
             raise RuntimeError(f"dead-lettering {msg.msg_id} failed: {result.status.value}")
         LOG.info(
             "message %s of %s dead-lettered for group %s after %s attempts",
-            msg.msg_id,
-            msg.topic,
-            group,
-            attempts,
+            msg.msg_id, msg.topic, group, attempts,
             extra={"message_id": msg.msg_id, "topic": msg.topic},
-        )
+        )  # fmt: skip
 
 
 def _window(cq: ConsumeQueue, start: int, end: int) -> Iterator[CqEntry]:

@@ -82,6 +82,25 @@ class PopProgress:
         for k in [k for k in self._queues if k[0] == key]:
             del self._queues[k]
         self._saved.pop(key, None)
+
+    def saved(self) -> Saved:
+        """Every queue's progress, as the file holds it (what a slave copies)."""
+        return self._snapshot()
+
+    def sync_from(self, master: Saved) -> None:
+        """A slave takes its master's progress: each queue moves forward to it, never back (what
+        was acked here while the master was away stays acked). The broadcast members table is
+        the master's as it is, so a member's progress keeps its owner on the slave."""
+        members = master.get(MEMBERS_KEY)
+        if isinstance(members, dict):
+            self.members.load(members)
+        for group, topics in master.items():
+            if group == MEMBERS_KEY:
+                continue
+            for topic, queues in topics.items():
+                for queue_id, saved in queues.items():
+                    qs = self.state(group, topic, int(queue_id))
+                    qs.advance_to(int(saved["ack"]), (int(o) for o in saved["done"]))
         self.changed()
 
     def state(self, group: str, topic: str, queue_id: int) -> QueueState:

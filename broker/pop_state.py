@@ -13,6 +13,7 @@ from __future__ import annotations
 import heapq
 import itertools
 import secrets
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 # The expiry heap keeps superseded entries until they surface; past this many per message in
@@ -62,6 +63,17 @@ class QueueState:
             moved = True
         self.scan_offset = max(self.scan_offset, self.ack_offset)
         return moved
+
+    def advance_to(self, ack_offset: int, done: Iterable[int]) -> None:
+        """Take a master's progress (a slave's sync): nothing it has done comes back here."""
+        if ack_offset > self.ack_offset:
+            for offset in [o for o in self.inflight if o < ack_offset]:
+                del self.inflight[offset]
+            self.done = {o for o in self.done if o >= ack_offset}
+            self.ack_offset = ack_offset
+        for offset in done:
+            self.mark_done(offset)
+        self.scan_offset = max(self.scan_offset, self.ack_offset)
 
     def hand_out(self, offset: int, flight: InFlight) -> None:
         self.inflight[offset] = flight

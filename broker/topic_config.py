@@ -9,7 +9,7 @@ from __future__ import annotations
 import enum
 import logging
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -143,6 +143,16 @@ class TopicConfigManager:
         LOG.info("deleted topic %s", topic)
         self._changed()
         return tc
+
+    def replace_all(self, topics: Iterable[TopicConfig]) -> None:
+        """A slave's sync: its master's topics, exactly."""
+        new = {tc.topic_name: tc for tc in topics}
+        with self._lock:
+            if new == self._topics:
+                return
+            self._topics = new
+            self._persist()
+        LOG.info("topics synced from the master: %s", len(new))
 
     def _persist(self) -> None:
         write_json_atomic(self._path, {"topics": [t.to_json() for t in self.list()]})

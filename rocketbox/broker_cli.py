@@ -44,7 +44,7 @@ from rocketbox.start_checks import (
     refuse_taken,
 )
 from rocketbox.store_geometry import store_geometry_options
-from rocketbox_api.listen import GRPC, METRICS, ListenError
+from rocketbox_api.listen import GRPC, HA, METRICS, ListenError
 from sidecar.channels import Endpoint
 from sidecar.config import SidecarConfig
 
@@ -153,6 +153,7 @@ def broker(
         flush_disk_type=FlushDiskType(flush_disk_type),
         file_reserved_hours=file_reserved_hours,
         message_size_bytes_max=message_size_bytes_max,
+        sync_flush_timeout_ms=cluster.sync_flush_timeout_ms,
     )
     try:
         config = BrokerConfig(
@@ -189,6 +190,8 @@ def broker_addresses(config: BrokerConfig, options: ListenOptions) -> list[tuple
     addresses = [(options[GRPC], config.listen_host, config.listen_port)]
     if config.metrics_host is not None:
         addresses.append((options[METRICS], config.metrics_host, config.metrics_port))
+    if config.ha_listen_host is not None and not config.is_slave:
+        addresses.append((options[HA], config.ha_listen_host, config.ha_listen_port))
     return addresses
 
 
@@ -280,6 +283,9 @@ async def run_broker(
             controller.metrics.registry.register(sidecar.metrics.registry)
         if controller.metrics_port:
             click.echo(f"metrics on http://{config.metrics_host}:{controller.metrics_port}/metrics")
+        ha_address = controller.ha_address()
+        if ha_address is not None:
+            click.echo(f"broker HA listening on {ha_address} ({config.broker_role.value})")
         click.echo(f"broker listening on {config.listen_host}:{port}; Ctrl-C stops cleanly")
         try:
             await stop.wait()

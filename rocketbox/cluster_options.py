@@ -29,6 +29,10 @@ class ClusterOptions:
     ha_listen: Endpoint | None
     ha_master_address: str | None
     slave_sync_interval_ms: int
+    ha_send_heartbeat_interval_ms: int
+    ha_housekeeping_interval_ms: int
+    # The store's: how long a SYNC_FLUSH put waits for its fsync and a SYNC_MASTER's for a slave.
+    sync_flush_timeout_ms: int
 
     def config_fields(self) -> dict[str, Any]:
         """BrokerConfig's keyword arguments these options set."""
@@ -43,6 +47,8 @@ class ClusterOptions:
             "ha_listen_port": self.ha_listen.port if self.ha_listen else 0,
             "ha_master_address": self.ha_master_address,
             "slave_sync_interval_ms": self.slave_sync_interval_ms,
+            "ha_send_heartbeat_interval_ms": self.ha_send_heartbeat_interval_ms,
+            "ha_housekeeping_interval_ms": self.ha_housekeeping_interval_ms,
         }
 
 
@@ -140,6 +146,28 @@ _OPTIONS: tuple[Callable[[Callable[..., None]], Callable[..., None]], ...] = (
         type=click.IntRange(min=1),
         help="How often a slave copies its master's topics, groups and consume progress.",
     ),
+    click.option(
+        "--ha-send-heartbeat-interval-ms",
+        default=5_000,
+        show_default=True,
+        type=click.IntRange(min=1),
+        help="A slave reports its offset at least this often; an idle master sends a heartbeat.",
+    ),
+    click.option(
+        "--ha-housekeeping-interval-ms",
+        default=20_000,
+        show_default=True,
+        type=click.IntRange(min=2),
+        help="An HA connection silent this long is closed (and a slave's made again).",
+    ),
+    click.option(
+        "--sync-flush-timeout-ms",
+        default=5_000,
+        show_default=True,
+        type=click.IntRange(min=1),
+        help="How long a put waits for its fsync (--flush sync) and a SYNC_MASTER's for a "
+        "slave: past it, the message is stored and answered with the weakness.",
+    ),
 )
 _NAMES = (
     "broker_cluster_name",
@@ -151,6 +179,9 @@ _NAMES = (
     "ha_listen",
     "ha_master_address",
     "slave_sync_interval_ms",
+    "ha_send_heartbeat_interval_ms",
+    "ha_housekeeping_interval_ms",
+    "sync_flush_timeout_ms",
 )
 
 

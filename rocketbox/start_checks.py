@@ -18,16 +18,24 @@ import click
 
 from outbox.errors import OutboxConfigError
 from outbox.holder import rocksdb_dir
-from rocketbox_api.listen import GRPC, METRICS, ListenError, address_in_use
+from rocketbox_api.listen import GRPC, HA, METRICS, ListenError, address_in_use
 from rocketbox_api.lock_holder import lock_holders
 
 # RocksDB's lock file in its directory (RocksDB's own name).
 ROCKSDB_LOCK_FILE = "LOCK"
 # Listener (ListenError.listener) → the option that sets its address, for one server.
 ListenOptions = Mapping[str, str]
-BROKER_LISTEN_OPTIONS: ListenOptions = {GRPC: "--listen", METRICS: "--metrics-listen"}
+BROKER_LISTEN_OPTIONS: ListenOptions = {
+    GRPC: "--listen",
+    METRICS: "--metrics-listen",
+    HA: "--ha-listen",
+}
 SIDECAR_LISTEN_OPTIONS: ListenOptions = {GRPC: "--listen", METRICS: "--metrics-listen"}
-UP_BROKER_LISTEN_OPTIONS: ListenOptions = {GRPC: "--broker-listen", METRICS: "--metrics-listen"}
+UP_BROKER_LISTEN_OPTIONS: ListenOptions = {
+    GRPC: "--broker-listen",
+    METRICS: "--metrics-listen",
+    HA: "--ha-listen",
+}
 UP_SIDECAR_LISTEN_OPTIONS: ListenOptions = {GRPC: "--sidecar-listen", METRICS: "--metrics-listen"}
 
 

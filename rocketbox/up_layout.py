@@ -40,4 +40,3 @@ def up_outbox_dir(data_dir: Path) -> Path:
 
 def up_ack_ledger(data_dir: Path) -> Path:
     return (data_dir / UP_ACK_LEDGER_NAME).resolve()
-

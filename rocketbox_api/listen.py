@@ -23,10 +23,11 @@ if TYPE_CHECKING:
 # The listeners a ListenError names: a server's gRPC port and its Prometheus endpoint.
 GRPC = "grpc"
 METRICS = "metrics"
+HA = "ha"  # a master's HA listener (broker/ha)
 
 
 class ListenError(OSError):
-    """``listener`` (GRPC or METRICS) could not bind ``address``: in use by another process, or
+    """``listener`` (GRPC, METRICS or HA) could not bind ``address``: in use by another process, or
     not an address of this machine."""
 
     def __init__(self, listener: str, address: str, detail: str = "in use") -> None:

@@ -12,6 +12,7 @@ from broker.group_config import (
     GroupConfig,
     validate_group_name,
 )
+from broker.ha.replication import HAState
 from broker.store.codec.message import (
     PROPERTY_CRC32,
     PROPERTY_KEYS,
@@ -177,3 +178,18 @@ def to_pb_stored_message(msg: MessageExt) -> apb.StoredMessage:
     if deliver_ms is not None and deliver_ms.isdigit():
         out.delivery_timestamp_ms = int(deliver_ms)
     return out
+
+
+def to_pb_ha_state(ha: HAState) -> apb.GetHAStateResponse:
+    return apb.GetHAStateResponse(
+        role=ha.role.value,
+        max_phy_offset=ha.max_phy_offset,
+        ha_address=ha.ha_address or "",
+        slaves=[
+            apb.HASlave(address=s.address, ack_offset=s.ack_offset, lag_bytes=s.lag_bytes)
+            for s in ha.slaves
+        ],
+        master_ha_address=ha.master_ha_address or "",
+        master_connected=ha.master_connected,
+        behind_master_bytes=ha.behind_master_bytes,
+    )

@@ -42,6 +42,7 @@ from broker.grpc_service.admin_converter import (
     QUERY_MAX_NUM_DEFAULT,
     TO_PB_CLIENT_TYPE,
     to_pb_group,
+    to_pb_ha_state,
     to_pb_topic,
     to_pb_topic_progress,
     validate_message_id,
@@ -49,6 +50,7 @@ from broker.grpc_service.admin_converter import (
     within_budget,
 )
 from broker.grpc_service.client_registry import ClientRegistry
+from broker.ha.replication import HAState
 from broker.pop_message import PopMessageService
 from broker.store.errors import MessageIllegalError, StoreError
 from broker.store.message_reader import QUERY_MESSAGE_NUMS_MAX
@@ -83,7 +85,13 @@ class BrokerAdminService(broker_admin_pb2_grpc.BrokerAdminServicer):  # type: ig
         groups: GroupConfigManager,
         pop: PopMessageService,
         clients: ClientRegistry,
+        write_refusal: str | None = None,
+        ha_state: Callable[[], HAState] | None = None,
     ) -> None:
+        """``write_refusal``: why this broker (a SLAVE) takes no topic or group writes: its
+        configs are its master's, copied (FAILED_PRECONDITION, naming the reason)."""
+        self._write_refusal = write_refusal
+        self._ha_state = ha_state
         self._store = store
         self._topics = topics
         self._forced = forced_flow_control
@@ -95,6 +103,7 @@ class BrokerAdminService(broker_admin_pb2_grpc.BrokerAdminServicer):  # type: ig
     async def CreateTopic(  # noqa: N802 - the API's name
         self, request: apb.CreateTopicRequest, context: Context
     ) -> apb.CreateTopicResponse:
+        await self._refuse_writes(context)
         kind = FROM_PB_TYPE.get(request.message_type)
         if kind is None:
             await context.abort(
@@ -132,6 +141,7 @@ class BrokerAdminService(broker_admin_pb2_grpc.BrokerAdminServicer):  # type: ig
     async def DeleteTopic(  # noqa: N802 - the protocol's method name
         self, request: apb.DeleteTopicRequest, context: Context
     ) -> apb.DeleteTopicResponse:
+        await self._refuse_writes(context)
         await _answer(context, lambda: validate_topic_name(request.topic))
         tc = await _answer(context, lambda: self._topics.delete(request.topic), in_thread=True)
         return apb.DeleteTopicResponse(topic=to_pb_topic(tc))
@@ -244,6 +254,7 @@ class BrokerAdminService(broker_admin_pb2_grpc.BrokerAdminServicer):  # type: ig
     async def CreateGroup(  # noqa: N802 - the protocol's method name
         self, request: apb.CreateGroupRequest, context: Context
     ) -> apb.CreateGroupResponse:
+        await self._refuse_writes(context)
         retries = (
             request.retry_max_times
             if request.HasField("retry_max_times")
@@ -267,6 +278,7 @@ class BrokerAdminService(broker_admin_pb2_grpc.BrokerAdminServicer):  # type: ig
     async def ResetOffset(  # noqa: N802 - the protocol's method name
         self, request: apb.ResetOffsetRequest, context: Context
     ) -> apb.ResetOffsetResponse:
+        await self._refuse_writes(context)
         await _answer(context, lambda: validate_reset(request))
         gc = await self._configured_group(request.group, context)
         tc = await _answer(context, lambda: self._configured_topic(request.topic))
@@ -304,6 +316,17 @@ class BrokerAdminService(broker_admin_pb2_grpc.BrokerAdminServicer):  # type: ig
                 )
             )
         return out
+
+    async def GetHAState(  # noqa: N802 - the API's name
+        self, request: apb.GetHAStateRequest, context: Context
+    ) -> apb.GetHAStateResponse:
+        if self._ha_state is None:
+            await context.abort(grpc.StatusCode.UNIMPLEMENTED, "this broker has no HA state")
+        return to_pb_ha_state(self._ha_state())
+
+    async def _refuse_writes(self, context: Context) -> None:
+        if self._write_refusal is not None:
+            await context.abort(grpc.StatusCode.FAILED_PRECONDITION, self._write_refusal)
 
     async def _configured_group(self, group: str, context: Context) -> GroupConfig:
         await _answer(context, lambda: validate_group_name(group))

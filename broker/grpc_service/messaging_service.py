@@ -33,7 +33,11 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):  # type: igno
         producers: SendActivity,
         consumers: ConsumerActivity,
         pulls: PullActivity,
+        write_refusal: str | None = None,
     ) -> None:
+        """``write_refusal``: why this broker (a SLAVE) writes nothing: dead-lettering is
+        refused with it (FORBIDDEN), as sends are (send_activity.py)."""
+        self._write_refusal = write_refusal
         self._routes = routes
         self._clients = clients
         self._producers = producers
@@ -95,6 +99,10 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):  # type: igno
     async def ForwardMessageToDeadLetterQueue(  # noqa: N802 - the protocol's method name
         self, request: spb.ForwardMessageToDeadLetterQueueRequest, context: Context
     ) -> spb.ForwardMessageToDeadLetterQueueResponse:
+        if self._write_refusal is not None:
+            return spb.ForwardMessageToDeadLetterQueueResponse(
+                status=status(Code.FORBIDDEN, self._write_refusal)
+            )
         return await self._consumers.forward_to_dead_letter(request, context)
 
     async def QueryAssignment(  # noqa: N802 - the protocol's method name

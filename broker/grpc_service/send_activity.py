@@ -45,6 +45,8 @@ TRANSACTION_ID_LENGTH_MAX = 128
 _PUT_STATUS_CODE = {
     # Stored, but not durable in time: the proxy's code; clients see a timeout.
     PutMessageStatus.FLUSH_DISK_TIMEOUT: Code.MASTER_PERSISTENCE_TIMEOUT,
+    PutMessageStatus.FLUSH_SLAVE_TIMEOUT: Code.SLAVE_PERSISTENCE_TIMEOUT,
+    PutMessageStatus.SLAVE_NOT_AVAILABLE: Code.HA_NOT_AVAILABLE,
     PutMessageStatus.OS_PAGE_CACHE_BUSY: Code.TOO_MANY_REQUESTS,
     PutMessageStatus.MESSAGE_ILLEGAL: Code.BAD_REQUEST,
     PutMessageStatus.PROPERTIES_SIZE_EXCEEDED: Code.MESSAGE_PROPERTIES_TOO_LARGE,
@@ -58,7 +60,14 @@ class SendActivity:
         transactions: TransactionalMessageService,
         body_bytes_max: int,
         delay_ms_max: int,
+        write_refusal: str | None = None,
     ) -> None:
+        """``write_refusal``: why this broker takes no sends (a SLAVE), answered FORBIDDEN, the
+        code for a broker without write permission: clients and the sidecar try another
+        broker, and no message is rejected for it."""
+        self._write_refusal = (
+            None if write_refusal is None else status(Code.FORBIDDEN, write_refusal)
+        )
         self._sends = sends
         self._transactions = transactions
         self._max_body_bytes = body_bytes_max
@@ -68,6 +77,8 @@ class SendActivity:
         self, request: spb.SendMessageRequest, context: Context
     ) -> spb.SendMessageResponse:
         messages = list(request.messages)
+        if self._write_refusal is not None:
+            return _send_failure(messages[:SEND_MESSAGES_MAX], self._write_refusal)
         if len(messages) > SEND_MESSAGES_MAX:
             # One entry each would make the answer as large as the request could be.
             return spb.SendMessageResponse(
@@ -132,6 +143,8 @@ class SendActivity:
     async def end_transaction(
         self, request: spb.EndTransactionRequest
     ) -> spb.EndTransactionResponse:
+        if self._write_refusal is not None:
+            return spb.EndTransactionResponse(status=self._write_refusal)
         try:
             _validate_end_transaction(request)
         except ProtocolError as e:

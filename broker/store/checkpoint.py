@@ -22,7 +22,9 @@ from __future__ import annotations
 import logging
 import os
 import struct
+import time
 import zlib
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -81,3 +83,27 @@ class StoreCheckpoint:
 
     def close(self) -> None:
         os.close(self._fd)
+
+
+def record_logics_flushed(
+    checkpoint: StoreCheckpoint,
+    dispatched: int,
+    commit_log_flushed_offset: int,
+    last_store_timestamp_ms: int,
+    flush_logics_files: Callable[[], None],
+) -> None:
+    """Flush consume queues and index (``flush_logics_files``), then record in ``checkpoint``
+    how far they reach: every record below ``dispatched``."""
+    cp = checkpoint.state
+    if (
+        dispatched == cp.logics_dispatched_offset
+        and commit_log_flushed_offset == cp.commit_log_flushed_offset
+    ):
+        return  # nothing moved: spare the disk an fsync a second on an idle store
+    flush_logics_files()
+    now_ms = time.time_ns() // 1_000_000
+    cp.logics_dispatched_offset = cp.index_dispatched_offset = dispatched
+    cp.logics_msg_timestamp_ms = cp.index_msg_timestamp_ms = now_ms
+    cp.commit_log_flushed_offset = commit_log_flushed_offset
+    cp.physic_msg_timestamp_ms = last_store_timestamp_ms
+    checkpoint.flush()

@@ -137,6 +137,34 @@ class CommitLog:
             )
         return AppendMessageResult(phy_offset, enc.total_size, queue_offset, store_ts, uniq_key)
 
+    def append_data(self, start_phy_offset: int, data: bytes) -> str | None:
+        """Append another log's bytes at exactly ``start_phy_offset`` (RocketMQ's
+        appendToCommitLog, a slave's only write): they are the master's records and blank end
+        markers, so segments come out identical to the master's. Returns why it refused, or None.
+
+        The bytes must be contiguous with this log's end (an empty log starts at any segment
+        boundary) and stay in one segment; the caller hands whole records, so the dispatcher
+        never meets half of one.
+        """
+        mfq = self.mapped_file_queue
+        size = mfq.mapped_file_size_bytes
+        with self._put_lock:
+            last = mfq.last()
+            if last is None:
+                if start_phy_offset % size:
+                    return f"phy_offset {start_phy_offset} does not start a segment of {size} bytes"
+            elif start_phy_offset != mfq.max_offset:
+                return f"phy_offset {start_phy_offset} is not this log's end {mfq.max_offset}"
+            if start_phy_offset // size != (start_phy_offset + len(data) - 1) // size:
+                return f"{len(data)} bytes at phy_offset {start_phy_offset} cross a segment end"
+            try:
+                mf = mfq.last_or_create(start_phy_offset)
+            except OSError as e:
+                LOG.error("cannot create a commitlog segment: %s", e)
+                return f"cannot create a commitlog segment: {e}"
+            mf.append(data)
+        return None
+
     def prepare_next_segment(self) -> None:
         """Have the allocator prepare the segment after the one recovery ended in (the first, if
         none), so that the first put after a start does not wait for one."""

@@ -20,6 +20,7 @@ import threading
 import time
 from collections.abc import Callable
 
+from broker.store.config import FlushDiskType, MessageStoreConfig
 from broker.store.service_thread import ServiceThread
 
 LOG = logging.getLogger(__name__)
@@ -226,3 +227,23 @@ class FlushConsumeQueueService(ServiceThread):
                 self._flush_logics()
             except OSError as e:
                 LOG.error("consume queue / index flush failed: %s", e)
+
+
+def commit_log_flusher(
+    cfg: MessageStoreConfig,
+    flush: FlushFn,
+    dirty_bytes: Callable[[], int],
+    flushed_offset: int,
+    on_flushed: FlushedFn,
+    on_error: ErrorFn,
+) -> ServiceThread:
+    """The commitlog's flush service for the configured flush_disk_type: group commit under
+    SYNC_FLUSH, the periodic flush otherwise."""
+    if cfg.flush_disk_type is FlushDiskType.SYNC_FLUSH:
+        return GroupCommitService(
+            flush, flushed_offset, cfg.group_commit_requests_max, on_flushed, on_error
+        )
+    return FlushRealTimeService(
+        flush, dirty_bytes, cfg.flush_interval_commit_log_ms, cfg.flush_commit_log_least_pages,
+        cfg.flush_commit_log_thorough_interval_ms, on_flushed, on_error,
+    )  # fmt: skip

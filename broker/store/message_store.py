@@ -16,7 +16,7 @@ import logging
 import time
 from collections.abc import Callable, Sequence
 
-from broker.store.checkpoint import StoreCheckpoint
+from broker.store.checkpoint import StoreCheckpoint, record_logics_flushed
 from broker.store.clean import CleanResult, StoreCleaner
 from broker.store.codec.check import DispatchRequest
 from broker.store.codec.encode import EncodedMessage, encode_message
@@ -27,11 +27,11 @@ from broker.store.codec.message import (
 )
 from broker.store.commit_log import CommitLog
 from broker.store.commit_log_recovery import RecoveryReport
-from broker.store.config import FlushDiskType, MessageStoreConfig
+from broker.store.config import MessageStoreConfig
 from broker.store.consume_queue_store import ConsumeQueueStore
 from broker.store.dispatch import LogicsDispatcher, ReputMessageService
 from broker.store.errors import MessageIllegalError, StoreNotRunningError
-from broker.store.flush import FlushConsumeQueueService, FlushRealTimeService, GroupCommitService
+from broker.store.flush import FlushConsumeQueueService, GroupCommitService, commit_log_flusher
 from broker.store.index_service import IndexService
 from broker.store.message_reader import MessageReader
 from broker.store.service_thread import ServiceThread
@@ -39,6 +39,7 @@ from broker.store.status import (
     AppendMessageResult,
     PutMessageResult,
     PutMessageStatus,
+    ReplicaWait,
     flush_timeouts,
     illegal_result,
 )
@@ -77,6 +78,9 @@ class DefaultMessageStore(MessageReader):
         self._arrival_listeners: list[Callable[[DispatchRequest], None]] = []
         self._running = False
         self._flush_failed = False
+        # Why puts are refused (SERVICE_NOT_AVAILABLE), when they are: a failed fsync, or a
+        # slave's store, whose log only its master's bytes may extend. One check for both.
+        self._writes_refused: str | None = None
         self._lock = StoreLock(config.lock_file_path, config.store_path_root_dir)
         self._sync_flush_timeout_s = config.sync_flush_timeout_ms / 1000
         self._checkpoint: StoreCheckpoint | None = None
@@ -85,6 +89,8 @@ class DefaultMessageStore(MessageReader):
         self._group_commit: GroupCommitService | None = None
         self._reput: ReputMessageService | None = None
         self._cleaner: StoreCleaner | None = None
+        # A SYNC_MASTER's wait for a slave to hold a put (broker/ha/ha_service.py).
+        self.replica_wait: ReplicaWait | None = None
 
     # == life cycle ================================================================================
     def lock(self) -> None:
@@ -140,33 +146,17 @@ class DefaultMessageStore(MessageReader):
             self.commit_log, [self._dispatch_live], reput_from_offset
         )
         flush = self.commit_log.flush if self._on_flush_seconds is None else self._timed_flush
-        if cfg.flush_disk_type is FlushDiskType.SYNC_FLUSH:
-            self._group_commit = GroupCommitService(
-                flush,
-                self._commit_log_flushed_offset,
-                cfg.group_commit_requests_max,
-                self._on_commit_log_flushed,
-                self._on_flush_error,
-            )
-            flusher: ServiceThread = self._group_commit
-        else:
-            flusher = FlushRealTimeService(
-                flush,
-                self.commit_log.dirty_bytes,
-                cfg.flush_interval_commit_log_ms,
-                cfg.flush_commit_log_least_pages,
-                cfg.flush_commit_log_thorough_interval_ms,
-                self._on_commit_log_flushed,
-                self._on_flush_error,
-            )
+        flusher = commit_log_flusher(
+            cfg, flush, self.commit_log.dirty_bytes, self._commit_log_flushed_offset,
+            self._on_commit_log_flushed, self._on_flush_error,
+        )  # fmt: skip
+        if isinstance(flusher, GroupCommitService):
+            self._group_commit = flusher
         logics = FlushConsumeQueueService(self.flush_logics, cfg.flush_interval_consume_queue_ms)
         cleaner = self._cleaner = StoreCleaner(
-            cfg,
-            self.commit_log,
-            self.consume_queue_store,
-            self.index_service,
+            cfg, self.commit_log, self.consume_queue_store, self.index_service,
             safe_offset=lambda: min(reput.reput_from_offset, self._commit_log_flushed_offset),
-        )
+        )  # fmt: skip
         cleaner.check_disk()
         # Stop order is the reverse: cleaner, logics, flush, then the dispatcher drains.
         self._services = [reput, flusher, logics, cleaner]
@@ -241,27 +231,26 @@ class DefaultMessageStore(MessageReader):
 
     def _on_flush_error(self, error: OSError) -> None:
         self._flush_failed = True
+        self._writes_refused = "a commitlog fsync failed; the store no longer accepts writes"
+
+    def refuse_puts(self, detail: str) -> None:
+        """Refuse every put from now on (a slave's store: only its master's bytes go in)."""
+        self._writes_refused = detail
 
     def flush_logics(self) -> None:
         """Flush consume queues and index, then record in the checkpoint how far they reach."""
-        checkpoint = self._checkpoint
-        if checkpoint is None:
-            return
-        dispatched = self._reput.reput_from_offset if self._reput else self.commit_log.max_offset
-        cp = checkpoint.state
-        if (
-            dispatched == cp.logics_dispatched_offset
-            and self._commit_log_flushed_offset == cp.commit_log_flushed_offset
-        ):
-            return  # nothing moved: spare the disk an fsync a second on an idle store
+        if self._checkpoint is not None:
+            dispatched = (
+                self._reput.reput_from_offset if self._reput else self.commit_log.max_offset
+            )
+            record_logics_flushed(
+                self._checkpoint, dispatched, self._commit_log_flushed_offset,
+                self.commit_log.last_store_timestamp_ms, self._flush_logics_files,
+            )  # fmt: skip
+
+    def _flush_logics_files(self) -> None:
         self.consume_queue_store.flush_all()
         self.index_service.flush()
-        now_ms = time.time_ns() // 1_000_000
-        cp.logics_dispatched_offset = cp.index_dispatched_offset = dispatched
-        cp.logics_msg_timestamp_ms = cp.index_msg_timestamp_ms = now_ms
-        cp.commit_log_flushed_offset = self._commit_log_flushed_offset
-        cp.physic_msg_timestamp_ms = self.commit_log.last_store_timestamp_ms
-        checkpoint.flush()
 
     # == writing ==================================================================================
     # One put path: ``_append`` validates, encodes and appends one message or many alike; the two
@@ -283,11 +272,24 @@ class DefaultMessageStore(MessageReader):
         """As ``put_messages``, but the event loop runs on while the fsync is under way."""
         results, end_offset = self._append(msgs)
         group_commit = self._group_commit
-        if end_offset < 0 or group_commit is None:
+        if (
+            end_offset >= 0
+            and group_commit is not None
+            and not await group_commit.wait_flushed_async(end_offset, self._sync_flush_timeout_s)
+        ):
+            results = flush_timeouts(results)
+        if self.replica_wait is None:  # all but a SYNC_MASTER: this check is all they pay
             return results
-        if await group_commit.wait_flushed_async(end_offset, self._sync_flush_timeout_s):
-            return results
-        return flush_timeouts(results)
+        return await self.replica_wait(results)
+
+    def append_to_commit_log(self, start_phy_offset: int, data: bytes) -> str | None:
+        """A slave's write (CommitLog.append_data), dispatched as any append; why it refused."""
+        if not self._running or self._flush_failed:
+            return "a commitlog fsync failed" if self._running else "the store is not running"
+        refused = self.commit_log.append_data(start_phy_offset, data)
+        if refused is None:
+            self._wake_dispatch()
+        return refused
 
     def _append(self, msgs: Sequence[MessageExtBrokerInner]) -> tuple[list[PutMessageResult], int]:
         """Validate, encode and append. Returns one result per message, in order, and under
@@ -362,10 +364,9 @@ class DefaultMessageStore(MessageReader):
             return PutMessageResult(
                 PutMessageStatus.SERVICE_NOT_AVAILABLE, detail="the store is not running"
             )
-        if self._flush_failed:
+        if self._writes_refused is not None:
             return PutMessageResult(
-                PutMessageStatus.SERVICE_NOT_AVAILABLE,
-                detail="a commitlog fsync failed; the store no longer accepts writes",
+                PutMessageStatus.SERVICE_NOT_AVAILABLE, detail=self._writes_refused
             )
         if self._cleaner is not None and self._cleaner.disk_full:
             return PutMessageResult(

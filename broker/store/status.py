@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import enum
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
@@ -14,6 +15,11 @@ class PutMessageStatus(enum.Enum):
     PUT_OK = "PUT_OK"
     # Stored, but not durable within sync_flush_timeout_ms: weakly durable, never resend.
     FLUSH_DISK_TIMEOUT = "FLUSH_DISK_TIMEOUT"
+    # SYNC_MASTER: stored here, but no slave acknowledged it within sync_flush_timeout_ms.
+    FLUSH_SLAVE_TIMEOUT = "FLUSH_SLAVE_TIMEOUT"
+    # SYNC_MASTER: stored here, but no slave is connected, or it is further behind than
+    # ha_max_gap_not_in_sync_bytes: nothing to wait for.
+    SLAVE_NOT_AVAILABLE = "SLAVE_NOT_AVAILABLE"
     # Store not running, shutting down, or the disk is above disk_used_space_ratio_max.
     SERVICE_NOT_AVAILABLE = "SERVICE_NOT_AVAILABLE"
     CREATE_MAPPED_FILE_FAILED = "CREATE_MAPPED_FILE_FAILED"
@@ -25,7 +31,17 @@ class PutMessageStatus(enum.Enum):
 
     @property
     def is_stored(self) -> bool:
-        return self in (PutMessageStatus.PUT_OK, PutMessageStatus.FLUSH_DISK_TIMEOUT)
+        return self in _STORED
+
+
+_STORED = frozenset(
+    {
+        PutMessageStatus.PUT_OK,
+        PutMessageStatus.FLUSH_DISK_TIMEOUT,
+        PutMessageStatus.FLUSH_SLAVE_TIMEOUT,
+        PutMessageStatus.SLAVE_NOT_AVAILABLE,
+    }
+)
 
 
 class AppendMessageStatus(enum.Enum):
@@ -75,6 +91,10 @@ class GetMessageResult:
     min_offset: int
     max_offset: int
     messages: list[MessageExt] = field(default_factory=list)
+
+
+# Given a put's results, the results to answer once a slave holds them (a SYNC_MASTER's wait).
+ReplicaWait = Callable[[list[PutMessageResult]], Awaitable[list[PutMessageResult]]]
 
 
 def illegal_result(error: MessageIllegalError) -> PutMessageResult:

@@ -349,3 +349,35 @@ class ResetOffsetResponse(_message.Message):
     progress: GroupTopicProgress
     broadcast_members: _containers.RepeatedCompositeFieldContainer[BroadcastMember]
     def __init__(self, progress: _Optional[_Union[GroupTopicProgress, _Mapping]] = ..., broadcast_members: _Optional[_Iterable[_Union[BroadcastMember, _Mapping]]] = ...) -> None: ...
+
+class GetHAStateRequest(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class HASlave(_message.Message):
+    __slots__ = ("address", "ack_offset", "lag_bytes")
+    ADDRESS_FIELD_NUMBER: _ClassVar[int]
+    ACK_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    LAG_BYTES_FIELD_NUMBER: _ClassVar[int]
+    address: str
+    ack_offset: int
+    lag_bytes: int
+    def __init__(self, address: _Optional[str] = ..., ack_offset: _Optional[int] = ..., lag_bytes: _Optional[int] = ...) -> None: ...
+
+class GetHAStateResponse(_message.Message):
+    __slots__ = ("role", "max_phy_offset", "ha_address", "slaves", "master_ha_address", "master_connected", "behind_master_bytes")
+    ROLE_FIELD_NUMBER: _ClassVar[int]
+    MAX_PHY_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    HA_ADDRESS_FIELD_NUMBER: _ClassVar[int]
+    SLAVES_FIELD_NUMBER: _ClassVar[int]
+    MASTER_HA_ADDRESS_FIELD_NUMBER: _ClassVar[int]
+    MASTER_CONNECTED_FIELD_NUMBER: _ClassVar[int]
+    BEHIND_MASTER_BYTES_FIELD_NUMBER: _ClassVar[int]
+    role: str
+    max_phy_offset: int
+    ha_address: str
+    slaves: _containers.RepeatedCompositeFieldContainer[HASlave]
+    master_ha_address: str
+    master_connected: bool
+    behind_master_bytes: int
+    def __init__(self, role: _Optional[str] = ..., max_phy_offset: _Optional[int] = ..., ha_address: _Optional[str] = ..., slaves: _Optional[_Iterable[_Union[HASlave, _Mapping]]] = ..., master_ha_address: _Optional[str] = ..., master_connected: _Optional[bool] = ..., behind_master_bytes: _Optional[int] = ...) -> None: ...

@@ -89,6 +89,11 @@ class BrokerAdminStub:
                 request_serializer=rocketbox__api_dot_admin_dot_v1_dot_broker__admin__pb2.ResetOffsetRequest.SerializeToString,
                 response_deserializer=rocketbox__api_dot_admin_dot_v1_dot_broker__admin__pb2.ResetOffsetResponse.FromString,
                 _registered_method=True)
+        self.GetHAState = channel.unary_unary(
+                '/rocketbox.admin.v1.BrokerAdmin/GetHAState',
+                request_serializer=rocketbox__api_dot_admin_dot_v1_dot_broker__admin__pb2.GetHAStateRequest.SerializeToString,
+                response_deserializer=rocketbox__api_dot_admin_dot_v1_dot_broker__admin__pb2.GetHAStateResponse.FromString,
+                _registered_method=True)
 
 
 class BrokerAdminServicer:
@@ -191,6 +196,16 @@ class BrokerAdminServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def GetHAState(self, request, context):
+        """The broker's HA replication (issue #17): its role, the end of its commitlog, and as a master
+        each connected slave's acknowledged offset, or as a slave its master's HA address and how
+        far behind it is. A SLAVE refuses CreateTopic, DeleteTopic, CreateGroup and ResetOffset with
+        FAILED_PRECONDITION: its configs and progress are its master's, copied.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_BrokerAdminServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -248,6 +263,11 @@ def add_BrokerAdminServicer_to_server(servicer, server):
                     servicer.ResetOffset,
                     request_deserializer=rocketbox__api_dot_admin_dot_v1_dot_broker__admin__pb2.ResetOffsetRequest.FromString,
                     response_serializer=rocketbox__api_dot_admin_dot_v1_dot_broker__admin__pb2.ResetOffsetResponse.SerializeToString,
+            ),
+            'GetHAState': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetHAState,
+                    request_deserializer=rocketbox__api_dot_admin_dot_v1_dot_broker__admin__pb2.GetHAStateRequest.FromString,
+                    response_serializer=rocketbox__api_dot_admin_dot_v1_dot_broker__admin__pb2.GetHAStateResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -547,6 +567,33 @@ class BrokerAdmin:
             '/rocketbox.admin.v1.BrokerAdmin/ResetOffset',
             rocketbox__api_dot_admin_dot_v1_dot_broker__admin__pb2.ResetOffsetRequest.SerializeToString,
             rocketbox__api_dot_admin_dot_v1_dot_broker__admin__pb2.ResetOffsetResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GetHAState(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/rocketbox.admin.v1.BrokerAdmin/GetHAState',
+            rocketbox__api_dot_admin_dot_v1_dot_broker__admin__pb2.GetHAStateRequest.SerializeToString,
+            rocketbox__api_dot_admin_dot_v1_dot_broker__admin__pb2.GetHAStateResponse.FromString,
             options,
             channel_credentials,
             insecure,

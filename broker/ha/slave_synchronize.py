@@ -1,0 +1,70 @@
+"""Config and progress sync from a master to its slaves (RocketMQ's SlaveSynchronize).
+
+Every slave_sync_interval_ms a slave asks its master, over the HA connection (protocol.py), for
+its topic configs, group configs and consume progress (pop progress, config/consumer_offsets.json,
+and pull offsets, config/pull_offsets.json), and takes them: topics and groups exactly as the
+master has them, progress moved forward to the master's and never back, so that a message acked
+on the master before it died is not delivered again by the slave, and one acked on the slave
+while the master was away stays acked there.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from typing import Any
+
+from broker.consumer_offset import ConsumerOffsetManager
+from broker.group_config import GroupConfig, GroupConfigManager
+from broker.pop_progress import PopProgress
+from broker.topic_config import TopicConfig, TopicConfigManager, TopicMessageType
+
+LOG = logging.getLogger(__name__)
+
+
+class SlaveSynchronize:
+    def __init__(
+        self,
+        topics: TopicConfigManager,
+        groups: GroupConfigManager,
+        pop_progress: PopProgress,
+        pull_offsets: ConsumerOffsetManager,
+    ) -> None:
+        self._topics = topics
+        self._groups = groups
+        self._pop_progress = pop_progress
+        self._pull_offsets = pull_offsets
+
+    def snapshot(self) -> bytes:
+        """A master's answer: its configs and progress as JSON."""
+        data = {
+            "topics": [tc.to_json() for tc in self._topics.list()],
+            "groups": [
+                [gc.group_name, gc.consume_message_orderly, gc.retry_max_times]
+                for gc in self._groups.list()
+            ],
+            "pop_progress": self._pop_progress.saved(),
+            "pull_offsets": self._pull_offsets.saved(),
+        }
+        return json.dumps(data, separators=(",", ":")).encode()
+
+    def apply(self, payload: bytes) -> None:
+        """A slave takes its master's snapshot. ValueError when it is not one."""
+        try:
+            data: dict[str, Any] = json.loads(payload)
+            topics = [
+                TopicConfig(
+                    t["topic_name"], int(t["queue_nums"]), TopicMessageType(t["message_type"])
+                )
+                for t in data["topics"]
+            ]
+            groups = [GroupConfig(str(g[0]), bool(g[1]), int(g[2])) for g in data["groups"]]
+            pop_progress = dict(data["pop_progress"])
+            pull_offsets = dict(data["pull_offsets"])
+        except (KeyError, TypeError, IndexError, json.JSONDecodeError) as e:
+            raise ValueError(f"not a config snapshot: {e!r}") from e
+        self._topics.replace_all(topics)
+        self._groups.replace_all(groups)
+        self._pop_progress.sync_from(pop_progress)
+        self._pull_offsets.sync_from(pull_offsets)
+        LOG.debug("synced %s topics and %s groups from the master", len(topics), len(groups))
