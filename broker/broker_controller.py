@@ -29,6 +29,7 @@ from rocketmq.grpc_protocol import service_pb2_grpc
 
 from broker.arrival import MessageArrivalNotifier
 from broker.background import BackgroundTasks
+from broker.cluster_topics import ClusterTopics
 from broker.config import BrokerConfig
 from broker.consumer_offset import ConsumerOffsetManager
 from broker.consumer_progress import QueueProgress, progress_keys, topic_progress
@@ -203,21 +204,7 @@ class BrokerController:
             cfg.auto_create_topic_enable,
             self.metrics,
         )
-        broker = pb.Broker(
-            name=cfg.broker_name,
-            id=0,  # the master: Python clients only use brokers with id 0
-            endpoints=pb.Endpoints(
-                scheme=pb.IPv6 if ":" in cfg.route_host else pb.IPv4,
-                addresses=[pb.Address(host=cfg.route_host, port=0)],
-            ),
-        )
-        reg = self.registration
-        routes = RouteActivity(
-            sends,
-            broker,
-            ClusterRoute(reg.outer_api, cfg.broker_cluster_name) if reg is not None else None,
-            reg.register_broker_all if reg is not None else None,
-        )
+        routes = self._route_activity(sends)
         consumers = ConsumerActivity(
             self._pop,
             self.groups,
@@ -233,7 +220,7 @@ class BrokerController:
             cfg.long_polling_timeout_ms,
             self._pop.progress.members,
         )
-        messaging = MessagingService(
+        return MessagingService(
             routes,
             self._clients_activity,
             SendActivity(
@@ -249,8 +236,28 @@ class BrokerController:
             ),
             self.replication.write_refusal,
         )
-        broker.endpoints.addresses[0].port = self.port
-        return messaging
+
+    def _route_activity(self, sends: SendMessageService) -> RouteActivity:
+        """Routes of this broker alone, or (registered with NameServers) of its cluster."""
+        cfg = self.config
+        broker = pb.Broker(
+            name=cfg.broker_name,
+            id=0,  # the master: Python clients only use brokers with id 0
+            endpoints=pb.Endpoints(
+                scheme=pb.IPv6 if ":" in cfg.route_host else pb.IPv4,
+                addresses=[pb.Address(host=cfg.route_host, port=self.port)],
+            ),
+        )
+        reg = self.registration
+        return RouteActivity(
+            sends,
+            broker,
+            ClusterRoute(reg.outer_api, cfg.broker_cluster_name) if reg is not None else None,
+            reg.register_broker_all if reg is not None else None,
+            ClusterTopics(reg.outer_api, cfg.broker_cluster_name, cfg.broker_name).create_on_peers
+            if reg is not None and cfg.auto_create_topic_enable
+            else None,
+        )
 
     async def _start_services(self) -> None:
         assert self._timer is not None

@@ -106,6 +106,21 @@ class BrokerOuterAPI:
             return None
         raise NamesrvUnreachableError("no NameServer answered: " + "; ".join(failures))
 
+    async def get_broker_cluster_info(self) -> npb.GetBrokerClusterInfoResponse:
+        """Every registered broker, from the first NameServer that answers;
+        NamesrvUnreachableError when none does."""
+        failures = []
+        for addr in self.namesrv_addrs:
+            try:
+                response: npb.GetBrokerClusterInfoResponse = await self._stub(
+                    addr
+                ).GetBrokerClusterInfo(npb.GetBrokerClusterInfoRequest(), timeout=ROUTE_DEADLINE_S)
+            except grpc.RpcError as e:
+                failures.append(f"{addr}: {e.code().name}")
+                continue
+            return response
+        raise NamesrvUnreachableError("no NameServer answered: " + "; ".join(failures))
+
     async def close(self) -> None:
         for channel in self._channels:
             await channel.close()

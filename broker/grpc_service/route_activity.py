@@ -37,7 +37,7 @@ from broker.grpc_service.request_limits import validate_namespace
 from broker.grpc_service.validator import validate_topic
 from broker.send_message import SendMessageService
 from broker.store.errors import MessageIllegalError
-from broker.topic_config import TopicMessageType
+from broker.topic_config import TopicConfig, TopicMessageType
 from rocketbox_api.namesrv.v1 import namesrv_pb2 as npb
 from rocketbox_api.rate_limited_log import RateLimitedLog
 
@@ -138,7 +138,11 @@ class RouteActivity:
         broker: pb.Broker,
         cluster: ClusterRoute | None = None,
         register_now: Callable[[], Awaitable[bool]] | None = None,
+        create_on_peers: Callable[[TopicConfig], Awaitable[None]] | None = None,
     ) -> None:
+        """``create_on_peers``: a topic auto-created here is created on the cluster's other
+        masters too (broker/cluster_topics.py)."""
+        self._create_on_peers = create_on_peers
         self._sends = sends
         self._broker = broker
         self._cluster = cluster
@@ -199,7 +203,9 @@ class RouteActivity:
             groups = await self._cluster.groups(topic)
             if groups:
                 return groups
-            self._sends.resolve_topic(topic)
+            tc = self._sends.resolve_topic(topic)
+            if self._create_on_peers is not None:
+                await self._create_on_peers(tc)
             if self._register_now is not None:
                 await self._register_now()
             return await self._cluster.groups(topic, fresh=True)
