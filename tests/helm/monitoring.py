@@ -34,7 +34,7 @@ EXTERNAL_METRICS = {
 # queries select on no label of theirs but the target labels. To scrape once both are in.
 CLUSTER_METRICS = {
     "rocketbox_namesrv_live_brokers": "rocketbox namesrv",
-    "rocketbox_broker_replication_lag_bytes": "a broker with a slave (HA replication)",
+    "rocketbox_broker_ha_replication_lag_bytes": "a broker with a slave (HA replication)",
 }
 # Labels Prometheus adds when it scrapes a pod (the ServiceMonitor's target labels), which a
 # process's own /metrics never carries.

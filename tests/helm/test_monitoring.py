@@ -320,9 +320,9 @@ def test_the_replication_lag_alert_fires_on_a_slave_far_behind(
     (lag,) = [r for g in rule_groups(monitored) for r in g["rules"]
               if r["alert"] == "RocketboxReplicationLagHigh"]  # fmt: skip
     series = [
-        {"series": 'rocketbox_broker_replication_lag_bytes{namespace="ns", pod="broker-a-1-0"}',
+        {"series": 'rocketbox_broker_ha_replication_lag_bytes{namespace="ns", pod="broker-a-1-0"}',
          "values": "0 100000000x20"},
-        {"series": 'rocketbox_broker_replication_lag_bytes{namespace="ns", pod="broker-b-1-0"}',
+        {"series": 'rocketbox_broker_ha_replication_lag_bytes{namespace="ns", pod="broker-b-1-0"}',
          "values": "1000000x20"},
     ]  # fmt: skip
     fired = {
