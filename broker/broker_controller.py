@@ -30,7 +30,7 @@ from rocketmq.grpc_protocol import service_pb2_grpc
 from broker.arrival import MessageArrivalNotifier
 from broker.background import BackgroundTasks
 from broker.cluster_topics import ClusterTopics
-from broker.config import BrokerConfig
+from broker.config import BrokerConfig, store_host_address
 from broker.consumer_offset import ConsumerOffsetManager
 from broker.consumer_progress import QueueProgress, progress_keys, topic_progress
 from broker.errors import BackgroundTaskError
@@ -42,7 +42,7 @@ from broker.grpc_service.client_registry import ClientRegistry
 from broker.grpc_service.consumer_activity import ConsumerActivity
 from broker.grpc_service.messaging_service import MessagingService
 from broker.grpc_service.pull_activity import PullActivity
-from broker.grpc_service.route_activity import ClusterRoute, RouteActivity
+from broker.grpc_service.route_activity import ClusterRoute, RouteActivity, endpoints_of
 from broker.grpc_service.send_activity import SendActivity
 from broker.grpc_service.server import bind_server
 from broker.ha.replication import HAState, Replication
@@ -143,7 +143,8 @@ class BrokerController:
 
     async def _start_bound(self, server: grpc.aio.Server) -> int:
         cfg = self.config
-        self.store.store_host = (cfg.route_host, self.port)
+        host = await asyncio.to_thread(store_host_address, cfg.route_host)  # records hold an IP
+        self.store.store_host = (host, self.port)
         self.recovery_report = await asyncio.to_thread(self.store.start)
         self.topics.load()
         self.groups.load()
@@ -243,10 +244,7 @@ class BrokerController:
         broker = pb.Broker(
             name=cfg.broker_name,
             id=0,  # the master: Python clients only use brokers with id 0
-            endpoints=pb.Endpoints(
-                scheme=pb.IPv6 if ":" in cfg.route_host else pb.IPv4,
-                addresses=[pb.Address(host=cfg.route_host, port=self.port)],
-            ),
+            endpoints=endpoints_of(f"{cfg.route_host}:{self.port}"),
         )
         reg = self.registration
         return RouteActivity(

@@ -6,6 +6,8 @@ Built once by the CLI and passed down; the store's own settings stay in store/co
 from __future__ import annotations
 
 import enum
+import ipaddress
+import socket
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -158,3 +160,16 @@ class BrokerConfig:
     @property
     def is_slave(self) -> bool:
         return self.broker_role is BrokerRole.SLAVE
+
+
+def store_host_address(host: str) -> str:
+    """``host`` as the IP address a record's store host holds: itself when it is one, else what
+    the name resolves to (BrokerConfigError naming it when it does not)."""
+    try:
+        return str(ipaddress.ip_address(host))
+    except ValueError:
+        pass
+    try:
+        return str(socket.getaddrinfo(host, None, proto=socket.IPPROTO_TCP)[0][4][0])
+    except OSError as e:
+        raise BrokerConfigError(f"advertised host {host!r} does not resolve: {e}") from e

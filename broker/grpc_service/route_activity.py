@@ -80,6 +80,8 @@ class GroupQueues:
 
 
 def endpoints_of(address: str) -> pb.Endpoints:
+    """HOST:PORT as a route's endpoints; a host name is DOMAIN_NAME (the official clients dial
+    ``ipv4:<host>`` for IPv4, which a name is not)."""
     host, _, port = address.rpartition(":")
     host = host.strip("[]")
     try:
