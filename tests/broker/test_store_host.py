@@ -17,7 +17,7 @@ def test_an_address_is_kept_and_a_name_is_resolved() -> None:
     assert store_host_address("10.1.2.3") == "10.1.2.3"
     assert store_host_address("::1") == "::1"
     assert store_host_address("localhost") in ("127.0.0.1", "::1")
-    with pytest.raises(BrokerConfigError, match="no-such-host.invalid"):
+    with pytest.raises(BrokerConfigError, match=r"no-such-host\.invalid"):
         store_host_address("no-such-host.invalid")
 
 
