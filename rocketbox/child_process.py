@@ -10,8 +10,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import ctypes
 import logging
 import re
+import signal
 import sys
 from collections.abc import Sequence
 from typing import Any
@@ -24,6 +26,17 @@ CHILD_READY_DEADLINE_S = 120.0
 CHILD_STOP_DEADLINE_S = 30.0
 # Longest output line relayed whole; a longer one is cut (a line is read into memory first).
 CHILD_LINE_BYTES_MAX = 64 * 1024
+
+
+# Linux's prctl(PR_SET_PDEATHSIG): the kernel signals the child when its parent dies.
+_PR_SET_PDEATHSIG = 1
+
+
+def _die_with_parent() -> None:
+    """In the child before exec: SIGTERM it when `up` dies (even by SIGKILL), so a killed
+    `up` leaves no broker holding its ports and stores."""
+    with contextlib.suppress(OSError, AttributeError):
+        ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
 
 
 class ChildStartError(Exception):
@@ -64,6 +77,10 @@ class ChildProcess:
             stdout=asyncio.subprocess.PIPE,
             stderr=asyncio.subprocess.PIPE,
             limit=CHILD_LINE_BYTES_MAX,
+            # Its own session: a terminal's Ctrl-C reaches `up` alone, which stops the cluster
+            # in order (the sidecar before the brokers it sends to).
+            start_new_session=True,
+            preexec_fn=_die_with_parent,
         )
         assert self._process.stdout is not None
         assert self._process.stderr is not None
