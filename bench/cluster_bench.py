@@ -87,6 +87,7 @@ class ClusterRun:
 
     def __init__(self, root: Path, groups: int, slaves: int, master_role: str) -> None:
         self.root = root
+        root.mkdir(parents=True, exist_ok=True)
         self.children: list[Child] = []
         self.masters: list[Broker] = []
         self.slaves: list[Broker] = []
