@@ -29,13 +29,6 @@ EXTERNAL_METRICS = {
     "kubelet_volume_stats_used_bytes": "kubelet",
     "kubelet_volume_stats_capacity_bytes": "kubelet",
 }
-# Metrics of a cluster's processes that the scrape below does not start (issue #17): the
-# NameServer's and an HA master's with a slave. Their names are the ones those parts export; the
-# queries select on no label of theirs but the target labels. To scrape once both are in.
-CLUSTER_METRICS = {
-    "rocketbox_namesrv_live_brokers": "rocketbox namesrv",
-    "rocketbox_broker_ha_replication_lag_bytes": "a broker with a slave (HA replication)",
-}
 # Labels Prometheus adds when it scrapes a pod (the ServiceMonitor's target labels), which a
 # process's own /metrics never carries.
 TARGET_LABELS = frozenset({"namespace", "pod", "job", "instance", "service", "container",

@@ -25,10 +25,11 @@ import pytest
 import yaml
 
 from tests.broker.broker_process import BrokerProcess, wait_until
+from tests.broker.ha.ha_helpers import ha_address, master, slave, wait_caught_up
+from tests.cluster.processes import NamesrvProcess
 from tests.helm.chart import CHART, Doc, Helm, find, parse, values_file
 from tests.helm.conftest import Rendered
 from tests.helm.monitoring import (
-    CLUSTER_METRICS,
     DASHBOARDS,
     EXTERNAL_METRICS,
     TARGET_LABELS,
@@ -44,7 +45,6 @@ from tests.helm.monitoring import (
 from tests.helm.promql import metric_names, selected_labels, without_grafana_variables
 from tests.prometheus import metrics_port
 from tests.rocketbox.test_metrics_endpoints import (
-    BROKER_METRICS_LINE,
     SIDECAR_METRICS_LINE,
     receive_all,
 )
@@ -179,15 +179,12 @@ def test_queries_and_rules_name_only_metrics_the_processes_export(
         f"{n} ({where})"
         for where, e in exprs
         for n in metric_names(e)
-        if n not in names and n not in EXTERNAL_METRICS and n not in CLUSTER_METRICS
+        if n not in names and n not in EXTERNAL_METRICS
     }
     assert not unknown, f"no process exports: {sorted(unknown)}"
     for where, expr in exprs:
         for metric, labels in selected_labels(expr).items():
             if metric in EXTERNAL_METRICS:
-                continue
-            if metric in CLUSTER_METRICS:
-                assert not labels - TARGET_LABELS, f"{where}: {metric} selects on {labels}"
                 continue
             missing = labels - TARGET_LABELS - names[metric]
             assert not missing, f"{where}: {metric} has no label {missing}"
@@ -206,11 +203,33 @@ def family(name: str) -> str:
 
 
 def scrape_a_busy_broker_and_sidecar(tmp_path: Path) -> dict[str, set[str]]:
-    """{name: labels} both processes export after traffic that makes every metric appear."""
-    broker = BrokerProcess(tmp_path / "broker", *BROKER_ARGS, "--metrics-listen=127.0.0.1:0")
+    """{name: labels} the processes export after traffic that makes every metric appear: a
+    NameServer, a master registered with it and replicated by a slave, and a sidecar."""
+    with NamesrvProcess(metrics=True) as namesrv:
+        broker = master(tmp_path / "broker", *BROKER_ARGS, f"--namesrv={namesrv.endpoint}")
+        try:
+            replica = slave(tmp_path / "slave", ha_address(broker))
+            try:
+                names = scrape_busy(tmp_path, broker)
+                wait_caught_up(broker, replica)
+                names |= exported(broker.metrics_port) | exported(replica.metrics_port)
+            finally:
+                replica.stop()
+        finally:
+            broker.stop()
+        wait_until(
+            lambda: "rocketbox_namesrv_live_brokers" in exported(namesrv.metrics_port),
+            DEADLINE_S,
+            "the NameServer's live brokers",
+        )
+        return names | exported(namesrv.metrics_port)
+
+
+def scrape_busy(tmp_path: Path, broker: BrokerProcess) -> dict[str, set[str]]:
+    """The broker's and a sidecar's names after sends, a spill, its drain and consumption."""
     sidecar: SidecarProcess | None = None
     try:
-        broker_port = metrics_port(broker.output(), BROKER_METRICS_LINE)
+        broker_port = broker.metrics_port
         sidecar = SidecarProcess(
             broker.endpoint, f"rocksdb://{tmp_path / 'outbox'}", "--metrics-listen=127.0.0.1:0",
             "--outbox-stats-interval-ms=100",
@@ -241,7 +260,6 @@ def scrape_a_busy_broker_and_sidecar(tmp_path: Path) -> dict[str, set[str]]:
     finally:
         if sidecar is not None:
             sidecar.stop()
-        broker.stop()
 
 
 def test_the_alerts_fire_on_series_that_cross_their_thresholds(

@@ -46,8 +46,8 @@ class Up(RocketboxProcess):
         wait_until(lambda: line.search(self.output()), 30.0, f"{line.pattern} from up")
 
     def interrupt(self) -> int:
-        self.proc.send_signal(signal.SIGINT)
-        return self.proc.wait(60)
+        self.signal(signal.SIGINT)
+        return self.wait_exit(60)  # its output read to the end and its pipe closed
 
 
 def test_up_sends_through_the_sidecar_and_keeps_everything_across_a_restart(

@@ -55,8 +55,8 @@ class UpCluster(RocketboxProcess):
         self.broker_pids = [int(p) for p in PID_LINE.findall(out)]
 
     def interrupt(self) -> int:
-        self.proc.send_signal(signal.SIGINT)
-        return self.proc.wait(120)
+        self.signal(signal.SIGINT)
+        return self.wait_exit(120)
 
 
 def cluster_rows(namesrv: str) -> list[dict[str, object]]:
