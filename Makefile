@@ -80,7 +80,7 @@ lint: $(DEV_STAMP)
 	$(BIN)/mypy
 	$(BIN)/lint-imports --no-cache
 
-# The suite under coverage, its per-file figure printed (pyproject's [tool.coverage]); then a floor
+# The suite on two workers (pytest-xdist) under coverage, its per-file figure printed (pyproject's [tool.coverage]); then a floor
 # for each of the two parts whose tests run in process, a little under what they cover (#15: 94 %
 # of broker/store, 96 % of outbox, 78 % in all). Code run in the brokers and sidecars that tests
 # start as processes is not measured: the floors need none of it, and tracing those would slow the
@@ -88,7 +88,7 @@ lint: $(DEV_STAMP)
 COVERAGE_BROKER_STORE_MIN_PERCENT := 92
 COVERAGE_OUTBOX_MIN_PERCENT := 94
 test: lint $(NODE_STAMP) $(HELM) $(CHROMIUM) $(PROMTOOL)
-	$(BIN)/pytest --cov --cov-report=term
+	$(BIN)/pytest -n 2 --cov --cov-report=term
 	$(BIN)/coverage report --include='broker/store/**' --fail-under=$(COVERAGE_BROKER_STORE_MIN_PERCENT)
 	$(BIN)/coverage report --include='outbox/**' --fail-under=$(COVERAGE_OUTBOX_MIN_PERCENT)
 
