@@ -80,7 +80,8 @@ lint: $(DEV_STAMP)
 	$(BIN)/mypy
 	$(BIN)/lint-imports --no-cache
 
-# The suite on two workers (pytest-xdist) under coverage, its per-file figure printed (pyproject's [tool.coverage]); then a floor
+# The suite on two workers (pytest-xdist: most of its time is spent waiting on the processes it
+# starts) under coverage, its per-file figure printed (pyproject's [tool.coverage]); then a floor
 # for each of the two parts whose tests run in process, a little under what they cover (#15: 94 %
 # of broker/store, 96 % of outbox, 78 % in all). Code run in the brokers and sidecars that tests
 # start as processes is not measured: the floors need none of it, and tracing those would slow the
