@@ -29,7 +29,7 @@ CHROMIUM := /usr/bin/chromium
 # prometheus package ships it (its service is not started: the tests run promtool alone).
 PROMTOOL := /usr/bin/promtool
 
-.PHONY: run test lint bench bench-compiled bench-broker clean
+.PHONY: run test lint bench bench-compiled bench-broker bench-cluster clean
 
 # The client library (client/, its own distribution rocketbox-client) goes into the same venv.
 $(RUN_STAMP): pyproject.toml client/pyproject.toml
@@ -111,6 +111,11 @@ bench-compiled: $(DEV_STAMP)
 # ARGS="--only consume" one part.
 bench-broker: $(DEV_STAMP)
 	$(BIN)/python -m bench.broker $(ARGS)
+
+# A cluster (real namesrv and broker processes): 1 vs 2 broker groups, SYNC_MASTER vs ASYNC_MASTER
+# put latency, replication lag under load (docs/benchmarks.md, "A cluster").
+bench-cluster: $(DEV_STAMP)
+	$(BIN)/python bench/cluster_bench.py $(ARGS)
 
 # The sidecar beside a direct client of the broker (Send, SendStream, SendBatch, the client library's
 # batching sender, coalescing on and off, latency at 300 and 1,000 msgs/s, overload), its outbox
