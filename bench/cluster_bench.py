@@ -41,16 +41,16 @@ import sys
 import tempfile
 import time
 import uuid
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 import grpc
-from google.protobuf.timestamp_pb2 import Timestamp
 from rocketmq.grpc_protocol import definition_pb2 as pb
 from rocketmq.grpc_protocol import service_pb2 as spb
 from rocketmq.grpc_protocol import service_pb2_grpc
 
+from bench.broker.sends import send_request
 from bench.process_control import (
     BenchError,
     Child,
@@ -134,27 +134,6 @@ class ClusterRun:
 
 
 # -- sending -----------------------------------------------------------------------------------
-def send_request(queue: pb.MessageQueue, bodies: Sequence[bytes]) -> spb.SendMessageRequest:
-    born = Timestamp()
-    born.GetCurrentTime()
-    return spb.SendMessageRequest(
-        messages=[
-            pb.Message(
-                topic=queue.topic,
-                body=body,
-                system_properties=pb.SystemProperties(
-                    message_id=uuid.uuid4().hex.upper(),
-                    message_type=pb.NORMAL,
-                    body_encoding=pb.IDENTITY,
-                    born_timestamp=born,
-                    queue_id=queue.id,
-                ),
-            )
-            for body in bodies
-        ]
-    )
-
-
 async def writable_queues(endpoint: str, groups: int) -> list[pb.MessageQueue]:
     """The topic's queues from the cluster front, once every group's are in it."""
     deadline = time.monotonic() + IDLE_DEADLINE_S
@@ -203,7 +182,9 @@ async def send_load(queues: list[pb.MessageQueue], count: int, batch: int, windo
             stub, queue = next(targets)
             started = time.perf_counter()
             reply = await stub.SendMessage(
-                send_request(queue, bodies), metadata=(CLIENT_ID,), timeout=RPC_TIMEOUT_S
+                send_request(queue.topic, bodies, queue.id),
+                metadata=(CLIENT_ID,),
+                timeout=RPC_TIMEOUT_S,
             )
             latencies.append(time.perf_counter() - started)
             for entry in reply.entries:

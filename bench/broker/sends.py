@@ -115,7 +115,9 @@ def bench_stub_batches(
     return figure
 
 
-def send_request(resource: Any, bodies: Sequence[bytes]) -> Any:
+def send_request(resource: Any, bodies: Sequence[bytes], queue_id: int | None = None) -> Any:
+    """One SendMessage of ``bodies``; ``queue_id``: the queue it addresses (a route's, in a
+    cluster); None: the broker's choice."""
     born = Timestamp()
     born.GetCurrentTime()
     return spb.SendMessageRequest(
@@ -128,6 +130,7 @@ def send_request(resource: Any, bodies: Sequence[bytes]) -> Any:
                     message_type=pb.NORMAL,
                     body_encoding=pb.IDENTITY,
                     born_timestamp=born,
+                    queue_id=queue_id,
                 ),
             )
             for body in bodies
