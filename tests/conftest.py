@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import gc
 import socket
 from collections.abc import Iterator
 
@@ -44,3 +45,11 @@ def squatter() -> Iterator[int]:
         s.bind(("127.0.0.1", 0))
         s.listen()
         yield s.getsockname()[1]
+
+
+@pytest.fixture(autouse=True)
+def _garbage_collected() -> Iterator[None]:
+    """Collect after each test: what it leaked (an unclosed socket, file or event loop) is
+    reported as its own failure (filterwarnings = error), not as a random later test's."""
+    yield
+    gc.collect()
