@@ -8,13 +8,15 @@ PUT_OK; a put whose end is more than the gap past it is SLAVE_NOT_AVAILABLE at o
 from __future__ import annotations
 
 import asyncio
+import subprocess
+import sys
 import time
 from pathlib import Path
 
 from broker.broker_controller import BrokerController
 from broker.config import BrokerConfig, BrokerRole
 from broker.store.status import PutMessageStatus
-from tests.broker.broker_process import small_store_config
+from tests.broker.broker_process import REPO_ROOT, small_store_config
 from tests.broker.ha.ha_helpers import DEADLINE_S, slave
 from tests.broker.store.store_helpers import message
 
@@ -69,5 +71,20 @@ async def scenario(tmp_path: Path) -> None:
         await controller.shutdown()
 
 
+# In a process of its own, as test_ha_listen.py's in-process controller: in a pytest worker that
+# had run other tests, an in-process HA master left an unclosed event loop for the garbage
+# collector (its maker is not found yet, see the #17 note).
+SCENARIO_SCRIPT = """
+import asyncio, sys
+from pathlib import Path
+from tests.broker.ha.test_sync_gap import scenario
+asyncio.run(scenario(Path(sys.argv[1])))
+"""
+
+
 def test_a_slave_further_behind_than_the_gap_is_not_waited_for(tmp_path: Path) -> None:
-    asyncio.run(scenario(tmp_path))
+    done = subprocess.run(
+        [sys.executable, "-c", SCENARIO_SCRIPT, str(tmp_path)],
+        cwd=REPO_ROOT, capture_output=True, text=True, timeout=300, check=False,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-4000:]
