@@ -90,6 +90,21 @@ def optional_listen(
     help="Serve Prometheus metrics here (off by default).",
 )
 @click.option(
+    "--rocketmq-listen",
+    default=None,
+    callback=optional_listen,
+    metavar="HOST:PORT",
+    help="Also serve apache.rocketmq.v2 here, for apps using an official RocketMQ 5 SDK: they "
+    "point their endpoint at it and gain the outbox unchanged (off by default).",
+)
+@click.option(
+    "--rocketmq-advertise",
+    default=None,
+    metavar="HOST:PORT",
+    help="The endpoint the RocketMQ front's routes name (default: the address each app "
+    "reached it on).",
+)
+@click.option(
     "--outbox-stats-interval-ms",
     default=5_000,
     type=click.IntRange(min=10),
@@ -210,6 +225,10 @@ def sidecar_command(**options: Any) -> None:
     addresses = [("--listen", config.listen_host, config.listen_port)]
     if config.metrics_host is not None:
         addresses.append(("--metrics-listen", config.metrics_host, config.metrics_port))
+    if config.rocketmq_listen_host is not None:
+        addresses.append(
+            ("--rocketmq-listen", config.rocketmq_listen_host, config.rocketmq_listen_port)
+        )
     refuse_taken(addresses)
     run_async(run_sidecar(config))
 
@@ -218,6 +237,7 @@ def sidecar_config(o: dict[str, Any]) -> SidecarConfig:
     """The sidecar's configuration from ``rocketbox sidecar``'s options, by parameter name."""
     listen: Endpoint = o["listen"]
     metrics_listen: Endpoint | None = o["metrics_listen"]
+    rocketmq_listen: Endpoint | None = o["rocketmq_listen"]
     return SidecarConfig(
         producer=ProducerConfig(
             access_points=o["brokers"],
@@ -237,6 +257,9 @@ def sidecar_config(o: dict[str, Any]) -> SidecarConfig:
         listen_port=listen.port,
         metrics_host=metrics_listen.host if metrics_listen else None,
         metrics_port=metrics_listen.port if metrics_listen else 0,
+        rocketmq_listen_host=rocketmq_listen.host if rocketmq_listen else None,
+        rocketmq_listen_port=rocketmq_listen.port if rocketmq_listen else 0,
+        rocketmq_advertised=o["rocketmq_advertise"],
         outbox_stats_interval_ms=o["outbox_stats_interval_ms"],
         shutdown_grace_ms=o["shutdown_grace_ms"],
         intake_in_flight_max=o["intake_in_flight_max"],
@@ -284,6 +307,10 @@ async def start_sidecar(
         raise click.ClickException(f"the sidecar cannot start: {e}") from e
     if sidecar.metrics_port:
         click.echo(f"sidecar metrics on {config.metrics_host}:{sidecar.metrics_port}")
+    if sidecar.rocketmq_port:
+        click.echo(
+            f"sidecar RocketMQ front on {config.rocketmq_listen_host}:{sidecar.rocketmq_port}"
+        )
     return sidecar
 
 

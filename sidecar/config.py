@@ -119,6 +119,12 @@ class SidecarConfig:
     # How often a lasting outage (broker not taking messages, outbox unreachable) is logged
     # again, with counts since the last line (sidecar/health_log.py); changes are logged at once.
     state_log_interval_ms: int = STATE_LOG_INTERVAL_MS_DEFAULT
+    # The RocketMQ front (sidecar/rocketmq_front): apache.rocketmq.v2 for apps written against
+    # an official RocketMQ 5 SDK. None: off. Port 0: a free port.
+    rocketmq_listen_host: str | None = None
+    rocketmq_listen_port: int = 0
+    # The endpoint the front's routes name; None: the address each app reached it on.
+    rocketmq_advertised: str | None = None
     # Prometheus endpoint (sidecar/metrics.py); None: off. Port 0: a free port.
     metrics_host: str | None = None
     metrics_port: int = 0

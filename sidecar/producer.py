@@ -111,6 +111,11 @@ class Producer:
         self._born_host = socket.gethostname()
         self._admin_offered: dict[Endpoint, bool] = {}
 
+    @property
+    def channels(self) -> Channels:
+        """The channels to the brokers, shared with the RocketMQ front's forwarded calls."""
+        return self._channels
+
     async def close(self) -> None:
         await self._channels.close()
 

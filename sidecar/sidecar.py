@@ -77,6 +77,7 @@ from sidecar.metrics import OUTBOX_NO_SPACE, OUTBOX_UNAVAILABLE, READY, SidecarM
 from sidecar.outbox_admin_service import OutboxAdminService
 from sidecar.producer import Producer
 from sidecar.resend_pool import ResendPool
+from sidecar.rocketmq_front.server import front_server
 from sidecar.server import SidecarService
 from sidecar.spool_writer import SpoolWriter
 
@@ -97,6 +98,8 @@ class Sidecar:
         self._loops: list[asyncio.Task[None]] = []
         self._ledger: AckLedger | None = None
         self._server: grpc.aio.Server | None = None
+        self._front: grpc.aio.Server | None = None
+        self.rocketmq_port = 0
         self.metrics = SidecarMetrics()
         self.metrics_port = 0
         self._metrics_server: WSGIServer | None = None
@@ -120,6 +123,11 @@ class Sidecar:
         # After the outbox's open: a RocksDB outbox's lock refuses a second sidecar on the same
         # directory, naming its holder, before a port could be found taken (ListenError).
         self.port = bind_grpc(server, f"{c.listen_host}:{c.listen_port}")
+        front = None
+        if c.rocketmq_listen_host is not None:
+            front = front_server(c, self.producer)
+            front_address = f"{c.rocketmq_listen_host}:{c.rocketmq_listen_port}"
+            self.rocketmq_port = bind_grpc(front, front_address)
         if await self._check_ready():
             await self._outbox_reached()
         if c.metrics_host is not None:
@@ -129,6 +137,9 @@ class Sidecar:
             self.metrics_port = self._metrics_server.server_port
         await server.start()
         self._server = server
+        if front is not None:
+            await front.start()
+            self._front = front
         self._record_holder()
         self._root = await self._exit_stack.enter_async_context(asyncio.TaskGroup())
         self._root.create_task(_watched("resend pool", self.pool.run()), name="resend pool")
@@ -253,10 +264,10 @@ class Sidecar:
         c = self.config
         self.service.accepting = False
         await self._health.enter_graceful_shutdown()
-        if self._server is not None:
-            # In-flight calls get the grace to finish (each is bounded by the send timeout,
-            # then spooled); new calls are refused by the server itself.
-            await self._server.stop(c.shutdown_grace_ms / 1000.0)
+        # In-flight calls get the grace to finish (each is bounded by the send timeout, then
+        # spooled); new calls are refused by the servers themselves.
+        servers = [s for s in (self._server, self._front) if s is not None]
+        await asyncio.gather(*(s.stop(c.shutdown_grace_ms / 1000.0) for s in servers))
         # Calls cut off by the grace may leave coalesced requests and spool writes running.
         await self.intake.wait_idle()
         self.pool.stop()

@@ -9,6 +9,7 @@ failing beside `make run`. A default already in use (that very `make run`) is he
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import errno
 import gc
@@ -52,4 +53,27 @@ def _garbage_collected() -> Iterator[None]:
     """Collect after each test: what it leaked (an unclosed socket, file or event loop) is
     reported as its own failure (filterwarnings = error), not as a random later test's."""
     yield
+    left = _current_loop_left()
     gc.collect()
+    if left is not None:
+        pytest.fail(
+            f"left {left!r} set as the current event loop: a grpc.aio object or "
+            "asyncio.get_event_loop() used outside a running loop made it, and nothing closes it"
+        )
+
+
+def _current_loop_left() -> asyncio.AbstractEventLoop | None:
+    """The loop this thread's policy holds as current, closed and dropped if there is one.
+
+    grpc.aio makes its objects on ``get_event_loop_policy().get_event_loop()`` when no loop is
+    running, and on the main thread that creates a loop nobody closes. It is only found when a
+    later ``asyncio.run`` replaces it and the collector finds it unclosed, in a later test.
+    """
+    policy = asyncio.get_event_loop_policy()
+    loop: asyncio.AbstractEventLoop | None = getattr(getattr(policy, "_local", None), "_loop", None)
+    if loop is None:
+        return None
+    policy.set_event_loop(None)
+    if not loop.is_running():
+        loop.close()
+    return loop
