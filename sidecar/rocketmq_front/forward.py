@@ -10,14 +10,14 @@ so a forwarded call costs one more hop and nothing else.
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
-from typing import Any
+from typing import Any, TypeAlias
 
 import grpc
 
 from sidecar.rocketmq_front.upstream import Upstream, forwarded_metadata, remaining_s
 
 Context = grpc.aio.ServicerContext[Any, Any]
-Handler = grpc.RpcMethodHandler[Any, Any]
+Handler: TypeAlias = "grpc.RpcMethodHandler[Any, Any]"
 
 FORWARDED_UNARY = (
     "QueryAssignment",

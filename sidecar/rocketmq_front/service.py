@@ -5,7 +5,7 @@ answered here or forwarded, never registered twice."""
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import Any, TypeAlias
 
 import grpc
 from rocketmq.grpc_protocol import service_pb2 as spb
@@ -14,7 +14,7 @@ from sidecar.rocketmq_front.forward import Forwarder
 from sidecar.rocketmq_front.upstream import SERVICE
 
 Context = grpc.aio.ServicerContext[Any, Any]
-Handler = grpc.RpcMethodHandler[Any, Any]
+Handler: TypeAlias = "grpc.RpcMethodHandler[Any, Any]"
 
 
 def typed_unary(
