@@ -8,6 +8,7 @@ import socket
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
+from typing import Any
 
 import grpc
 from rocketmq import ClientConfiguration, Credentials, FilterExpression, Producer, SimpleConsumer
@@ -66,10 +67,10 @@ def simple_consumer(endpoint: str, group: str, topic: str) -> Iterator[SimpleCon
         c.shutdown()
 
 
-def consume(endpoint: str, group: str, topic: str, ids: set[str]) -> dict[str, list[object]]:
-    """Every delivery of the messages ``ids`` to a new consumer group (acked), by id, once each
-    has come at least once."""
-    got: dict[str, list[object]] = {}
+def consume(endpoint: str, group: str, topic: str, ids: set[str]) -> dict[str, list[Any]]:
+    """Every delivery (an official client's Message, untyped) of the messages ``ids`` to a new
+    consumer group (acked), by id, once each has come at least once."""
+    got: dict[str, list[Any]] = {}
     end = time.monotonic() + CONSUME_DEADLINE_S
     with simple_consumer(endpoint, group, topic) as c:
         while not ids <= got.keys():

@@ -80,7 +80,8 @@ def test_the_route_is_the_brokers_with_the_front_as_endpoint(broker: BrokerProce
     finally:
         sidecar.stop()
     assert fronted.status.code == Code.OK
-    assert queues(fronted) == queues(direct) and len(queues(fronted)) == 3
+    assert queues(fronted) == queues(direct)
+    assert len(queues(fronted)) == 3
     assert endpoints_of(fronted) == {sidecar.front}
     assert missing.status.code == Code.TOPIC_NOT_FOUND, "the broker's answer, passed on"
     assert missing.status == route_at(broker.endpoint, "NotThere").status
@@ -122,7 +123,8 @@ def test_broker_down_cached_route_then_a_made_up_one_that_takes_sends(tmp_path: 
         assert receipt.offset == -1, "spooled"
         back = restart(broker)
         [copy] = wait_stored(back.endpoint, receipt.message_id)
-        assert copy.topic == "FrontNew" and copy.body == b"sent during the outage"
+        assert copy.topic == "FrontNew"
+        assert copy.body == b"sent during the outage"
         sidecar.stop()
     finally:
         if sidecar.running():
@@ -130,7 +132,8 @@ def test_broker_down_cached_route_then_a_made_up_one_that_takes_sends(tmp_path: 
         if back is not None:
             back.stop()
     assert cached.status.code == Code.OK
-    assert queues(cached) == queues(seen) and endpoints_of(cached) == {sidecar.front}
+    assert queues(cached) == queues(seen)
+    assert endpoints_of(cached) == {sidecar.front}
     assert never_seen.status.code == Code.OK
     assert queues(never_seen) == [
         ("rocketbox-sidecar", 0, 0, definition_pb2.WRITE,

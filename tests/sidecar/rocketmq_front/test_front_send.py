@@ -35,6 +35,7 @@ from rocketmq.v5.exception import (
 )
 from rocketmq.v5.util.messaging_result_checker import MessagingResultChecker
 
+from rocketbox_api.admin.v1 import broker_admin_pb2
 from tests.broker.broker_process import BrokerProcess
 from tests.prometheus import metrics_port, sample, scrape
 from tests.rocketbox_process import wait_until
@@ -83,7 +84,7 @@ def message(topic: str, body: bytes, **fields: object) -> Message:
     return m
 
 
-def one_copy(broker: BrokerProcess, message_id: str) -> object:
+def one_copy(broker: BrokerProcess, message_id: str) -> broker_admin_pb2.StoredMessage:
     copies = wait_stored(broker.endpoint, message_id)
     assert len(copies) == 1, copies
     return copies[0]
@@ -183,7 +184,8 @@ def test_one_entry_per_message_in_order_and_whole_request_refusals(
     assert with_transaction.status.code == Code.BAD_REQUEST
     assert "TRANSACTION" in with_transaction.status.message
     assert other_namespace.status.code == Code.BAD_REQUEST
-    assert "'ns1'" in other_namespace.status.message and "''" in other_namespace.status.message
+    assert "'ns1'" in other_namespace.status.message
+    assert "''" in other_namespace.status.message
     for refused in (f"{base}-1", f"{base}-n0", f"{base}-t0", f"{base}-ns"):
         assert stored_copies(broker.endpoint, refused) == [], refused
 
