@@ -200,7 +200,9 @@ def to_outbox_message(m: definition_pb2.Message, message_id: str) -> OutboxMessa
 def check_type(message_type: int, group: str | None, delivery_ms: int | None) -> None:
     """The type against the properties, as the proxy checks them. An unspecified type is the
     one the clients themselves would choose from the properties."""
-    name = definition_pb2.MessageType.Name(message_type) if message_type in TYPE_NAMES else ""
+    if message_type == definition_pb2.NORMAL and group is None and delivery_ms is None:
+        return  # the common case, decided in one comparison
+    name = _type_name(message_type)
     if message_type == definition_pb2.FIFO and not group:
         raise SendRejectedError("message_type", "is FIFO but the message has no message_group")
     if message_type == definition_pb2.DELAY and delivery_ms is None:
@@ -212,10 +214,16 @@ def check_type(message_type: int, group: str | None, delivery_ms: int | None) ->
     if message_type not in ACCEPTED_TYPES:
         raise SendRejectedError(
             "message_type",
-            f"{name or message_type} is not sent through the sidecar's outbox (it takes NORMAL, "
-            "FIFO and DELAY messages; TRANSACTION ones are forwarded to the broker)",
+            f"{name} is not sent through the sidecar's outbox (it takes NORMAL, FIFO and DELAY "
+            "messages; TRANSACTION ones are forwarded to the broker)",
             rocketmq_code=Code.UNSUPPORTED,
         )
+
+
+def _type_name(message_type: int) -> str:
+    if message_type in TYPE_NAMES:
+        return str(definition_pb2.MessageType.Name(message_type))
+    return str(message_type)
 
 
 TYPE_NAMES = frozenset(definition_pb2.MessageType.values())
