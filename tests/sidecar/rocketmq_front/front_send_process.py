@@ -11,7 +11,14 @@ from contextlib import contextmanager
 from typing import Any
 
 import grpc
-from rocketmq import ClientConfiguration, Credentials, FilterExpression, Producer, SimpleConsumer
+from rocketmq import (
+    ClientConfiguration,
+    Credentials,
+    FilterExpression,
+    Producer,
+    SimpleConsumer,
+    TransactionChecker,
+)
 from rocketmq.grpc_protocol import definition_pb2, service_pb2, service_pb2_grpc
 
 from tests.sidecar.sidecar_process import CALL_DEADLINE_S, SidecarProcess
@@ -43,8 +50,10 @@ def refused_endpoint() -> Iterator[str]:
 
 
 @contextmanager
-def producer(endpoint: str, topics: tuple[str, ...] = ()) -> Iterator[Producer]:
-    p = Producer(ClientConfiguration(endpoint, Credentials(), request_timeout=10), topics)
+def producer(
+    endpoint: str, topics: tuple[str, ...] = (), checker: TransactionChecker | None = None
+) -> Iterator[Producer]:
+    p = Producer(ClientConfiguration(endpoint, Credentials(), request_timeout=10), topics, checker)
     p.startup()
     try:
         yield p

@@ -9,6 +9,8 @@ real broker and sidecar processes. Proves:
 - a request of several messages gets one entry each, in order, MULTIPLE_RESULTS when they
   differ; one over the sidecar's limits, mixing TRANSACTION with other types, or naming another
   namespace is refused as a whole, nothing of it stored;
+- a request of TRANSACTION messages is forwarded to the broker, not taken by intake: the half
+  message is committed and delivered;
 - a rejected message gets the protocol's code, the Python client raises the matching exception,
   and nothing is stored or spooled;
 - with the broker down the official producer's ``send`` returns OK (offset -1) for normal and
@@ -25,7 +27,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from rocketmq import Message
+from rocketmq import Message, TransactionChecker, TransactionResolution
 from rocketmq.grpc_protocol import Code, definition_pb2
 from rocketmq.v5.exception import (
     BadRequestException,
@@ -188,6 +190,27 @@ def test_one_entry_per_message_in_order_and_whole_request_refusals(
     assert "''" in other_namespace.status.message
     for refused in (f"{base}-1", f"{base}-n0", f"{base}-t0", f"{base}-ns"):
         assert stored_copies(broker.endpoint, refused) == [], refused
+
+
+class Commit(TransactionChecker):  # type: ignore[misc]  # the official client ships no type information
+    def check(self, message: Message) -> TransactionResolution:
+        return TransactionResolution.COMMIT
+
+
+def test_transaction_messages_are_forwarded_to_the_broker(
+    front: tuple[BrokerProcess, FrontSidecar],
+) -> None:
+    broker, sidecar = front
+    taken_before = sends(sidecar, "STORED") + sends(sidecar, "REJECTED", "INVALID_ARGUMENT")
+    with producer(sidecar.front, ("FrontPayments",), Commit()) as p:
+        transaction = p.begin_transaction()
+        receipt = p.send(message("FrontPayments", b"half, then committed"), transaction)
+        transaction.commit()
+    assert receipt.transaction_id, "the broker's own transaction id"
+    got = consume(broker.endpoint, "FrontPaymentReaders", "FrontPayments", {receipt.message_id})
+    assert [m.body for m in got[receipt.message_id]] == [b"half, then committed"]
+    taken = sends(sidecar, "STORED") + sends(sidecar, "REJECTED", "INVALID_ARGUMENT")
+    assert taken == taken_before, "not through intake"
 
 
 def test_rejected_messages_get_the_protocol_code_and_nothing_is_stored_or_spooled(
