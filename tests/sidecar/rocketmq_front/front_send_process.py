@@ -11,6 +11,7 @@ from contextlib import contextmanager
 from typing import Any
 
 import grpc
+from google.protobuf.timestamp_pb2 import Timestamp
 from rocketmq import (
     ClientConfiguration,
     Credentials,
@@ -102,14 +103,24 @@ def raw_metadata(namespace: str = "") -> tuple[tuple[str, str], ...]:
 
 
 def raw_message(
-    topic: str, message_id: str, body: bytes = b"payload", **system: object
+    topic: str,
+    message_id: str,
+    body: bytes = b"payload",
+    user_properties: dict[str, str] | None = None,
+    **system: Any,
 ) -> definition_pb2.Message:
-    m = definition_pb2.Message(topic=definition_pb2.Resource(name=topic), body=body)
+    """A message as the protocol has it; ``system`` sets its system properties by name."""
+    m = definition_pb2.Message(
+        topic=definition_pb2.Resource(name=topic), body=body, user_properties=user_properties
+    )
     m.system_properties.message_id = message_id
     m.system_properties.body_encoding = definition_pb2.IDENTITY
     m.system_properties.message_type = definition_pb2.NORMAL
     for name, value in system.items():
-        setattr(m.system_properties, name, value)
+        if isinstance(value, Timestamp):
+            getattr(m.system_properties, name).CopyFrom(value)
+        else:
+            setattr(m.system_properties, name, value)
     return m
 
 

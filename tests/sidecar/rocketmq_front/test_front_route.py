@@ -2,7 +2,8 @@
 
 - the route is the broker's (its brokers, queues, permissions and message types) with the front
   as every queue's endpoint: the address the app's request names, or ``--rocketmq-advertise``;
-- the broker's own answers (TOPIC_NOT_FOUND) are passed on as they are;
+- the broker's own answers (TOPIC_NOT_FOUND) are passed on as they are, to a route lookup and
+  to a send (which is refused, not spooled);
 - an access point that refuses connections is passed over for the next one;
 - with the broker down, a topic seen before is answered its last route, and a topic never seen
   a writable route at the front (queue 0 of ``rocketbox-sidecar``), through which an official
@@ -23,7 +24,9 @@ from tests.broker.broker_process import BrokerProcess
 from tests.sidecar.rocketmq_front.front_send_process import (
     FrontSidecar,
     producer,
+    raw_message,
     raw_metadata,
+    raw_send,
     raw_stub,
     refused_endpoint,
 )
@@ -77,6 +80,8 @@ def test_the_route_is_the_brokers_with_the_front_as_endpoint(broker: BrokerProce
         direct = route_at(broker.endpoint, "Routed")
         fronted = route_at(sidecar.front, "Routed")
         missing = route_at(sidecar.front, "NotThere")
+        with raw_stub(sidecar.front) as stub:
+            sent_to_missing = raw_send(stub, raw_message("NotThere", "to-a-missing-topic"))
     finally:
         sidecar.stop()
     assert fronted.status.code == Code.OK
@@ -85,6 +90,8 @@ def test_the_route_is_the_brokers_with_the_front_as_endpoint(broker: BrokerProce
     assert endpoints_of(fronted) == {sidecar.front}
     assert missing.status.code == Code.TOPIC_NOT_FOUND, "the broker's answer, passed on"
     assert missing.status == route_at(broker.endpoint, "NotThere").status
+    assert sent_to_missing.status.code == Code.TOPIC_NOT_FOUND, "not spooled: refused for good"
+    assert "topic" in sent_to_missing.status.message
 
 
 def test_advertised_endpoint_and_access_points_tried_in_order(broker: BrokerProcess) -> None:

@@ -27,12 +27,14 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from google.protobuf.timestamp_pb2 import Timestamp
 from rocketmq import Message, TransactionChecker, TransactionResolution
 from rocketmq.grpc_protocol import Code, definition_pb2
 from rocketmq.v5.exception import (
     BadRequestException,
     PayloadEmptyException,
     PayloadTooLargeException,
+    RequestHeaderFieldsTooLargeException,
     TooManyRequestsException,
 )
 from rocketmq.v5.util.messaging_result_checker import MessagingResultChecker
@@ -227,37 +229,64 @@ def test_rejected_messages_get_the_protocol_code_and_nothing_is_stored_or_spoole
             p.send(message("FrontBad", b"x", keys="two words"))
     assert bad_tag.value.code == Code.ILLEGAL_MESSAGE_TAG
     assert bad_key.value.code == Code.ILLEGAL_MESSAGE_KEY
-    # What the client refuses before sending, sent as another client could.
+    # What the client refuses before sending, or never sends, sent as another client could.
+    far = Timestamp(seconds=int(time.time()) + 2 * 86_400)
     cases = {
-        f"{base}-empty": (raw_message("FrontBad", f"{base}-empty", b""), PayloadEmptyException),
-        f"{base}-large": (
-            raw_message("FrontBad", f"{base}-large", b"x" * (BODY_BYTES_MAX + 1)),
+        "empty": (raw_message("FrontBad", "", b""), Code.MESSAGE_BODY_EMPTY, PayloadEmptyException),
+        "large": (
+            raw_message("FrontBad", "", b"x" * (BODY_BYTES_MAX + 1)),
+            Code.MESSAGE_BODY_TOO_LARGE,
             PayloadTooLargeException,
         ),
-        f"{base}-fifo": (
-            raw_message("FrontBad", f"{base}-fifo", message_type=definition_pb2.FIFO),
+        "fifo": (
+            raw_message("FrontBad", "", message_type=definition_pb2.FIFO),
+            Code.MESSAGE_PROPERTY_CONFLICT_WITH_TYPE,
+            BadRequestException,
+        ),
+        "delay": (
+            raw_message("FrontBad", "", message_type=definition_pb2.DELAY),
+            Code.MESSAGE_PROPERTY_CONFLICT_WITH_TYPE,
+            BadRequestException,
+        ),
+        "reserved": (
+            raw_message("FrontBad", "", user_properties={"UNIQ_KEY": "mine"}),
+            Code.ILLEGAL_MESSAGE_PROPERTY_KEY,
+            BadRequestException,
+        ),
+        "properties": (
+            raw_message("FrontBad", "", user_properties={"big": "v" * 17_000}),
+            Code.MESSAGE_PROPERTIES_TOO_LARGE,
+            RequestHeaderFieldsTooLargeException,
+        ),
+        "system-topic": (raw_message("%DLQ%Group", ""), Code.ILLEGAL_TOPIC, BadRequestException),
+        "far-delay": (
+            raw_message("FrontBad", "", message_type=definition_pb2.DELAY, delivery_timestamp=far),
+            Code.ILLEGAL_DELIVERY_TIME,
+            BadRequestException,
+        ),
+        "gzip": (
+            raw_message("FrontBad", "", b"not gzip", body_encoding=definition_pb2.GZIP),
+            Code.BAD_REQUEST,
             BadRequestException,
         ),
     }
+    answers = {}
     with raw_stub(sidecar.front) as stub:
-        for message_id, (m, raised) in cases.items():
-            response = raw_send(stub, m)
+        for name, (m, code, raised) in cases.items():
+            m.system_properties.message_id = f"{base}-{name}"
+            response = answers[name] = raw_send(stub, m)
+            assert response.status.code == code, (name, response)
             with pytest.raises(raised):
                 MessagingResultChecker.check(response.status)
-            assert response.entries[0].message_id == message_id
+            assert response.entries[0].message_id == f"{base}-{name}"
+        blank_id = raw_send(stub, raw_message("FrontBad", " "))
+    assert blank_id.status.code == Code.ILLEGAL_MESSAGE_ID
+    assert "message_id" in blank_id.status.message
+    assert "the limit is 16384" in answers["properties"].status.message
+    assert f"the limit is {BODY_BYTES_MAX}" in answers["large"].status.message
     assert sends(sidecar, "SPOOLED", "UNAVAILABLE") == spooled_before, "nothing spooled"
-    for message_id in cases:
-        assert stored_copies(broker.endpoint, message_id) == [], message_id
-
-
-def test_fifo_without_a_group_is_a_type_conflict(front: tuple[BrokerProcess, FrontSidecar]) -> None:
-    _broker, sidecar = front
-    with raw_stub(sidecar.front) as stub:
-        response = raw_send(
-            stub, raw_message("FrontBad", "fifo-no-group", message_type=definition_pb2.FIFO)
-        )
-    assert response.status.code == Code.MESSAGE_PROPERTY_CONFLICT_WITH_TYPE
-    assert "message_group" in response.status.message
+    for name in cases:
+        assert stored_copies(broker.endpoint, f"{base}-{name}") == [], name
 
 
 def test_broker_down_sends_are_ok_and_each_is_consumed_once_after_it_returns(
