@@ -215,12 +215,11 @@ def test_transaction_messages_are_forwarded_to_the_broker(
     assert taken == taken_before, "not through intake"
 
 
-def test_rejected_messages_get_the_protocol_code_and_nothing_is_stored_or_spooled(
+def test_the_official_client_raises_what_the_sidecar_refuses(
     front: tuple[BrokerProcess, FrontSidecar],
 ) -> None:
-    broker, sidecar = front
-    base = f"BAD-{time.time_ns()}"
-    spooled_before = sends(sidecar, "SPOOLED", "UNAVAILABLE")
+    _broker, sidecar = front
+    stored_before = sends(sidecar, "STORED")
     # What the official client lets through to the server: it is the sidecar that refuses.
     with producer(sidecar.front, ("FrontBad",)) as p:
         with pytest.raises(BadRequestException) as bad_tag:
@@ -229,6 +228,15 @@ def test_rejected_messages_get_the_protocol_code_and_nothing_is_stored_or_spoole
             p.send(message("FrontBad", b"x", keys="two words"))
     assert bad_tag.value.code == Code.ILLEGAL_MESSAGE_TAG
     assert bad_key.value.code == Code.ILLEGAL_MESSAGE_KEY
+    assert sends(sidecar, "STORED") == stored_before
+
+
+def test_rejected_messages_get_the_protocol_code_and_nothing_is_stored_or_spooled(
+    front: tuple[BrokerProcess, FrontSidecar],
+) -> None:
+    broker, sidecar = front
+    base = f"BAD-{time.time_ns()}"
+    spooled_before = sends(sidecar, "SPOOLED", "UNAVAILABLE")
     # What the client refuses before sending, or never sends, sent as another client could.
     far = Timestamp(seconds=int(time.time()) + 2 * 86_400)
     cases = {
