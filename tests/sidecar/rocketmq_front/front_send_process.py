@@ -24,7 +24,6 @@ from rocketmq.grpc_protocol import definition_pb2, service_pb2, service_pb2_grpc
 
 from tests.sidecar.sidecar_process import CALL_DEADLINE_S, SidecarProcess
 
-FRONT_LINE = re.compile(r"^sidecar RocketMQ front on [^\s]+:(\d+)", re.MULTILINE)
 METRICS_LINE = re.compile(r"sidecar metrics on [^\s]+:(\d+)")
 METRICS_ARGS = ("--metrics-listen=127.0.0.1:0",)
 INVISIBLE_S = 10
@@ -36,10 +35,7 @@ class FrontSidecar(SidecarProcess):
 
     def __init__(self, broker_endpoint: str, outbox_url: str, *args: str) -> None:
         super().__init__(broker_endpoint, outbox_url, "--rocketmq-listen=127.0.0.1:0", *args)
-        # Printed before the ready line, so it is read by now.
-        ports = FRONT_LINE.findall(self.output())
-        assert ports, f"no RocketMQ front line in:\n{self.output()}"
-        self.front = f"127.0.0.1:{ports[-1]}"
+        self.front = self.rocketmq_endpoint
 
 
 @contextmanager
