@@ -38,12 +38,16 @@ class SendRejectedError(SidecarError):
         reason: str,
         code: grpc.StatusCode = grpc.StatusCode.INVALID_ARGUMENT,
         retry_after_ms: int = 0,
+        rocketmq_code: int = 0,
     ) -> None:
         super().__init__(f"{field}: {reason}" if field else reason)
         self.field = field
         self.reason = reason
         self.code = code
         self.retry_after_ms = retry_after_ms
+        # The apache.rocketmq.v2 Code the broker refused it with (0: not the broker's refusal),
+        # kept so the RocketMQ front answers the app the broker's own code.
+        self.rocketmq_code = rocketmq_code
         self.retriable = retry_after_ms > 0
 
 

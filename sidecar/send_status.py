@@ -75,7 +75,9 @@ def check_send_status(code: int, message: str) -> bool:
             if code == Code.TOPIC_NOT_FOUND
             else grpc.StatusCode.INVALID_ARGUMENT
         )
-        raise SendRejectedError(field, f"refused by the broker: {detail}", code=grpc_code)
+        raise SendRejectedError(
+            field, f"refused by the broker: {detail}", code=grpc_code, rocketmq_code=code
+        )
     if code in AMBIGUOUS_CODES:
         raise SendFailedError(SpoolCause.AMBIGUOUS, detail, maybe_stored=True)
     raise SendFailedError(SpoolCause.UNAVAILABLE, detail)

@@ -2,7 +2,7 @@
 
 Every message gets exactly one answer, and the structure is what guarantees it: everything done
 for one message (its id stamped, conversion, validation, admission, intake, metrics) runs inside
-one boundary, ``_answer_one``, which turns whatever it raises into that message's answer. The
+one boundary, ``accept``, which turns whatever it raises into that message's outcome. The
 calls around it only route answers:
 
 - Send: a rejection is the call's status, with google.rpc details;
@@ -24,6 +24,11 @@ the refusal is known and never translated on its way; its answer is built in one
 | anything else raised: a bug | INTERNAL, the traceback logged |
 
 An answer is never UNKNOWN.
+
+The RocketMQ front's SendMessage (sidecar/rocketmq_front/send.py) passes its messages through
+the same ``accept``, ``batch_refusal`` and ``record_when_done``: admission control, the shutting
+down refusal, the metrics, the ledger and the INTERNAL net are this module's alone, whichever API
+a message came by; the front only converts and words the answers in its protocol.
 A bug is logged with its traceback at most once per ``INTERNAL_ERROR_LOG_INTERVAL_S``, with the
 count of those left out (rocketbox_api/rate_limited_log.py): a bug every message hits must not
 flood the log. Once a message is
@@ -49,6 +54,7 @@ import functools
 import logging
 import time
 from collections.abc import AsyncIterator, Callable, Sequence
+from dataclasses import dataclass
 from typing import Any, NoReturn
 
 import grpc
@@ -89,6 +95,16 @@ Answer = tuple[api.SendResult, SentAnswer | None]
 StreamAnswer = tuple[api.SendStreamResponse, SentAnswer | None]
 
 
+@dataclass(frozen=True, slots=True)
+class Outcome:
+    """One message's outcome at the boundary, whichever API it came by: STORED or SPOOLED
+    (``sent``: what ``on_sent`` is given once the answer went out), or REJECTED."""
+
+    message_id: str
+    answer: Accepted | SendRejectedError
+    sent: SentAnswer | None
+
+
 class SidecarService(sidecar_pb2_grpc.SidecarServiceServicer):  # type: ignore[misc]  # the generated servicer base is untyped
     def __init__(
         self,
@@ -117,14 +133,18 @@ class SidecarService(sidecar_pb2_grpc.SidecarServiceServicer):  # type: ignore[m
         self.accepting = True
 
     # -- one message: the boundary -----------------------------------------------------------
-    async def _answer_one(self, m: api.Message) -> Answer:
-        """This message's answer, whatever happens while handling it. Raises only
+    async def accept(
+        self, stamp: Callable[[], str], convert: Callable[[str], OutboxMessage]
+    ) -> Outcome:
+        """One message through the boundary, from either API: its id (``stamp``), its
+        conversion (``convert``), admission, intake and metrics. Whatever these raise becomes the
+        message's answer: a SendRejectedError as itself, anything else INTERNAL. Raises only
         CancelledError (the call is gone: nobody is left to answer)."""
         started_s = time.monotonic()
         message_id = ""
         try:
-            message_id = message_id_of(m, self._ids)
-            message = to_outbox_message(m, message_id, now_ms())
+            message_id = stamp()
+            message = convert(message_id)
             accepted = await self._admit(message)
         except SendRejectedError as e:
             rejected = e
@@ -137,9 +157,26 @@ class SidecarService(sidecar_pb2_grpc.SidecarServiceServicer):  # type: ignore[m
                 self._count("STORED", "", started_s, message_id)
             else:
                 self._count("SPOOLED", accepted.entry.cause.value, started_s, message_id)
-            return self._result(message_id, accepted), (message_id, message.topic, accepted)
+            return Outcome(message_id, accepted, (message_id, message.topic, accepted))
         self._count("REJECTED", rejected.code.name, started_s, message_id)
-        return to_rejected(message_id, rejected), None
+        return Outcome(message_id, rejected, None)
+
+    def failed(self, e: BaseException, message_id: str = "") -> Outcome:
+        """The outcome of a message whose handling failed outside ``accept``'s own net."""
+        _log(
+            self.internal_errors, "a message answered INTERNAL outside its boundary", e, message_id
+        )
+        return Outcome(message_id, internal_error(e), None)
+
+    async def _answer_one(self, m: api.Message) -> Answer:
+        """This message's rocketbox.v1 answer (``accept``)."""
+        outcome = await self.accept(
+            functools.partial(message_id_of, m, self._ids),
+            lambda message_id: to_outbox_message(m, message_id, now_ms()),
+        )
+        if isinstance(outcome.answer, SendRejectedError):
+            return to_rejected(outcome.message_id, outcome.answer), None
+        return self._result(outcome.message_id, outcome.answer), outcome.sent
 
     def _result(self, message_id: str, accepted: Accepted) -> api.SendResult:
         """STORED or SPOOLED, in full when the result can be built, else the outcome alone."""
@@ -184,14 +221,26 @@ class SidecarService(sidecar_pb2_grpc.SidecarServiceServicer):  # type: ignore[m
             self.intake_in_flight -= 1
 
     def _failed(self, e: BaseException, message_id: str = "") -> api.SendResult:
-        """The answer of a message whose handling failed outside ``_answer_one``'s own net."""
-        _log(
-            self.internal_errors, "a message answered INTERNAL outside its boundary", e, message_id
-        )
-        return to_rejected(message_id, internal_error(e))
+        """The rocketbox.v1 answer of a message whose handling failed outside ``accept``."""
+        rejected = self.failed(e, message_id).answer
+        assert isinstance(rejected, SendRejectedError)
+        return to_rejected(message_id, rejected)
+
+    def batch_refusal(self, count: int, size_bytes: int) -> SendRejectedError | None:
+        """Why a request of ``count`` messages of ``size_bytes`` bodies is refused as a whole,
+        before any of its messages is started (send_batch_entries_max, send_batch_bytes_max)."""
+        if count > self._batch_entries_max:
+            limit = self._batch_entries_max
+            return SendRejectedError("messages", f"has {count} messages; the limit is {limit}")
+        if size_bytes > self._batch_bytes_max:
+            limit = self._batch_bytes_max
+            return SendRejectedError(
+                "messages", f"bodies total {size_bytes} bytes; the limit is {limit}"
+            )
+        return None
 
     # -- what was sent ---------------------------------------------------------------------------
-    def _record_when_done(
+    def record_when_done(
         self, context: grpc.aio.ServicerContext[Any, Any], sent: list[SentAnswer]
     ) -> None:
         if self._on_sent is not None and sent:
@@ -225,23 +274,18 @@ class SidecarService(sidecar_pb2_grpc.SidecarServiceServicer):  # type: ignore[m
         if result.HasField("rejected"):
             await _abort(context, result.rejected)
         if sent is not None:
-            self._record_when_done(context, [sent])
+            self.record_when_done(context, [sent])
         return api.SendResponse(result=result)
 
     async def SendBatch(  # noqa: N802 - the protocol's method name
         self, request: api.SendBatchRequest, context: grpc.aio.ServicerContext[Any, Any]
     ) -> api.SendBatchResponse:
         # The whole-call refusals: before any message is started, so none may be stored.
-        count = len(request.messages)
-        if count > self._batch_entries_max:
-            await _abort(context, to_rejection(SendRejectedError(
-                "messages", f"has {count} messages; the limit is {self._batch_entries_max}"
-            )))  # fmt: skip
-        size = sum(len(m.body) for m in request.messages)
-        if size > self._batch_bytes_max:
-            await _abort(context, to_rejection(SendRejectedError(
-                "messages", f"bodies total {size} bytes; the limit is {self._batch_bytes_max}"
-            )))  # fmt: skip
+        refusal = self.batch_refusal(
+            len(request.messages), sum(len(m.body) for m in request.messages)
+        )
+        if refusal is not None:
+            await _abort(context, to_rejection(refusal))
         # Tasks are created in request order, and intake serialises a FIFO group in the order its
         # messages arrive: a group's messages keep their request order; the rest go in parallel.
         # _answer_one answers for itself; return_exceptions is the net under it, so that one
@@ -258,7 +302,7 @@ class SidecarService(sidecar_pb2_grpc.SidecarServiceServicer):  # type: ignore[m
             results.append(outcome[0])
             if outcome[1] is not None:
                 sent.append(outcome[1])
-        self._record_when_done(context, sent)
+        self.record_when_done(context, sent)
         return api.SendBatchResponse(results=results)
 
     async def SendStream(  # noqa: N802 - the protocol's method name
@@ -298,4 +342,4 @@ async def _abort(context: grpc.aio.ServicerContext[Any, Any], r: api.Rejection) 
     raise AssertionError("abort returns only by raising")
 
 
-__all__ = ["SidecarService", "Stored"]
+__all__ = ["Outcome", "SidecarService", "Stored"]

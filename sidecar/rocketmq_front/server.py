@@ -10,19 +10,26 @@ from sidecar.config import SidecarConfig
 from sidecar.producer import Producer
 from sidecar.rocketmq_front.forward import Forwarder
 from sidecar.rocketmq_front.route import FrontRoutes
+from sidecar.rocketmq_front.send import FrontSend
 from sidecar.rocketmq_front.service import front_handler, spb, typed_unary
 from sidecar.rocketmq_front.upstream import Upstream
+from sidecar.server import SidecarService
 
 
-def front_server(config: SidecarConfig, producer: Producer) -> grpc.aio.Server:
+def front_server(
+    config: SidecarConfig, producer: Producer, service: SidecarService
+) -> grpc.aio.Server:
     """A server with the front's methods, not yet bound."""
     upstream = Upstream(producer.channels, config.producer.access_points)
     advertised = Endpoint.parse(config.rocketmq_advertised) if config.rocketmq_advertised else None
     routes = FrontRoutes(upstream, advertised)
+    sends = FrontSend(service, upstream, config.producer.namespace)
     own = {
         "QueryRoute": typed_unary(
             routes.query_route, spb.QueryRouteRequest, spb.QueryRouteResponse
         ),
+        # Bytes in: a TRANSACTION request is forwarded to the broker as it came.
+        "SendMessage": grpc.unary_unary_rpc_method_handler(sends.send_message),
     }
     server = grpc.aio.server(
         interceptors=[ServerGuard()],

@@ -29,7 +29,7 @@ def typed_unary(
 
 
 def _serialize(message: Any) -> bytes:
-    return message.SerializeToString()  # type: ignore[no-any-return]
+    return bytes(message.SerializeToString())
 
 
 def front_handler(forwarder: Forwarder, own: dict[str, Handler]) -> grpc.GenericRpcHandler:
