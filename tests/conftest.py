@@ -14,7 +14,10 @@ import contextlib
 import errno
 import gc
 import socket
+import traceback
+import warnings
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 
@@ -46,6 +49,37 @@ def squatter() -> Iterator[int]:
         s.bind(("127.0.0.1", 0))
         s.listen()
         yield s.getsockname()[1]
+
+
+_LOOP_ORIGIN_FRAMES = 16
+
+
+def _loops_say_where_they_were_made() -> None:
+    """An event loop collected unclosed names where it was made in its ResourceWarning.
+
+    Python's own warning says only "unclosed event loop"; found by the collector, it surfaces in
+    whichever test is running then, far from its maker. The stack is taken when a loop is made
+    (a few per test), and told only if the loop is collected unclosed.
+    """
+    base = asyncio.base_events.BaseEventLoop
+    made = base.__init__
+
+    def init(self: Any, *args: Any, **kwargs: Any) -> None:
+        self._rocketbox_made_at = "".join(traceback.format_stack(limit=_LOOP_ORIGIN_FRAMES)[:-1])
+        made(self, *args, **kwargs)
+
+    def finalize(self: Any, _warn: Any = warnings.warn) -> None:
+        if not self.is_closed():
+            origin = getattr(self, "_rocketbox_made_at", "(unknown)")
+            _warn(f"unclosed event loop {self!r}, made at:\n{origin}", ResourceWarning, source=self)
+            if not self.is_running():
+                self.close()
+
+    base.__init__ = init  # type: ignore[method-assign]  # test-only instrumentation
+    base.__del__ = finalize  # type: ignore[method-assign]  # test-only instrumentation
+
+
+_loops_say_where_they_were_made()
 
 
 @pytest.fixture(autouse=True)
