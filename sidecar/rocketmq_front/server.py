@@ -3,26 +3,41 @@
 from __future__ import annotations
 
 import grpc
+from prometheus_client import Counter
 
 from rocketbox_api.server_guard import ServerGuard
 from sidecar.channels import Endpoint
 from sidecar.config import SidecarConfig
 from sidecar.producer import Producer
+from sidecar.rocketmq_front.brokers import BrokerDirectory
 from sidecar.rocketmq_front.forward import Forwarder
 from sidecar.rocketmq_front.route import FrontRoutes
 from sidecar.rocketmq_front.service import front_handler, spb, typed_unary
+from sidecar.rocketmq_front.telemetry import TelemetryRelay
 from sidecar.rocketmq_front.upstream import Upstream
+from sidecar.validation import BODY_BYTES_MAX
 
 
-def front_server(config: SidecarConfig, producer: Producer) -> grpc.aio.Server:
-    """A server with the front's methods, not yet bound."""
+def front_server(
+    config: SidecarConfig, producer: Producer, forwarded: Counter | None = None
+) -> grpc.aio.Server:
+    """A server with the front's methods, not yet bound. ``forwarded``: the counter of
+    forwarded calls (``rocketbox_sidecar_front_forwarded_total``)."""
     upstream = Upstream(producer.channels, config.producer.access_points)
     advertised = Endpoint.parse(config.rocketmq_advertised) if config.rocketmq_advertised else None
-    routes = FrontRoutes(upstream, advertised)
+    directory = BrokerDirectory(upstream.home)
+    directory.set_lookup(upstream.route_queues)
+    routes = FrontRoutes(upstream, advertised, directory)
+    forwarder = Forwarder(upstream, directory, advertised, forwarded)
+    telemetry = TelemetryRelay(upstream, BODY_BYTES_MAX)
     own = {
         "QueryRoute": typed_unary(
             routes.query_route, spb.QueryRouteRequest, spb.QueryRouteResponse
         ),
+        "Telemetry": grpc.stream_stream_rpc_method_handler(telemetry.telemetry),
+        "Heartbeat": forwarder.lifecycle("Heartbeat"),
+        "NotifyClientTermination": forwarder.lifecycle("NotifyClientTermination"),
+        "EndTransaction": forwarder.unary("EndTransaction"),
     }
     server = grpc.aio.server(
         interceptors=[ServerGuard()],
@@ -33,5 +48,5 @@ def front_server(config: SidecarConfig, producer: Producer) -> grpc.aio.Server:
             ("grpc.server.max_pending_requests_hard_limit", config.pending_calls_max),
         ),
     )
-    server.add_generic_rpc_handlers((front_handler(Forwarder(upstream), own),))
+    server.add_generic_rpc_handlers((front_handler(forwarder, own),))
     return server
