@@ -29,6 +29,7 @@ from tests.rocketbox_process import wait_until
 from tests.sidecar.sidecar_process import BROKER_ARGS, SidecarProcess
 
 FRONT_LINE = re.compile(r"^sidecar RocketMQ front on [^\s]+:(\d+)")
+METRICS_LINE = re.compile(r"^sidecar metrics on [^\s]+:(\d+)")
 DEADLINE_S = 30.0
 INVISIBLE_S = 2
 # Short invisible times and polls, and transactions checked back within a second.
@@ -42,20 +43,25 @@ BROKER_FRONT_ARGS = (
 
 
 class FrontSidecar(SidecarProcess):
+    """A sidecar serving the RocketMQ front and metrics, each on a free port."""
+
     def __init__(self, broker_endpoint: str, outbox_url: str, *args: str) -> None:
-        super().__init__(broker_endpoint, outbox_url, "--rocketmq-listen", "127.0.0.1:0", *args)
+        super().__init__(
+            broker_endpoint, outbox_url, "--rocketmq-listen", "127.0.0.1:0",
+            "--metrics-listen", "127.0.0.1:0", *args,
+        )  # fmt: skip
+        self.front_port = self._banner_port(FRONT_LINE, "the RocketMQ front")
+        self.metrics_port = self._banner_port(METRICS_LINE, "the metrics")
+
+    def _banner_port(self, line: re.Pattern[str], what: str) -> int:
         found: list[int] = []
 
-        def banner() -> bool:
-            for line in self.lines:
-                match = FRONT_LINE.search(line)
-                if match:
-                    found.append(int(match.group(1)))
-                    return True
-            return False
+        def printed() -> bool:
+            found.extend(int(m.group(1)) for m in map(line.search, self.lines) if m)
+            return bool(found)
 
-        wait_until(banner, DEADLINE_S, "the sidecar's RocketMQ front banner")
-        self.front_port = found[0]
+        wait_until(printed, DEADLINE_S, f"the sidecar's banner line of {what}")
+        return found[0]
 
     @property
     def front_endpoint(self) -> str:
