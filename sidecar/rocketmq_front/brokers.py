@@ -3,11 +3,13 @@ handles that carry a broker's name.
 
 The app sees one endpoint, the front's; behind it may be several broker groups (a cluster's
 QueryRoute answers queues on every group, each with its own endpoints). The front learns each
-group's real endpoint from the original routes and assignments it relays, before it rewrites
-them to name itself (route.py calls ``learn_queues`` with the broker's QueryRouteResponse's
-queues; forward.py does the same with QueryAssignment's). A call that names a message queue
-(ReceiveMessage, PullMessage, the offsets: ``message_queue.broker.name``) then goes to that
-group's endpoint; a name not known yet is looked up once in the topic's route (``resolve``).
+group's real endpoint from the original routes and assignments it relays, before they are
+rewritten to name the front: QueryRoute's (route.py: ``upstream.directory.learn_queues(
+response.message_queues)`` on the broker's answer), QueryAssignment's (forward.py), and the
+routes of the topics a client's Settings name (telemetry.py: ``learn_topics``). A call that
+names a message queue (ReceiveMessage, PullMessage, the offsets: ``message_queue.broker.name``)
+then goes to that group's endpoint; a name not known yet is looked up once in the topic's route
+(``resolve``).
 
 Receipt handles (AckMessage, ChangeInvisibleDuration, ForwardMessageToDeadLetterQueue) carry no
 broker name in rocketbox's broker, so a message received from a group other than the home one
@@ -25,6 +27,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Awaitable, Callable, Iterable
 
+import grpc
 from rocketmq.grpc_protocol import definition_pb2 as pb
 
 from sidecar.channels import Endpoint
@@ -33,6 +36,8 @@ LOG = logging.getLogger(__name__)
 
 # Broker groups the front tells apart: far more than a cluster has.
 BROKERS_MAX = 256
+# Topics whose route the front looked up itself (``learn_topics``): the oldest is forgotten.
+TOPICS_LOOKED_UP_MAX = 10_000
 # Between a handle's broker name and the broker's own handle. Never in rocketbox's handles
 # (digits, dots, hex) nor in RocketMQ's (space-separated numbers and names).
 HANDLE_SEPARATOR = "|"
@@ -57,6 +62,8 @@ class BrokerDirectory:
         self._endpoints: dict[str, Endpoint] = {}
         self._names_by_endpoint: dict[Endpoint, str] = {}
         self._lookup: RouteLookup | None = None
+        # (namespace, topic) looked up by ``learn_topics``, oldest first.
+        self._looked_up: dict[tuple[str, str], None] = {}
 
     def set_lookup(self, lookup: RouteLookup) -> None:
         """How to ask the home broker for a topic's route when a name is not known yet."""
@@ -83,6 +90,25 @@ class BrokerDirectory:
                 LOG.warning("more than %d broker groups routed: forgot %s", BROKERS_MAX, oldest)
             self._endpoints[broker.name] = endpoint
             self._names_by_endpoint[endpoint] = broker.name
+
+    async def learn_topics(self, topics: Iterable[pb.Resource]) -> None:
+        """Look up the routes of topics a client names in its Settings (a consumer's
+        subscriptions), once per topic, so that its first receive already finds its group's
+        endpoint. A lookup that fails is tried again at the topic's next mention."""
+        if self._lookup is None:
+            return
+        for topic in topics:
+            key = (topic.resource_namespace, topic.name)
+            if key in self._looked_up:
+                continue
+            if len(self._looked_up) >= TOPICS_LOOKED_UP_MAX:
+                del self._looked_up[next(iter(self._looked_up))]
+            self._looked_up[key] = None
+            try:
+                self.learn_queues(await self._lookup(topic))
+            except grpc.aio.AioRpcError as e:
+                del self._looked_up[key]
+                LOG.debug("the route of %s could not be looked up: %s", topic.name, e.code())
 
     def known(self, name: str) -> Endpoint | None:
         return self._endpoints.get(name)

@@ -117,12 +117,11 @@ class Forwarder:
     def __init__(
         self,
         upstream: Upstream,
-        directory: BrokerDirectory,
         advertised: Endpoint | None = None,
         counter: Counter | None = None,
     ) -> None:
         self._upstream = upstream
-        self._directory = directory
+        self._directory: BrokerDirectory = upstream.directory
         self._advertised = advertised
         self._counts = ForwardCounts(counter)
         self._faults = RateLimitedLog(LOG, logging.ERROR)
@@ -257,7 +256,8 @@ class Forwarder:
             return frame
         properties = response.message.system_properties
         properties.receipt_handle = self._directory.handle_out(endpoint, properties.receipt_handle)
-        return response.SerializeToString()  # type: ignore[no-any-return]
+        raw: bytes = response.SerializeToString()
+        return raw
 
     def by_handle(self, method: str) -> Router:
         parse = request_type(method).FromString
@@ -290,28 +290,31 @@ class Forwarder:
                 entry.receipt_handle = handle
         return target or self._directory.home
 
-    def _new_handle(self, endpoint: Endpoint, raw: bytes) -> bytes:
-        response = spb.ChangeInvisibleDurationResponse.FromString(raw)
+    def _new_handle(self, endpoint: Endpoint, frame: bytes) -> bytes:
+        response = spb.ChangeInvisibleDurationResponse.FromString(frame)
         response.receipt_handle = self._directory.handle_out(endpoint, response.receipt_handle)
-        return response.SerializeToString()  # type: ignore[no-any-return]
+        raw: bytes = response.SerializeToString()
+        return raw
 
     async def assignment(self, request: bytes) -> Hop:
         front = spb.QueryAssignmentRequest.FromString(request).endpoints
         if self._advertised is not None:
             front = self._advertised.to_proto()
 
-        def answer(raw: bytes) -> bytes:
-            response = spb.QueryAssignmentResponse.FromString(raw)
+        def answer(frame: bytes) -> bytes:
+            response = spb.QueryAssignmentResponse.FromString(frame)
             self._directory.learn_queues(a.message_queue for a in response.assignments)
             for assignment in response.assignments:
                 assignment.message_queue.broker.endpoints.CopyFrom(front)
-            return response.SerializeToString()  # type: ignore[no-any-return]
+            raw: bytes = response.SerializeToString()
+            return raw
 
         return Hop(self._directory.home, request, answer)
 
 
 def _from_producer(method: str, request: bytes) -> bool:
     if method == "Heartbeat":
-        return spb.HeartbeatRequest.FromString(request).client_type == pb.PRODUCER  # type: ignore[no-any-return]
+        client_type: int = spb.HeartbeatRequest.FromString(request).client_type
+        return bool(client_type == pb.PRODUCER)
     # Consumers name their group when they leave; producers have none.
     return not spb.NotifyClientTerminationRequest.FromString(request).HasField("group")

@@ -16,7 +16,6 @@ from rocketmq.grpc_protocol import definition_pb2
 from rocketmq.grpc_protocol import service_pb2 as spb
 
 from sidecar.channels import Endpoint
-from sidecar.rocketmq_front.brokers import BrokerDirectory
 from sidecar.rocketmq_front.upstream import Upstream, forwarded_metadata, remaining_s
 
 Context = grpc.aio.ServicerContext[Any, Any]
@@ -32,15 +31,9 @@ def front_endpoints(
 
 
 class FrontRoutes:
-    def __init__(
-        self,
-        upstream: Upstream,
-        advertised: Endpoint | None,
-        directory: BrokerDirectory | None = None,
-    ) -> None:
+    def __init__(self, upstream: Upstream, advertised: Endpoint | None) -> None:
         self._upstream = upstream
         self._advertised = advertised
-        self._directory = directory
 
     async def query_route(self, request: spb.QueryRouteRequest, context: Context) -> Any:
         raw = await self._upstream.unary("QueryRoute")(
@@ -49,8 +42,6 @@ class FrontRoutes:
             metadata=forwarded_metadata(context),
         )
         response = spb.QueryRouteResponse.FromString(raw)
-        if self._directory is not None:  # the brokers' real endpoints, before they are rewritten
-            self._directory.learn_queues(response.message_queues)
         endpoints = front_endpoints(request, self._advertised)
         for queue in response.message_queues:
             queue.broker.endpoints.CopyFrom(endpoints)

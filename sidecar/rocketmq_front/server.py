@@ -9,7 +9,6 @@ from rocketbox_api.server_guard import ServerGuard
 from sidecar.channels import Endpoint
 from sidecar.config import SidecarConfig
 from sidecar.producer import Producer
-from sidecar.rocketmq_front.brokers import BrokerDirectory
 from sidecar.rocketmq_front.forward import Forwarder
 from sidecar.rocketmq_front.route import FrontRoutes
 from sidecar.rocketmq_front.service import front_handler, spb, typed_unary
@@ -25,10 +24,8 @@ def front_server(
     forwarded calls (``rocketbox_sidecar_front_forwarded_total``)."""
     upstream = Upstream(producer.channels, config.producer.access_points)
     advertised = Endpoint.parse(config.rocketmq_advertised) if config.rocketmq_advertised else None
-    directory = BrokerDirectory(upstream.home)
-    directory.set_lookup(upstream.route_queues)
-    routes = FrontRoutes(upstream, advertised, directory)
-    forwarder = Forwarder(upstream, directory, advertised, forwarded)
+    routes = FrontRoutes(upstream, advertised)
+    forwarder = Forwarder(upstream, advertised, forwarded)
     telemetry = TelemetryRelay(upstream, BODY_BYTES_MAX)
     own = {
         "QueryRoute": typed_unary(

@@ -129,7 +129,16 @@ class TelemetryRelay:
             self.streams -= 1
 
     def settings_reply(self, settings: pb.Settings) -> bytes:
-        return producer_settings_reply(settings, self._body_bytes_max).SerializeToString()  # type: ignore[no-any-return]
+        reply: bytes = producer_settings_reply(settings, self._body_bytes_max).SerializeToString()
+        return reply
+
+    async def learn_routes(self, settings: pb.Settings) -> None:
+        """The broker groups of the topics a client names, before its first call names one."""
+        if settings.HasField("publishing"):
+            topics = list(settings.publishing.topics)
+        else:
+            topics = [entry.topic for entry in settings.subscription.subscriptions]
+        await self._upstream.directory.learn_topics(topics)
 
     def open(
         self, metadata: Metadata, timeout_s: float | None
@@ -150,6 +159,7 @@ class _Session:
         self._pub_sub: str | None = None
         self._settings = b""  # a producer's latest Settings, the first frame of every upstream
         self._upstream_task: asyncio.Task[None] | None = None
+        self._learn_task: asyncio.Task[None] | None = None
 
     async def run(self, requests: AsyncIterator[bytes]) -> AsyncIterator[bytes | _End]:
         reader = asyncio.create_task(self._read(requests))
@@ -165,7 +175,7 @@ class _Session:
                 yield self._end.result()
                 return
         finally:
-            for task in (getter, reader, self._upstream_task):
+            for task in (getter, reader, self._upstream_task, self._learn_task):
                 if task is not None and not task.done():
                     task.cancel()
                     with contextlib.suppress(asyncio.CancelledError, Exception):
@@ -213,6 +223,7 @@ class _Session:
             await self._to_app.put(self._relay.settings_reply(settings))
         if self._pub_sub is None:
             self._pub_sub = pub_sub
+            self._learn_task = asyncio.create_task(self._relay.learn_routes(settings))
             keep = (
                 self._producer_upstream()
                 if pub_sub == "publishing"

@@ -16,6 +16,7 @@ from rocketmq.grpc_protocol import definition_pb2 as pb
 from rocketmq.grpc_protocol import service_pb2 as spb
 
 from sidecar.channels import Channels, Endpoint
+from sidecar.rocketmq_front.brokers import BrokerDirectory
 
 SERVICE = "apache.rocketmq.v2.MessagingService"
 # A route the front looks up itself (a queue's broker it has not seen routed yet).
@@ -48,6 +49,9 @@ class Upstream:
             raise ValueError("the RocketMQ front needs at least one broker access point")
         self._channels = channels
         self.access_points = tuple(access_points)
+        # The broker groups behind the home access point, learned from the routes relayed.
+        self.directory = BrokerDirectory(self.home)
+        self.directory.set_lookup(self.route_queues)
         self._unary: dict[tuple[Endpoint, str], grpc.aio.UnaryUnaryMultiCallable[bytes, bytes]] = {}
         self._streams: dict[
             tuple[Endpoint, str], grpc.aio.UnaryStreamMultiCallable[bytes, bytes]

@@ -13,7 +13,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from rocketmq import (  # type: ignore[import-untyped]  # the official client ships no type information
+from rocketmq import (
     ClientConfiguration,
     Credentials,
     FilterExpression,

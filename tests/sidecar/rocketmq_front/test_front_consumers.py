@@ -17,7 +17,7 @@ import time
 from collections.abc import Iterator
 
 import pytest
-from rocketmq import (  # type: ignore[import-untyped]  # the official client ships no type information
+from rocketmq import (
     ConsumeResult,
     FilterExpression,
     Message,
@@ -135,8 +135,8 @@ def test_fifo_push_consumer_consumes_each_order_in_order(
     finally:
         consumer.shutdown()
     assert sorted(recorder.steps) == [f"order-{n}" for n in range(ORDERS)]
-    for order, steps in recorder.steps.items():
-        assert steps == STEPS, f"{order} consumed out of order: {steps}"
+    for name, steps in recorder.steps.items():
+        assert steps == STEPS, f"{name} consumed out of order: {steps}"
     assert forwarded(sidecar, "QueryAssignment") >= 1
 
 

@@ -16,7 +16,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from rocketmq import Producer, TransactionResolution  # type: ignore[import-untyped]  # the official client ships no type information
+from rocketmq import Producer, TransactionResolution
 
 from tests.broker.broker_process import BrokerProcess
 from tests.rocketbox_process import wait_until
