@@ -15,6 +15,7 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 from rocketmq import (
@@ -27,9 +28,12 @@ from rocketmq import (
 
 from rocketbox.admin_client import AdminClient
 from tests.broker.broker_process import BrokerProcess
+from tests.cluster.processes import running_cluster
+from tests.cluster.test_cluster import query_route as route_queues
 from tests.prometheus import sample, scrape
 from tests.rocketbox_process import wait_until
 from tests.sidecar.rocketmq_front.front_forward_process import (
+    BROKER_FRONT_ARGS,
     DEADLINE_S,
     INVISIBLE_S,
     FrontSidecar,
@@ -185,3 +189,53 @@ def test_a_namespaced_consumer_is_seen_by_the_broker_as_the_app(
                 DEADLINE_S,
                 "the app's client id among the group's members",
             )
+
+
+CLUSTER_TOPIC = "ClusterTopic"
+CLUSTER_MESSAGES = 20
+
+
+def test_in_a_cluster_receives_and_handles_go_to_the_group_that_holds_the_message(
+    tmp_path: Path,
+) -> None:
+    """Two broker groups behind the front's one access point (broker-a): a consumer's receives
+    reach both groups, and its acks and invisible-time changes go back to the group that gave
+    the handle (broker-b's handles carry its name), so nothing acked comes back."""
+    args = [f"--topic={CLUSTER_TOPIC}:2", *BROKER_FRONT_ARGS]
+    with running_cluster(tmp_path, master_args=args) as cluster:
+        a = cluster.broker("broker-a")
+        wait_until(
+            lambda: len({q.broker.name for q in route_queues(a.endpoint)}) == 2,
+            DEADLINE_S,
+            "both groups in the topic's route",
+        )
+        with producer(a.endpoint, (CLUSTER_TOPIC,)) as p:  # straight to the cluster: both groups
+            sent = {
+                p.send(message(CLUSTER_TOPIC, b"m%d" % i)).message_id
+                for i in range(CLUSTER_MESSAGES)
+            }
+        sidecar = FrontSidecar(a.endpoint, f"rocksdb://{tmp_path / 'outbox'}")
+        try:
+            endpoint = sidecar.front_endpoint
+            with simple_consumer(endpoint, "ClusterGroup", CLUSTER_TOPIC) as c:
+                got = receive_all(c, CLUSTER_MESSAGES, ack=False)
+                from_b = [m for m in got if m.receipt_handle.startswith("broker-b|")]
+                assert from_b, "no message of broker-b's group"
+                assert len(from_b) < len(got), "no message of broker-a's group"
+                later = from_b[0]
+                for m in got:
+                    if m is not later:
+                        c.ack(m)
+                c.change_invisible_duration(later, 1)
+                again = receive_all(c, 1, ack=False)
+                assert [(m.message_id, m.delivery_attempt) for m in again] == [
+                    (later.message_id, 2)
+                ]
+                c.ack(again[0])
+                # sleep: past the invisible time, after which a message acked at the wrong group
+                # would come back
+                time.sleep(INVISIBLE_S + 0.5)
+                assert c.receive(32, INVISIBLE_S) == []
+        finally:
+            sidecar.stop()
+    assert {m.message_id for m in got} == sent
