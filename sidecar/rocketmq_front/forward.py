@@ -37,7 +37,7 @@ from typing import TYPE_CHECKING, Any, TypeAlias
 
 import grpc
 from google.protobuf import message_factory
-from google.protobuf.message import Message
+from google.protobuf.message import DecodeError, Message
 from prometheus_client import Counter
 from rocketmq.grpc_protocol import definition_pb2 as pb
 from rocketmq.grpc_protocol import service_pb2 as spb
@@ -82,6 +82,10 @@ def status_reply(method: str, code: int, message: str) -> bytes:
     """``method``'s response (a stream's first frame) carrying only a Status."""
     reply: Message = response_type(method)(status=pb.Status(code=code, message=message))
     return reply.SerializeToString()
+
+
+def undecodable(method: str, error: DecodeError) -> str:
+    return f"the request could not be decoded as {_METHODS[method].input_type.full_name}: {error}"
 
 
 @dataclass(frozen=True, slots=True)
@@ -144,6 +148,13 @@ class Forwarder:
                 code = e.code().name
                 await context.abort(e.code(), e.details() or "")
                 raise  # abort raises; for the type checker
+            except DecodeError as e:  # parsed to be routed: the app's bytes, not our bug
+                code = "INVALID_ARGUMENT"
+                await context.abort(grpc.StatusCode.INVALID_ARGUMENT, undecodable(method, e))
+                raise
+            except asyncio.CancelledError:
+                code = "CANCELLED"
+                raise
             except Exception as e:  # a bug of the front: the app gets a Status, not a traceback
                 return self._fault(method, e)
             finally:
@@ -171,7 +182,10 @@ class Forwarder:
             except grpc.aio.AioRpcError as e:
                 code = e.code().name
                 await context.abort(e.code(), e.details() or "")
-            except asyncio.CancelledError:
+            except DecodeError as e:  # parsed to be routed: the app's bytes, not our bug
+                code = "INVALID_ARGUMENT"
+                await context.abort(grpc.StatusCode.INVALID_ARGUMENT, undecodable(method, e))
+            except (asyncio.CancelledError, GeneratorExit):  # the app went away
                 code = "CANCELLED"
                 raise
             except Exception as e:  # a bug of the front
@@ -313,6 +327,13 @@ class Forwarder:
 
 
 def _from_producer(method: str, request: bytes) -> bool:
+    try:
+        return _parsed_from_producer(method, request)
+    except DecodeError:
+        return False  # not a request an official producer sends
+
+
+def _parsed_from_producer(method: str, request: bytes) -> bool:
     if method == "Heartbeat":
         client_type: int = spb.HeartbeatRequest.FromString(request).client_type
         return bool(client_type == pb.PRODUCER)

@@ -253,6 +253,8 @@ class _Session:
                 self._relay.log.log(
                     "a producer's upstream Telemetry failed: %s %s", e.code().name, e.details()
                 )
+            except Exception as e:  # a bug (or a broker's frame we cannot read): open it again
+                self._relay.log.log("a producer's upstream Telemetry failed: %s", e, exc_info=e)
             if (loop.time() - opened) * 1000 >= RECONNECT_RESET_MS:
                 delay_ms = RECONNECT_INITIAL_MS
             await asyncio.sleep(delay_ms / 1000)
@@ -263,6 +265,9 @@ class _Session:
             code, details = await self._relay_upstream(settings, producer=False)
         except grpc.aio.AioRpcError as e:
             code, details = e.code(), e.details() or ""
+        except Exception as e:  # a bug (or a broker's frame we cannot read): the app reconnects
+            self._relay.log.log("a consumer's upstream Telemetry failed: %s", e, exc_info=e)
+            code, details = grpc.StatusCode.INTERNAL, "internal error of the sidecar's front"
         self._finish(_End(code, details))
 
     async def _relay_upstream(self, first: bytes, producer: bool) -> tuple[grpc.StatusCode, str]:

@@ -232,8 +232,8 @@ def test_in_a_cluster_receives_and_handles_go_to_the_group_that_holds_the_messag
                     (later.message_id, 2)
                 ]
                 c.ack(again[0])
-                # sleep: past the invisible time, after which a message acked at the wrong group
-                # would come back
+                # A message acked at the wrong group would come back after its invisible time.
+                # sleep: past the invisible time, when such a message would be back
                 time.sleep(INVISIBLE_S + 0.5)
                 assert c.receive(32, INVISIBLE_S) == []
         finally:
