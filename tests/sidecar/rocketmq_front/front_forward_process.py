@@ -1,7 +1,8 @@
 """A real broker and a real sidecar serving the RocketMQ front, for the official clients.
 
-The sidecar is started with ``--rocketmq-listen 127.0.0.1:0``; the port the front bound is the
-one its banner line names (``sidecar RocketMQ front on HOST:PORT``).
+The sidecar is started with ``--rocketmq-listen 127.0.0.1:0`` and ``--metrics-listen
+127.0.0.1:0``; the ports they bound are the ones their banner lines name (``sidecar RocketMQ
+front on HOST:PORT``: sidecar_process.py reads it; ``sidecar metrics on HOST:PORT``).
 """
 
 from __future__ import annotations
@@ -28,7 +29,6 @@ from tests.broker.broker_process import BrokerProcess
 from tests.rocketbox_process import wait_until
 from tests.sidecar.sidecar_process import BROKER_ARGS, SidecarProcess
 
-FRONT_LINE = re.compile(r"^sidecar RocketMQ front on [^\s]+:(\d+)")
 METRICS_LINE = re.compile(r"^sidecar metrics on [^\s]+:(\d+)")
 DEADLINE_S = 30.0
 INVISIBLE_S = 2
@@ -50,7 +50,6 @@ class FrontSidecar(SidecarProcess):
             broker_endpoint, outbox_url, "--rocketmq-listen", "127.0.0.1:0",
             "--metrics-listen", "127.0.0.1:0", *args,
         )  # fmt: skip
-        self.front_port = self._banner_port(FRONT_LINE, "the RocketMQ front")
         self.metrics_port = self._banner_port(METRICS_LINE, "the metrics")
 
     def _banner_port(self, line: re.Pattern[str], what: str) -> int:
@@ -65,7 +64,7 @@ class FrontSidecar(SidecarProcess):
 
     @property
     def front_endpoint(self) -> str:
-        return f"127.0.0.1:{self.front_port}"
+        return self.rocketmq_endpoint
 
 
 @contextmanager
