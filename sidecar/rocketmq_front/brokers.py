@@ -88,6 +88,9 @@ class BrokerDirectory:
                 oldest = next(iter(self._endpoints))
                 self._names_by_endpoint.pop(self._endpoints.pop(oldest), None)
                 LOG.warning("more than %d broker groups routed: forgot %s", BROKERS_MAX, oldest)
+            moved = self._endpoints.get(broker.name)
+            if moved is not None:  # the group is served elsewhere now (its slave, a new master)
+                self._names_by_endpoint.pop(moved, None)
             self._endpoints[broker.name] = endpoint
             self._names_by_endpoint[endpoint] = broker.name
 

@@ -5,7 +5,8 @@ Proves: masters' endpoints are learned by broker name (slaves' are not: calls go
 with one group known nothing is routed anywhere but home and no handle is touched; a handle of
 another group leaves with its group's name and comes back to that group without it; a handle
 naming no known group, or none, goes home unchanged; a name not known yet is looked up once in
-the topic's route; the directory keeps at most BROKERS_MAX names.
+the topic's route; a group served at a new endpoint is learned there; the directory keeps at
+most BROKERS_MAX names.
 """
 
 from __future__ import annotations
@@ -47,6 +48,16 @@ def test_a_handle_of_another_group_goes_back_to_it() -> None:
     assert directory.handle_out(HOME, "1.3.def") == "1.3.def"
     assert directory.handle_in("broker-z|1.3.def") == (HOME, "broker-z|1.3.def")
     assert directory.handle_in("1.3.def") == (HOME, "1.3.def")
+
+
+def test_a_group_served_elsewhere_is_learned_again() -> None:
+    moved = Endpoint("127.0.0.1", 8083)
+    directory = BrokerDirectory(HOME)
+    directory.learn_queues([queue("broker-a", HOME), queue("broker-b", OTHER)])
+    directory.learn_queues([queue("broker-b", moved)])
+    assert directory.known("broker-b") == moved
+    assert directory.endpoints() == [HOME, moved]
+    assert directory.handle_in(directory.handle_out(moved, "h")) == (moved, "h")
 
 
 def test_slaves_are_not_learned() -> None:
