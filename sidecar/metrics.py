@@ -11,6 +11,8 @@
 - ``rocketbox_sidecar_fifo_fenced_groups``: FIFO groups whose new messages are spooled behind
   their entries in the outbox (the in-memory fence).
 - ``rocketbox_sidecar_broker_send_messages``: messages per SendMessage request (coalescing).
+- ``rocketbox_sidecar_front_forwarded_total{method, code}``: calls the RocketMQ front forwarded to
+  the broker, by method and the gRPC code of the answer (INTERNAL: a fault of the front).
 - ``rocketbox_outbox_put_seconds``: one durable spool write (shared by concurrent spools).
 - ``rocketbox_outbox_put_entries``: entries per spool write.
 - ``rocketbox_outbox_entries{state}``: depth by PENDING, IN_FLIGHT, DELIVERED, DEAD.
@@ -61,6 +63,11 @@ class SidecarMetrics:
             "Outbox entries made due at once when their topic's sends were stored again.",
             registry=r,
         )
+        self.front_forwarded = Counter(
+            "rocketbox_sidecar_front_forwarded",
+            "Calls the RocketMQ front forwarded to the broker, by method and answer code.",
+            ["method", "code"], registry=r,
+        )  # fmt: skip
         self.put_seconds = Histogram(
             "rocketbox_outbox_put_seconds", "One durable spool write.",
             buckets=LATENCY_BUCKETS_S, registry=r,

@@ -125,7 +125,7 @@ class Sidecar:
         self.port = bind_grpc(server, f"{c.listen_host}:{c.listen_port}")
         front = None
         if c.rocketmq_listen_host is not None:
-            front = front_server(c, self.producer, self.service)
+            front = front_server(c, self.producer, self.service, self.metrics.front_forwarded)
             front_address = f"{c.rocketmq_listen_host}:{c.rocketmq_listen_port}"
             self.rocketmq_port = bind_grpc(front, front_address)
         if await self._check_ready():

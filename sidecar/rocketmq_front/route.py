@@ -101,6 +101,8 @@ class FrontRoutes:
         response = spb.QueryRouteResponse.FromString(raw)
         if response.status.code == Code.OK:
             self._remember(key, raw)
+            # Before the rewrite: the forwarded calls route by the brokers' real endpoints.
+            self._upstream.directory.learn_queues(response.message_queues)
             self._rewrite(response, request)
         return response
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import grpc
+from prometheus_client import Counter
 
 from rocketbox_api.server_guard import ServerGuard
 from sidecar.channels import Endpoint
@@ -12,24 +13,36 @@ from sidecar.rocketmq_front.forward import Forwarder
 from sidecar.rocketmq_front.route import FrontRoutes
 from sidecar.rocketmq_front.send import FrontSend
 from sidecar.rocketmq_front.service import front_handler, spb, typed_unary
+from sidecar.rocketmq_front.telemetry import TelemetryRelay
 from sidecar.rocketmq_front.upstream import Upstream
 from sidecar.server import SidecarService
+from sidecar.validation import BODY_BYTES_MAX
 
 
 def front_server(
-    config: SidecarConfig, producer: Producer, service: SidecarService
+    config: SidecarConfig,
+    producer: Producer,
+    service: SidecarService,
+    forwarded: Counter | None = None,
 ) -> grpc.aio.Server:
-    """A server with the front's methods, not yet bound."""
+    """A server with the front's methods, not yet bound. ``forwarded``: the counter of
+    forwarded calls (``rocketbox_sidecar_front_forwarded_total``)."""
     upstream = Upstream(producer.channels, config.producer.access_points)
     advertised = Endpoint.parse(config.rocketmq_advertised) if config.rocketmq_advertised else None
     routes = FrontRoutes(upstream, advertised)
     sends = FrontSend(service, upstream, config.producer.namespace)
+    forwarder = Forwarder(upstream, advertised, forwarded)
+    telemetry = TelemetryRelay(upstream, BODY_BYTES_MAX)
     own = {
         "QueryRoute": typed_unary(
             routes.query_route, spb.QueryRouteRequest, spb.QueryRouteResponse
         ),
         # Bytes in: a TRANSACTION request is forwarded to the broker as it came.
         "SendMessage": grpc.unary_unary_rpc_method_handler(sends.send_message),
+        "Telemetry": grpc.stream_stream_rpc_method_handler(telemetry.telemetry),
+        "Heartbeat": forwarder.lifecycle("Heartbeat"),
+        "NotifyClientTermination": forwarder.lifecycle("NotifyClientTermination"),
+        "EndTransaction": forwarder.unary("EndTransaction"),
     }
     server = grpc.aio.server(
         interceptors=[ServerGuard()],
@@ -40,5 +53,5 @@ def front_server(
             ("grpc.server.max_pending_requests_hard_limit", config.pending_calls_max),
         ),
     )
-    server.add_generic_rpc_handlers((front_handler(Forwarder(upstream), own),))
+    server.add_generic_rpc_handlers((front_handler(forwarder, own),))
     return server

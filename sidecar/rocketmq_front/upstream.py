@@ -12,10 +12,15 @@ from collections.abc import Sequence
 from typing import Any
 
 import grpc
+from rocketmq.grpc_protocol import definition_pb2 as pb
+from rocketmq.grpc_protocol import service_pb2 as spb
 
 from sidecar.channels import Channels, Endpoint
+from sidecar.rocketmq_front.brokers import BrokerDirectory
 
 SERVICE = "apache.rocketmq.v2.MessagingService"
+# A route the front looks up itself (a queue's broker it has not seen routed yet).
+ROUTE_LOOKUP_TIMEOUT_S = 3.0
 # Headers of the hop, never forwarded: gRPC sets its own on the next one.
 HOP_HEADERS = frozenset({":authority", "user-agent", "content-type", "te", "accept-encoding"})
 
@@ -44,6 +49,9 @@ class Upstream:
             raise ValueError("the RocketMQ front needs at least one broker access point")
         self._channels = channels
         self.access_points = tuple(access_points)
+        # The broker groups behind the home access point, learned from the routes relayed.
+        self.directory = BrokerDirectory(self.home)
+        self.directory.set_lookup(self.route_queues)
         self._unary: dict[tuple[Endpoint, str], grpc.aio.UnaryUnaryMultiCallable[bytes, bytes]] = {}
         self._streams: dict[
             tuple[Endpoint, str], grpc.aio.UnaryStreamMultiCallable[bytes, bytes]
@@ -92,3 +100,16 @@ class Upstream:
 
     def channel(self, endpoint: Endpoint | None = None) -> grpc.aio.Channel:
         return self._channels.channel(endpoint or self.home)
+
+    async def route_queues(self, topic: pb.Resource) -> list[pb.MessageQueue]:
+        """``topic``'s queues as the home broker routes them, asked as the sidecar (empty when
+        the broker answers an error: the caller then goes home)."""
+        raw = await self.unary("QueryRoute")(
+            spb.QueryRouteRequest(topic=topic).SerializeToString(),
+            timeout=ROUTE_LOOKUP_TIMEOUT_S,
+            metadata=self._channels.metadata(),
+        )
+        response = spb.QueryRouteResponse.FromString(raw)
+        if response.status.code != pb.OK:
+            return []
+        return list(response.message_queues)
