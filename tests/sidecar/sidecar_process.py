@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator
 from contextlib import contextmanager
 
@@ -17,6 +18,8 @@ from tests.broker.broker_process import BrokerProcess
 from tests.rocketbox_process import RocketboxProcess, wait_until
 
 CALL_DEADLINE_S = 30.0
+# The banner line of the RocketMQ front (--rocketmq-listen), printed before the ready line.
+ROCKETMQ_FRONT_LINE = re.compile(r"sidecar RocketMQ front on [^\s]+:(\d+)")
 
 
 # The brokers the sidecar tests send to: topics created on first use, and a FIFO topic.
@@ -40,6 +43,16 @@ class SidecarProcess(RocketboxProcess):
             [*options, "sidecar", "--broker", broker_endpoint, "--outbox", outbox_url,
              "--listen", "127.0.0.1:0", *FAST_RESEND_ARGS, *args],
         )  # fmt: skip
+
+    @property
+    def rocketmq_endpoint(self) -> str:
+        """The RocketMQ front's address (started with ``--rocketmq-listen 127.0.0.1:0``), as
+        its latest start printed it."""
+        for line in reversed(self.lines):
+            found = ROCKETMQ_FRONT_LINE.search(line)
+            if found:
+                return f"127.0.0.1:{found.group(1)}"
+        raise AssertionError(f"the sidecar printed no RocketMQ front line:\n{self.output()}")
 
     @contextmanager
     def client(self) -> Iterator[sidecar_pb2_grpc.SidecarServiceStub]:
