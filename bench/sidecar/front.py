@@ -174,6 +174,7 @@ class FrontParts(BenchCore):
         lat: dict[str, list[float]] = {name: [] for name in sends}
         cpu = {name: Cpu() for name in sends}
         failures = Counter[str]()
+        seconds = dict.fromkeys(sends, 0.0)
         for send in sends.values():
             await open_loop(send, max(1, int(rate * 0.5)), rate)
         await self.settle(broker)
@@ -182,11 +183,17 @@ class FrontParts(BenchCore):
                 meter = CpuMeter(procs[name])
                 got = await open_loop(send, per_round, rate)
                 cpu[name] += meter.read()
+                seconds[name] += got.seconds
                 lat[name] += got.answered(OK)
                 failures[name] += sum(got.failures(OK).values())
         for name in sends:
             n = len(lat[name]) + failures[name]
-            detail = f"{n:,} sends" + (f"; {failures[name]:,} FAILED" if failures[name] else "")
+            achieved = n / max(seconds[name], 1e-9)
+            detail = f"{n:,} sends; achieved {achieved:,.0f} sends/s (last answer included)"
+            if achieved < 0.95 * rate:
+                detail += ": the load was NOT sustained, the latency is mostly queueing"
+            if failures[name]:
+                detail += f"; {failures[name]:,} FAILED"
             for q in (50, 99):
                 self.add(
                     Row("e", f"{name} p{q} latency, {rate:,.0f}/s paced",
