@@ -76,7 +76,7 @@ def message(topic: str) -> Any:
 
 @contextmanager
 def official_producer(endpoint: str, topics: tuple[str, ...]) -> Iterator[Any]:
-    from rocketmq import ClientConfiguration, Credentials, Producer  # noqa: PLC0415
+    from rocketmq import ClientConfiguration, Credentials, Producer  # noqa: PLC0415 - logs to ~
 
     producer = Producer(ClientConfiguration(endpoint, Credentials()), topics)
     producer.startup()
@@ -88,7 +88,7 @@ def official_producer(endpoint: str, topics: tuple[str, ...]) -> Iterator[Any]:
 
 @contextmanager
 def official_consumer(endpoint: str, group: str) -> Iterator[Any]:
-    from rocketmq import (  # noqa: PLC0415
+    from rocketmq import (  # noqa: PLC0415 - the client logs under ~ on import
         ClientConfiguration,
         Credentials,
         FilterExpression,
