@@ -119,8 +119,9 @@ bench-cluster: $(DEV_STAMP)
 
 # The sidecar beside a direct client of the broker (Send, SendStream, SendBatch, the client library's
 # batching sender, coalescing on and off, latency at 300 and 1,000 msgs/s, overload), its outbox
-# backends broker down and throttled, its drain, each row with its CPU per message and its target;
-# expected 6-10 minutes on 2 cores. RocksDB, Redis and MariaDB on 127.0.0.1 must be running and the
+# backends broker down and throttled, its drain, the official client through the sidecar's RocketMQ
+# front beside the same client straight to the broker ((e), ARGS="--only e" alone, about 2
+# minutes), each row with its CPU per message and its target; expected 8-12 minutes on 2 cores. RocksDB, Redis and MariaDB on 127.0.0.1 must be running and the
 # client library installed (exits 2 otherwise). ARGS=--quick: a smoke run of a minute or two;
 # ARGS="--only a --json out.json" one part; docs/benchmarks.md says what each row means.
 .PHONY: bench-sidecar

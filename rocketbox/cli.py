@@ -69,6 +69,10 @@ UP_STORE_GEOMETRY = StoreGeometry(
     index_num_max=400_000,
     consume_queue_file_entries=30_000,
 )
+# `rocketbox up`'s RocketMQ front, on by default so that an app already written against an
+# official RocketMQ 5 SDK can point its endpoint here in its first hour. Not RocketMQ's proxy
+# port 8081 (the broker's here) nor 8080/8980 (the sidecar's): the next free one after them.
+UP_ROCKETMQ_LISTEN = "127.0.0.1:8982"
 # `rocketbox up --profile`: where the embedded default keeps its outbox.
 UP_PROFILES = {
     "rocksdb": "rocksdb://{outbox_dir}",
@@ -147,6 +151,15 @@ def main(ctx: click.Context, log_level: str, log_format: str, event_loop: str) -
     "port; empty: off).",
 )
 @click.option(
+    "--rocketmq-listen",
+    default=UP_ROCKETMQ_LISTEN,
+    callback=optional_listen,
+    metavar="HOST:PORT",
+    help="The sidecar's RocketMQ front (apache.rocketmq.v2): an app on an official RocketMQ 5 "
+    "SDK sets its endpoint here and sends through the outbox unchanged (port 0: a free port; "
+    "empty or off: off).",
+)
+@click.option(
     "--ack-ledger",
     "ack_ledger",
     default=None,
@@ -194,6 +207,7 @@ def up(
     profile: str,
     outbox_url: str | None,
     metrics_listen: Endpoint | None,
+    rocketmq_listen: Endpoint | None,
     ack_ledger: str | None,
     broker_groups: int,
     slaves: int,
@@ -202,8 +216,9 @@ def up(
 ) -> None:
     """Run rocketbox's embedded default on this machine, data under DATA_DIR: the broker
     (apache.rocketmq.v2 on --broker-listen, topics created on first use, 64 MiB commitlog
-    segments) and the sidecar (rocketbox.v1 on --sidecar-listen) with its outbox and its ack
-    ledger, until SIGINT/SIGTERM. With --broker-groups or --slaves: a local cluster instead
+    segments) and the sidecar (rocketbox.v1 on --sidecar-listen, apache.rocketmq.v2 for apps on
+    an official RocketMQ 5 SDK on --rocketmq-listen) with its outbox and its ack ledger, until
+    SIGINT/SIGTERM. With --broker-groups or --slaves: a local cluster instead
     (a NameServer and a process per broker, stores under DATA_DIR/brokers)."""
     ctx = click.get_current_context()
     url = outbox_url or UP_PROFILES[profile].format(outbox_dir=up_outbox_dir(data_dir))
@@ -216,12 +231,13 @@ def up(
     config, geometry, kept = up_broker_config(ctx)
     refuse_locked(config.store.lock_file_path, "--data-dir")
     refuse_outbox_locked(url, "--outbox" if outbox_url else "--data-dir")
-    refuse_taken(
-        [
-            *broker_addresses(config, UP_BROKER_LISTEN_OPTIONS),
-            ("--sidecar-listen", sidecar_listen.host, sidecar_listen.port),
-        ]
-    )
+    addresses = [
+        *broker_addresses(config, UP_BROKER_LISTEN_OPTIONS),
+        ("--sidecar-listen", sidecar_listen.host, sidecar_listen.port),
+    ]
+    if rocketmq_listen is not None:
+        addresses.append(("--rocketmq-listen", rocketmq_listen.host, rocketmq_listen.port))
+    refuse_taken(addresses)
 
     # A broker listening on every address is reached on loopback; otherwise where it listens.
     broker_host = "127.0.0.1" if broker_listen.host in ANY_ADDRESS else broker_listen.host
@@ -232,6 +248,8 @@ def up(
             outbox_url=url,
             listen_host=sidecar_listen.host,
             listen_port=sidecar_listen.port,
+            rocketmq_listen_host=rocketmq_listen.host if rocketmq_listen else None,
+            rocketmq_listen_port=rocketmq_listen.port if rocketmq_listen else 0,
             # The broker's metrics endpoint serves the sidecar's registry: keep its gauges fresh.
             outbox_stats_enable=metrics_listen is not None,
             ack_ledger_path=ledger_path,

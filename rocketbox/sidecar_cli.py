@@ -50,11 +50,17 @@ def listen_endpoint(_ctx: click.Context, _param: click.Parameter, value: str) ->
         raise click.BadParameter(str(e)) from e
 
 
+# What turns an optional listener off, beside an empty value.
+LISTEN_OFF = "off"
+
+
 def optional_listen(
     ctx: click.Context, param: click.Parameter, value: str | None
 ) -> Endpoint | None:
-    """HOST:PORT, or None when the option is empty (off)."""
-    return listen_endpoint(ctx, param, value) if value else None
+    """HOST:PORT, or None when the option is empty or ``off``."""
+    if not value or value.strip().lower() == LISTEN_OFF:
+        return None
+    return listen_endpoint(ctx, param, value)
 
 
 @click.command("sidecar", short_help="Serve apps: send to the broker, spool what it refuses.")
@@ -95,7 +101,8 @@ def optional_listen(
     callback=optional_listen,
     metavar="HOST:PORT",
     help="Also serve apache.rocketmq.v2 here, for apps using an official RocketMQ 5 SDK: they "
-    "point their endpoint at it and gain the outbox unchanged (off by default).",
+    "point their endpoint at it and gain the outbox unchanged (port 0: a free port; off by "
+    "default).",
 )
 @click.option(
     "--rocketmq-advertise",
@@ -309,7 +316,8 @@ async def start_sidecar(
         click.echo(f"sidecar metrics on {config.metrics_host}:{sidecar.metrics_port}")
     if sidecar.rocketmq_port:
         click.echo(
-            f"sidecar RocketMQ front on {config.rocketmq_listen_host}:{sidecar.rocketmq_port}"
+            f"sidecar RocketMQ front on {config.rocketmq_listen_host}:{sidecar.rocketmq_port} "
+            "(apache.rocketmq.v2: an app on an official RocketMQ 5 SDK sets its endpoint here)"
         )
     return sidecar
 

@@ -18,7 +18,7 @@ import click
 
 from outbox.errors import OutboxConfigError
 from outbox.holder import rocksdb_dir
-from rocketbox_api.listen import GRPC, HA, METRICS, ListenError, address_in_use
+from rocketbox_api.listen import GRPC, HA, METRICS, ROCKETMQ, ListenError, address_in_use
 from rocketbox_api.lock_holder import lock_holders
 
 # RocksDB's lock file in its directory (RocksDB's own name).
@@ -30,13 +30,21 @@ BROKER_LISTEN_OPTIONS: ListenOptions = {
     METRICS: "--metrics-listen",
     HA: "--ha-listen",
 }
-SIDECAR_LISTEN_OPTIONS: ListenOptions = {GRPC: "--listen", METRICS: "--metrics-listen"}
+SIDECAR_LISTEN_OPTIONS: ListenOptions = {
+    GRPC: "--listen",
+    METRICS: "--metrics-listen",
+    ROCKETMQ: "--rocketmq-listen",
+}
 UP_BROKER_LISTEN_OPTIONS: ListenOptions = {
     GRPC: "--broker-listen",
     METRICS: "--metrics-listen",
     HA: "--ha-listen",
 }
-UP_SIDECAR_LISTEN_OPTIONS: ListenOptions = {GRPC: "--sidecar-listen", METRICS: "--metrics-listen"}
+UP_SIDECAR_LISTEN_OPTIONS: ListenOptions = {
+    GRPC: "--sidecar-listen",
+    METRICS: "--metrics-listen",
+    ROCKETMQ: "--rocketmq-listen",
+}
 
 
 class StartRefused(click.ClickException):

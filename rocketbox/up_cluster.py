@@ -62,6 +62,7 @@ class UpCluster:
     broker_listen: Endpoint
     sidecar_listen: Endpoint
     metrics_listen: Endpoint | None  # the sidecar's; each broker serves its own on a free port
+    rocketmq_listen: Endpoint | None  # the sidecar's RocketMQ front
     broker_args: tuple[str, ...]
     root_args: tuple[str, ...]  # the parent's --log-level and --log-format, for every child
 
@@ -155,21 +156,20 @@ def _dial_host(host: str) -> str:
 
 
 def cluster_sidecar_config(
-    masters: list[Endpoint],
-    sidecar_listen: Endpoint,
-    metrics_listen: Endpoint | None,
-    outbox_url: str,
-    ack_ledger_path: Path | None,
+    plan: UpCluster, masters: list[Endpoint], outbox_url: str, ack_ledger_path: Path | None
 ) -> SidecarConfig:
     """The sidecar of a local cluster: every master an access point; it serves its own metrics
-    (each broker serves its own on a free port)."""
+    (each broker serves its own on a free port), and the RocketMQ front."""
+    metrics_listen, front = plan.metrics_listen, plan.rocketmq_listen
     return SidecarConfig(
         producer=ProducerConfig(access_points=tuple(masters)),
         outbox_url=outbox_url,
-        listen_host=sidecar_listen.host,
-        listen_port=sidecar_listen.port,
+        listen_host=plan.sidecar_listen.host,
+        listen_port=plan.sidecar_listen.port,
         metrics_host=metrics_listen.host if metrics_listen else None,
         metrics_port=metrics_listen.port if metrics_listen else 0,
+        rocketmq_listen_host=front.host if front else None,
+        rocketmq_listen_port=front.port if front else 0,
         ack_ledger_path=ack_ledger_path,
     )
 
@@ -190,9 +190,7 @@ async def run_up_cluster(plan: UpCluster, outbox_url: str, ack_ledger_path: Path
     try:
         masters = [endpoint for _, endpoint in cluster.masters]
         sidecar = await start_sidecar(
-            cluster_sidecar_config(
-                masters, sidecar_listen, metrics_listen, outbox_url, ack_ledger_path
-            ),
+            cluster_sidecar_config(plan, masters, outbox_url, ack_ledger_path),
             UP_SIDECAR_LISTEN_OPTIONS,
         )
         try:
@@ -252,6 +250,7 @@ def up_cluster_plan(ctx: click.Context) -> UpCluster:
         broker_listen=p["broker_listen"],
         sidecar_listen=p["sidecar_listen"],
         metrics_listen=p["metrics_listen"],
+        rocketmq_listen=p["rocketmq_listen"],
         broker_args=cluster_broker_args(ctx),
         root_args=root_args(ctx),
     )
@@ -300,4 +299,7 @@ def cluster_addresses(
     ]
     if metrics_listen is not None:
         addresses.append(("--metrics-listen", metrics_listen.host, metrics_listen.port))
+    if plan.rocketmq_listen is not None:
+        front = plan.rocketmq_listen
+        addresses.append(("--rocketmq-listen", front.host, front.port))
     return addresses

@@ -24,11 +24,12 @@ if TYPE_CHECKING:
 GRPC = "grpc"
 METRICS = "metrics"
 HA = "ha"  # a master's HA listener (broker/ha)
+ROCKETMQ = "rocketmq"  # the sidecar's RocketMQ front (sidecar/rocketmq_front)
 
 
 class ListenError(OSError):
-    """``listener`` (GRPC, METRICS or HA) could not bind ``address``: in use by another process, or
-    not an address of this machine."""
+    """``listener`` (GRPC, METRICS, HA or ROCKETMQ) could not bind ``address``: in use by another
+    process, or not an address of this machine."""
 
     def __init__(self, listener: str, address: str, detail: str = "in use") -> None:
         super().__init__(errno.EADDRINUSE, f"cannot listen on {address}: {detail}")
@@ -37,15 +38,19 @@ class ListenError(OSError):
 
 
 def bind_grpc(
-    server: grpc.aio.Server, address: str, credentials: grpc.ServerCredentials | None = None
+    server: grpc.aio.Server,
+    address: str,
+    credentials: grpc.ServerCredentials | None = None,
+    listener: str = GRPC,
 ) -> int:
-    """Bind ``server`` to ``address``; the bound port (a free one for port 0)."""
+    """Bind ``server`` to ``address``; the bound port (a free one for port 0). ``listener``:
+    what a ListenError names, when a process serves gRPC on more than one port."""
     try:
         if credentials is None:
             return int(server.add_insecure_port(address))
         return int(server.add_secure_port(address, credentials))
     except RuntimeError as e:  # grpc's "Failed to bind to address": in use or not ours
-        raise ListenError(GRPC, address) from e
+        raise ListenError(listener, address) from e
 
 
 def start_metrics_server(host: str, port: int, registry: CollectorRegistry) -> WSGIServer:

@@ -61,7 +61,7 @@ from grpc_reflection.v1alpha import reflection
 from outbox.errors import OutboxError, OutboxNoSpaceError
 from outbox.factory import redact
 from outbox.holder import Holder, remove_holder, rocksdb_dir, write_holder
-from rocketbox_api.listen import bind_grpc, start_metrics_server
+from rocketbox_api.listen import ROCKETMQ, bind_grpc, start_metrics_server
 from rocketbox_api.server_guard import ServerGuard
 from rocketbox_api.v1 import outbox_admin_pb2, outbox_admin_pb2_grpc, sidecar_pb2, sidecar_pb2_grpc
 from sidecar.async_outbox import open_async_outbox
@@ -127,7 +127,7 @@ class Sidecar:
         if c.rocketmq_listen_host is not None:
             front = front_server(c, self.producer, self.service, self.metrics.front_forwarded)
             front_address = f"{c.rocketmq_listen_host}:{c.rocketmq_listen_port}"
-            self.rocketmq_port = bind_grpc(front, front_address)
+            self.rocketmq_port = bind_grpc(front, front_address, listener=ROCKETMQ)
         if await self._check_ready():
             await self._outbox_reached()
         if c.metrics_host is not None:

@@ -1,8 +1,8 @@
 """What every test runs beside: rocketbox's default ports held, as a user's `make run` holds them.
 
 Tests start every listener on port 0 (or with it off). To keep that true, the session listens on
-the defaults itself (the broker's 8081, the sidecar's 8980, `rocketbox up`'s metrics 9108, the
-NameServer's 9876): a test
+the defaults itself (the broker's 8081, the sidecar's 8980, `rocketbox up`'s metrics 9108 and
+RocketMQ front 8982, the NameServer's 9876): a test
 that forgets a port fails here as it would on a developer's machine, instead of passing on CI and
 failing beside `make run`. A default already in use (that very `make run`) is held all the same.
 """
@@ -21,8 +21,9 @@ from typing import Any
 
 import pytest
 
-# broker --listen, sidecar --listen / up --sidecar-listen, up --metrics-listen, namesrv --listen
-DEFAULT_PORTS = (8081, 8980, 9108, 9876)
+# broker --listen, sidecar --listen / up --sidecar-listen, up --metrics-listen, namesrv --listen,
+# up --rocketmq-listen
+DEFAULT_PORTS = (8081, 8980, 9108, 9876, 8982)
 
 
 @pytest.fixture(autouse=True, scope="session")

@@ -1,7 +1,7 @@
 """The README's quick start, run as written.
 
 The first block, ``make run``, is the Makefile's recipe (checked here) started in a temporary
-directory whose ``.venv`` is this checkout's, with its three listeners on free ports through their
+directory whose ``.venv`` is this checkout's, with its four listeners on free ports through their
 environment variables (the test session holds the defaults). Every later block is typed into one
 shell, as into the second terminal the quick start describes, with ``ROCKETBOX_SIDECAR`` and
 ``ROCKETBOX_BROKER`` naming those ports; every command must exit 0, and each prints what the
@@ -67,9 +67,8 @@ def output_of(outputs: dict[str, str], command_start: str) -> str:
 @pytest.fixture
 def up(tmp_path: Path) -> Iterator[subprocess.Popen[str]]:
     (tmp_path / ".venv").symlink_to(REPO_ROOT / ".venv")
-    env = os.environ | {
-        f"ROCKETBOX_UP_{name}_LISTEN": "127.0.0.1:0" for name in ("BROKER", "SIDECAR", "METRICS")
-    }
+    listeners = ("BROKER", "SIDECAR", "METRICS", "ROCKETMQ")
+    env = os.environ | {f"ROCKETBOX_UP_{name}_LISTEN": "127.0.0.1:0" for name in listeners}
     log = (tmp_path / "up.log").open("w")
     proc = subprocess.Popen(
         [".venv/bin/" + make_run_recipe().split()[0], *make_run_recipe().split()[1:]],

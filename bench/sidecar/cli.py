@@ -1,6 +1,6 @@
 """The sidecar beside a direct client of the broker, its outbox backends and targets, in one run.
 
-    .venv/bin/python -m bench.sidecar [--quick] [--only a|b|c|d] [--json PATH]
+    .venv/bin/python -m bench.sidecar [--quick] [--only a|b|c|d|e] [--json PATH]
         [--event-loop uvloop|asyncio] [--skip-missing] [--sidecar-arg=--OPTION=VALUE ...]
         [--messages N] [--window W] [--stream-window S] [--streams K,K] [--rates R,R]
         [--latency-seconds T] [--overload-seconds T] [--overload-intake-in-flight-max N]
@@ -45,6 +45,10 @@ bench = this process, i.e. the clients) beside its rate, and each target as met 
 (d) The sidecar's resident memory under (a)'s, (b)'s and (c)'s loads: the highest VmRSS sampled
     every 50 ms from /proc/PID/status, and VmHWM (the kernel's peak) so far. ``--only d`` runs
     just the loads it watches (the sidecar's parts of (a) and the RocksDB sidecar of (b)).
+(e) The sidecar's RocketMQ front (bench/sidecar/front.py): the official Python client's
+    Producer and SimpleConsumer pointed at the front beside the same client pointed at the
+    broker: throughput ratio, added p50/p99 at 300 msgs/s, CPU per message, and the added
+    latency of each forwarded receive and ack call.
 
 The bench's clients run on the same cores as the sidecar and the broker (2 on the machine this
 was written for); ``--event-loop`` sets the loop of all three processes. Ratios within one run
@@ -77,6 +81,7 @@ from typing import Any
 from bench.process_control import BenchError, cancelled_by_signals, interrupted, load
 from bench.sidecar.core import Settings
 from bench.sidecar.drain import DrainParts
+from bench.sidecar.front import FrontParts
 from bench.sidecar.processes import Feature, Resources, check_services, features
 from bench.sidecar.sends import SendParts
 from bench.sidecar.spool import SpoolParts
@@ -96,7 +101,7 @@ from rocketbox.logs import LOG_LEVELS
 PROG = "python -m bench.sidecar"
 
 
-class Bench(SendParts, SpoolParts, DrainParts):
+class Bench(SendParts, SpoolParts, DrainParts, FrontParts):
     """Every part of the bench."""
 
 
@@ -110,6 +115,9 @@ async def run_parts(bench: Bench, only: str | None) -> None:
     if only in (None, "c"):
         print("(c) drain rate after the broker returns", file=sys.stderr, flush=True)
         await bench.part_c(BACKENDS)
+    if only in (None, "e"):
+        print("(e) the official client through the RocketMQ front", file=sys.stderr, flush=True)
+        await bench.part_e()
     if only == "d":
         print("(d) the sidecar's memory under (a)'s and (b)'s loads", file=sys.stderr, flush=True)
         await bench.part_a(memory_only=True)
@@ -123,7 +131,7 @@ def numbers(text: str) -> tuple[float, ...]:
 def parse_args() -> tuple[argparse.Namespace, Settings]:
     parser = argparse.ArgumentParser(prog=PROG, description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="small counts: a smoke check")
-    parser.add_argument("--only", choices=("a", "b", "c", "d"), default=None)
+    parser.add_argument("--only", choices=("a", "b", "c", "d", "e"), default=None)
     parser.add_argument("--json", type=Path, default=None, help="also write the results here")
     parser.add_argument(
         "--event-loop", choices=EVENT_LOOPS, default=EVENT_LOOP_DEFAULT,
@@ -194,7 +202,7 @@ def parse_args() -> tuple[argparse.Namespace, Settings]:
 
 def needed_features(only: str | None, found: dict[str, Feature]) -> list[Feature]:
     """What the parts to run need and is missing; --event-loop is needed by every part."""
-    parts = ("a", "b", "c") if only is None else (only,)
+    parts = ("a", "b", "c", "e") if only is None else (only,)
     names = {"--event-loop", *(name for p in parts for name in FEATURES_BY_PART[p])}
     return [found[name] for name in sorted(names) if not found[name].present]
 
@@ -226,7 +234,8 @@ def report(bench: Bench, args: argparse.Namespace, start_load: str, began: float
         f"in {LATENCY_ROUNDS} rounds. Overload: a fresh sidecar, open loop at "
         f"{OVERLOAD_FACTOR:g}x (a)'s unary STORED rate. (b) the resend pool is held off (first "
         "resend in 1 h). (c) from the sidecar's ready line to all N at the broker (and none "
-        "pending)."
+        "pending). (e) the official Python client, direct = pointed at the broker, front = at "
+        "the sidecar's RocketMQ front; rounds alternate; consumer calls one at a time."
     )
     for row in bench.rows:
         if row.detail or row.not_run:

@@ -308,6 +308,8 @@ def features() -> dict[str, Feature]:
                 "--pending-calls-max" in helps[("sidecar",)]),
         Feature("rocketbox_client", "(a) and (b) the client library's batching sender "
                 "(pip install -e client)", library),
+        Feature("--rocketmq-listen", "(e) the sidecar's RocketMQ front",
+                "--rocketmq-listen" in helps[("sidecar",)]),
     ]  # fmt: skip
     return {f.name: f for f in found}
 

@@ -37,6 +37,12 @@ LATENCY_ROUNDS = 5
 # The resend pool must not compete with intake in (b): its first resend is an hour away.
 NO_RESEND_ARGS = ("--backoff-initial-ms=3600000", "--backoff-max-ms=3600000")
 DRAIN_POLL_MS = 50
+# (e) the RocketMQ front: the official client through it vs straight to the broker (issue #18).
+FRONT_VS_DIRECT_MIN = 0.9
+FRONT_RATE = 300.0  # msgs/s, paced
+FRONT_ADDED_P99_MAX_MS = 2.0
+FRONT_ROUNDS = 2  # throughput rounds per side, alternating
+CONSUME_BATCH = 16  # messages per SimpleConsumer receive
 T = TypeVar("T")
 # Which rows need what may not have landed yet, by part.
 FEATURES_BY_PART = {
@@ -44,4 +50,5 @@ FEATURES_BY_PART = {
     "b": ("rocketbox_client",),
     "c": (),
     "d": ("--intake-in-flight-max", "--pending-calls-max", "rocketbox_client"),
+    "e": ("--rocketmq-listen",),
 }

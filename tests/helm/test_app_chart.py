@@ -4,8 +4,10 @@ named templates: helm/examples/app-with-sidecar, the chart the README walks thro
 Proves: `helm dependency build` resolves rocketbox from the repository (file://, offline); the
 app renders with the sidecar as a native sidecar beside its own container, the outbox Secret by
 env and a grace covering both shutdowns; rocketbox's own resources stay out of the app's release;
-switching the app to a RocksDB outbox brings the claim along; rocketbox's schema and rules apply to
-the app's `rocketbox:` values; the result passes helm lint --strict and kubernetes-validate.
+switching the app to a RocksDB outbox brings the claim along; with the sidecar's RocketMQ front
+on, the app's container is handed its endpoint (ROCKETMQ_ENDPOINTS, 127.0.0.1:8982); rocketbox's
+schema and rules apply to the app's `rocketbox:` values; the result passes helm lint --strict and
+kubernetes-validate.
 """
 
 from __future__ import annotations
@@ -51,6 +53,18 @@ def test_the_app_runs_its_container_beside_the_sidecar(helm: Helm, app_chart: Pa
     # The app's 20 s, the sidecar's 10 s grace, a 5 s margin.
     assert pod["terminationGracePeriodSeconds"] == 35
     assert pod["securityContext"]["fsGroup"] == 10001
+
+
+def test_the_rocketmq_front_gives_the_app_its_endpoint(helm: Helm, app_chart: Path) -> None:
+    docs = parse(helm.render(app_chart, sets=["rocketbox.sidecar.rocketmq.enabled=true"]))
+    pod = find(docs, "Deployment", RELEASE_NAME)["spec"]["template"]["spec"]
+    (sidecar,) = pod["initContainers"]
+    assert "--rocketmq-listen=0.0.0.0:8982" in sidecar["args"]
+    (app,) = pod["containers"]
+    assert by_name(app["env"], "ROCKETMQ_ENDPOINTS")["value"] == "127.0.0.1:8982"
+    off = parse(helm.render(app_chart))
+    (app,) = find(off, "Deployment", RELEASE_NAME)["spec"]["template"]["spec"]["containers"]
+    assert "ROCKETMQ_ENDPOINTS" not in [e["name"] for e in app["env"]]
 
 
 def test_a_rocksdb_outbox_brings_its_claim(helm: Helm, app_chart: Path) -> None:

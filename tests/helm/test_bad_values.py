@@ -62,6 +62,13 @@ EXPECTED = {
         "broker.replicas must be 1 in a cluster",
         "broker.brokerGroups x (1 + broker.slavesPerGroup)",
     ],
+    "rocketmq-port-clash": [
+        "sidecar.rocketmq.port 8980 is also sidecar.port or sidecar.metricsPort",
+        "each needs its own port",
+    ],
+    "rocketmq-bad-advertise": [
+        "at '/sidecar/rocketmq/advertise': 'http://sidecar:8982' does not match pattern",
+    ],
     "cluster-reconcile-rwo": [
         "reconcile.commitlog.source=brokerVolume in a cluster reads every broker's claim",
         "ReadWriteMany storage (broker.persistence.accessModes)",

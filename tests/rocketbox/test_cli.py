@@ -1,5 +1,6 @@
 """`rocketbox up` as a real process: it recovers the broker's store, serves until SIGTERM, then
-stops cleanly (exit 0, no abort marker left, so the next start is a clean recovery)."""
+stops cleanly (exit 0, no abort marker left, so the next start is a clean recovery). Its
+RocketMQ front is named on its own line, and ``--rocketmq-listen off`` has none."""
 
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ from tests.broker.broker_process import SMALL_STORE_ARGS
 
 START_DEADLINE_S = 30.0
 READY_LINE = "Ctrl-C stops cleanly"
+FRONT_LINE = "sidecar RocketMQ front on 127.0.0.1:"
 
 
 STARTED: list[subprocess.Popen[str]] = []
@@ -32,7 +34,7 @@ def _stop_every_process_started() -> Iterator[None]:
         proc.communicate(timeout=START_DEADLINE_S)
 
 
-def start_up(data_dir: Path) -> subprocess.Popen[str]:
+def start_up(data_dir: Path, rocketmq_listen: str = "127.0.0.1:0") -> subprocess.Popen[str]:
     proc = subprocess.Popen(
         [
             sys.executable,
@@ -47,6 +49,8 @@ def start_up(data_dir: Path) -> subprocess.Popen[str]:
             "127.0.0.1:0",
             "--metrics-listen",
             "127.0.0.1:0",
+            "--rocketmq-listen",
+            rocketmq_listen,
             *SMALL_STORE_ARGS,
         ],
         stdout=subprocess.PIPE,
@@ -83,6 +87,7 @@ def test_up_runs_the_store_and_stops_cleanly_on_sigterm(tmp_path: Path) -> None:
     proc = start_up(tmp_path)
     lines = wait_ready(proc)
     assert any("clean recovery" in line for line in lines)
+    assert [line for line in lines if line.startswith(FRONT_LINE)], lines
     store_root = tmp_path / "broker"
     assert (store_root / "abort").exists(), "running: an abnormal exit would be detected"
     out = stop(proc)
@@ -97,9 +102,10 @@ def test_up_after_a_sigkill_reports_an_abnormal_recovery(tmp_path: Path) -> None
     wait_ready(proc)
     proc.kill()
     proc.communicate(timeout=START_DEADLINE_S)
-    proc = start_up(tmp_path)
+    proc = start_up(tmp_path, rocketmq_listen="off")
     lines = wait_ready(proc)
     assert any("abnormal recovery" in line for line in lines), lines
+    assert not [line for line in lines if line.startswith(FRONT_LINE)], lines
     stop(proc)
     assert proc.returncode == 0
 
@@ -122,6 +128,8 @@ def test_a_second_up_on_the_same_directory_is_refused(tmp_path: Path) -> None:
                 "127.0.0.1:0",
                 "--metrics-listen",
                 "127.0.0.1:0",
+                "--rocketmq-listen",
+                "off",
             ],
             capture_output=True,
             text=True,

@@ -2,7 +2,8 @@
 RocksDB outbox under one data directory. An app sends through the sidecar, the official client
 consumes from the broker, SIGINT stops everything with exit 0, and a restart over the same
 directory still has every message. Its one metrics endpoint serves the broker's and the
-sidecar's series.
+sidecar's series. Its RocketMQ front takes the official Producer's sends, unmodified, with only
+its endpoint changed.
 """
 
 from __future__ import annotations
@@ -13,7 +14,14 @@ import time
 from pathlib import Path
 
 import grpc
-from rocketmq import ClientConfiguration, Credentials, FilterExpression, SimpleConsumer
+from rocketmq import (
+    ClientConfiguration,
+    Credentials,
+    FilterExpression,
+    Message,
+    Producer,
+    SimpleConsumer,
+)
 
 from rocketbox_api.v1 import sidecar_pb2_grpc
 from tests.broker.broker_process import SMALL_STORE_ARGS
@@ -23,6 +31,7 @@ from tests.sidecar.sidecar_process import message, outcome, send, wait_stored
 
 SIDECAR_LINE = re.compile(r"^sidecar listening on [^\s]+:(\d+)")
 BROKER_LINE = re.compile(r"broker listening on [^\s]+:(\d+)")
+FRONT_LINE = re.compile(r"^sidecar RocketMQ front on [^\s]+:(\d+) ", re.MULTILINE)
 METRICS_LINE = re.compile(r"^metrics on http://[^\s]+:(\d+)/metrics", re.MULTILINE)
 RECEIVE_DEADLINE_S = 30.0
 
@@ -34,13 +43,15 @@ class Up(RocketboxProcess):
             SIDECAR_LINE,
             ["up", "--data-dir", str(data_dir), "--broker-listen", "127.0.0.1:0",
              "--sidecar-listen", "127.0.0.1:0", "--metrics-listen", "127.0.0.1:0",
-             *SMALL_STORE_ARGS],
+             "--rocketmq-listen", "127.0.0.1:0", *SMALL_STORE_ARGS],
         )  # fmt: skip
         # The broker's line follows the sidecar's.
         self.wait_for(BROKER_LINE)
         [broker_port] = BROKER_LINE.findall(self.output())
         self.broker_endpoint = f"127.0.0.1:{broker_port}"
         self.metrics_port = metrics_port(self.output(), METRICS_LINE)
+        [front_port] = FRONT_LINE.findall(self.output())
+        self.front_endpoint = f"127.0.0.1:{front_port}"
 
     def wait_for(self, line: re.Pattern[str]) -> None:
         wait_until(lambda: line.search(self.output()), 30.0, f"{line.pattern} from up")
@@ -48,6 +59,20 @@ class Up(RocketboxProcess):
     def interrupt(self) -> int:
         self.signal(signal.SIGINT)
         return self.wait_exit(60)  # its output read to the end and its pipe closed
+
+
+def send_through_the_front(endpoint: str) -> str:
+    """One message from the official Producer pointed at ``endpoint``; its message id."""
+    producer = Producer(ClientConfiguration(endpoint, Credentials()), ("Orders",))
+    producer.startup()
+    try:
+        msg = Message()
+        msg.topic = "Orders"
+        msg.body = b"order through the RocketMQ front"
+        message_id: str = producer.send(msg).message_id
+    finally:
+        producer.shutdown()
+    return message_id
 
 
 def test_up_sends_through_the_sidecar_and_keeps_everything_across_a_restart(
@@ -66,7 +91,7 @@ def test_up_sends_through_the_sidecar_and_keeps_everything_across_a_restart(
             samples, "rocketbox_broker_put_messages_total", topic="Orders", status="PUT_OK"
         )
         assert (stored, puts) == (10, 10)
-        ids = [r.message_id for r in results]
+        ids = [r.message_id for r in results] + [send_through_the_front(up.front_endpoint)]
         consumer = SimpleConsumer(
             ClientConfiguration(up.broker_endpoint, Credentials()),
             "UpReaders",

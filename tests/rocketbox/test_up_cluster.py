@@ -28,6 +28,7 @@ from tests.sidecar.sidecar_process import message, outcome, send
 READY_LINE = re.compile(r"^sidecar listening on [^\s]+:(\d+) \(apps send here")
 UP_LINE = re.compile(r"^cluster up; Ctrl-C stops it cleanly", re.MULTILINE)
 SIDECAR_LINE = re.compile(r"^sidecar listening on [^\s]+:(\d+)", re.MULTILINE)
+FRONT_LINE = re.compile(r"^sidecar RocketMQ front on 127\.0\.0\.1:(\d+) ", re.MULTILINE)
 NAMESRV_LINE = re.compile(r"^namesrv listening on ([^\s]+:\d+)", re.MULTILINE)
 MASTER_LINE = re.compile(r"^(broker-[a-z]-0): ASYNC_MASTER on ([^\s,]+), pid (\d+)", re.MULTILINE)
 PID_LINE = re.compile(r"^broker-[a-z]-\d: \S+(?: on \S+)?, pid (\d+)", re.MULTILINE)
@@ -44,7 +45,7 @@ class UpCluster(RocketboxProcess):
             ["up", "--data-dir", str(data_dir), "--broker-groups", "2", "--slaves", "1",
              "--broker-listen", "127.0.0.1:0", "--sidecar-listen", "127.0.0.1:0",
              "--namesrv-listen", "127.0.0.1:0", "--metrics-listen", "",
-             *SMALL_STORE_ARGS],
+             "--rocketmq-listen", "127.0.0.1:0", *SMALL_STORE_ARGS],
         )  # fmt: skip
         wait_until(lambda: UP_LINE.search(self.output()), DEADLINE_S, "cluster up")
         out = self.output()
@@ -80,6 +81,7 @@ def test_up_runs_a_local_cluster_and_stops_all_of_it(tmp_path: Path) -> None:
     up = UpCluster(tmp_path)
     try:
         assert sorted(up.masters) == ["broker-a-0", "broker-b-0"]
+        assert FRONT_LINE.search(up.output()), "the cluster's sidecar serves the RocketMQ front"
         assert len(up.broker_pids) == 4
         with grpc.insecure_channel(up.sidecar) as channel:
             stub = sidecar_pb2_grpc.SidecarServiceStub(channel)

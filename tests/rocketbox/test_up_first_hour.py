@@ -3,7 +3,9 @@
 - Its one metrics endpoint carries the outbox's gauges (entries by state, bytes, the oldest
   pending entry's age), though the sidecar has no endpoint of its own there.
 - A taken port is refused in one line naming the option and the address, exit 2, by `broker`,
-  `sidecar` and `up` alike, for the gRPC and the metrics listeners; a data directory held by
+  `sidecar` and `up` alike, for the gRPC, the metrics and the RocketMQ front's listeners (a
+  front's port taken after that check is named alike: tests/sidecar/test_start_order.py); a
+  data directory held by
   another process is refused naming its pid before any port is looked at.
 - A fresh `up` holds little disk: 64 MiB commitlog segments, not RocketMQ's 1 GiB.
 - `up` keeps an ack ledger under its data directory, and `rocketbox reconcile` runs on that data
@@ -59,7 +61,8 @@ class Up(RocketboxProcess):
             "rocketbox up",
             SIDECAR_READY_LINE,
             ["up", "--data-dir", str(data_dir), "--broker-listen", "127.0.0.1:0",
-             "--sidecar-listen", "127.0.0.1:0", "--metrics-listen", "127.0.0.1:0", *args],
+             "--sidecar-listen", "127.0.0.1:0", "--metrics-listen", "127.0.0.1:0",
+             "--rocketmq-listen", "127.0.0.1:0", *args],
         )  # fmt: skip
         wait_until(lambda: BROKER_READY_LINE.search(self.output()), 30.0, "up's broker line")
         [broker_port] = BROKER_READY_LINE.findall(self.output())
@@ -124,17 +127,19 @@ TAKEN_PORT_CASES = [
     ("broker", "--metrics-listen"),
     ("sidecar", "--listen"),
     ("sidecar", "--metrics-listen"),
+    ("sidecar", "--rocketmq-listen"),
     ("up", "--broker-listen"),
     ("up", "--sidecar-listen"),
     ("up", "--metrics-listen"),
+    ("up", "--rocketmq-listen"),
 ]
 
 
 def listeners_of(command: str) -> list[str]:
     return {
         "broker": ["--listen", "--metrics-listen"],
-        "sidecar": ["--listen", "--metrics-listen"],
-        "up": ["--broker-listen", "--sidecar-listen", "--metrics-listen"],
+        "sidecar": ["--listen", "--metrics-listen", "--rocketmq-listen"],
+        "up": ["--broker-listen", "--sidecar-listen", "--metrics-listen", "--rocketmq-listen"],
     }[command]
 
 
@@ -171,6 +176,7 @@ def test_a_fresh_up_is_small_and_a_second_on_its_directory_is_told_who_holds_it(
         second = rocketbox(
             "up", "--data-dir", str(tmp_path), "--broker-listen", f"127.0.0.1:{broker_port}",
             "--sidecar-listen", "127.0.0.1:0", "--metrics-listen", "127.0.0.1:0",
+            "--rocketmq-listen", "127.0.0.1:0",
         )  # fmt: skip
         line = _one_line(second)
         assert line == (

@@ -64,6 +64,9 @@ optionally defaultBrokers (a list of HOST:PORT used when sidecar.brokers is empt
 {{- $v := .values -}}
 {{- $s := $v.sidecar -}}
 {{- include "rocketbox.outbox.validate" $v -}}
+{{- if and $s.rocketmq.enabled (has (int $s.rocketmq.port) (list (int $s.port) (int $s.metricsPort))) -}}
+{{- fail (printf "sidecar.rocketmq.port %d is also sidecar.port or sidecar.metricsPort: the sidecar listens on each, so each needs its own port (the front's default is 8982)" (int $s.rocketmq.port)) -}}
+{{- end -}}
 {{- $brokers := $s.brokers | default .defaultBrokers -}}
 {{- if not $brokers -}}
 {{- fail "sidecar.brokers: name the broker(s) the sidecar sends to, as HOST:PORT (e.g. rocketbox-broker.messaging.svc.cluster.local:8081)" -}}
@@ -82,6 +85,12 @@ optionally defaultBrokers (a list of HOST:PORT used when sidecar.brokers is empt
     {{- if $v.metrics.enabled }}
     - {{ printf "--metrics-listen=0.0.0.0:%d" (int $s.metricsPort) | quote }}
     {{- end }}
+    {{- if $s.rocketmq.enabled }}
+    - {{ printf "--rocketmq-listen=0.0.0.0:%d" (int $s.rocketmq.port) | quote }}
+    {{- with $s.rocketmq.advertise }}
+    - {{ printf "--rocketmq-advertise=%s" . | quote }}
+    {{- end }}
+    {{- end }}
     - {{ printf "--shutdown-grace-ms=%d" (int $s.shutdownGraceMs) | quote }}
     {{- range $s.extraArgs }}
     - {{ . | quote }}
@@ -97,6 +106,12 @@ optionally defaultBrokers (a list of HOST:PORT used when sidecar.brokers is empt
     {{- if $v.metrics.enabled }}
     - name: sidecar-metrics
       containerPort: {{ $s.metricsPort }}
+      protocol: TCP
+    {{- end }}
+    {{- if $s.rocketmq.enabled }}
+    # apache.rocketmq.v2, for apps on an official RocketMQ 5 SDK (sidecar.rocketmq).
+    - name: rocketmq
+      containerPort: {{ $s.rocketmq.port }}
       protocol: TCP
     {{- end }}
   # gRPC health "" is SERVING only while the outbox is writable: the app's containers start after
