@@ -176,7 +176,8 @@ def test_a_namespaced_consumer_is_seen_by_the_broker_as_the_app(
     endpoint = sidecar.front_endpoint
     with (
         simple_consumer(endpoint, "Tenants", "Scoped", namespace="tenant-a") as c,
-        producer(endpoint, ("Scoped",), namespace="tenant-a") as p,
+        # Straight to the broker: the front sends under the sidecar's own --namespace only.
+        producer(broker.endpoint, ("Scoped",), namespace="tenant-a") as p,
     ):
         sent = p.send(message("Scoped", b"for tenant a")).message_id
         got = receive_all(c, 1)
