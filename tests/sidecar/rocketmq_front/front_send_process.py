@@ -3,39 +3,31 @@ producer and SimpleConsumer pointed at an endpoint, for the front's send and rou
 
 from __future__ import annotations
 
-import re
 import socket
 import time
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from typing import Any
 
 import grpc
 from google.protobuf.timestamp_pb2 import Timestamp
 from rocketmq import (
-    ClientConfiguration,
-    Credentials,
-    FilterExpression,
     Producer,
-    SimpleConsumer,
     TransactionChecker,
 )
 from rocketmq.grpc_protocol import definition_pb2, service_pb2, service_pb2_grpc
 
-from tests.sidecar.sidecar_process import CALL_DEADLINE_S, SidecarProcess
+from tests.sidecar.rocketmq_front import front_process
+from tests.sidecar.rocketmq_front.front_process import FrontSidecar, simple_consumer
+from tests.sidecar.sidecar_process import CALL_DEADLINE_S
 
-METRICS_LINE = re.compile(r"sidecar metrics on [^\s]+:(\d+)")
-METRICS_ARGS = ("--metrics-listen=127.0.0.1:0",)
+__all__ = ["FrontSidecar", "producer", "simple_consumer"]
+
+# Longer than the sidecar's send timeout (--send-msg-timeout-ms, 3 s): a send the broker does
+# not answer is answered SPOOLED, never given up on by the app first and sent again.
+REQUEST_TIMEOUT_S = 10
 INVISIBLE_S = 10
 CONSUME_DEADLINE_S = 60.0
-
-
-class FrontSidecar(SidecarProcess):
-    """A sidecar whose RocketMQ front listens on a free port (``front``: its endpoint)."""
-
-    def __init__(self, broker_endpoint: str, outbox_url: str, *args: str) -> None:
-        super().__init__(broker_endpoint, outbox_url, "--rocketmq-listen=127.0.0.1:0", *args)
-        self.front = self.rocketmq_endpoint
 
 
 @contextmanager
@@ -46,31 +38,10 @@ def refused_endpoint() -> Iterator[str]:
         yield f"127.0.0.1:{s.getsockname()[1]}"
 
 
-@contextmanager
 def producer(
     endpoint: str, topics: tuple[str, ...] = (), checker: TransactionChecker | None = None
-) -> Iterator[Producer]:
-    p = Producer(ClientConfiguration(endpoint, Credentials(), request_timeout=10), topics, checker)
-    p.startup()
-    try:
-        yield p
-    finally:
-        p.shutdown()
-
-
-@contextmanager
-def simple_consumer(endpoint: str, group: str, topic: str) -> Iterator[SimpleConsumer]:
-    c = SimpleConsumer(
-        ClientConfiguration(endpoint, Credentials()),
-        group,
-        {topic: FilterExpression("*")},
-        await_duration=2,
-    )
-    c.startup()
-    try:
-        yield c
-    finally:
-        c.shutdown()
+) -> AbstractContextManager[Producer]:
+    return front_process.producer(endpoint, topics, checker, request_timeout_s=REQUEST_TIMEOUT_S)
 
 
 def consume(endpoint: str, group: str, topic: str, ids: set[str]) -> dict[str, list[Any]]:
@@ -78,7 +49,7 @@ def consume(endpoint: str, group: str, topic: str, ids: set[str]) -> dict[str, l
     consumer group (acked), by id, once each has come at least once."""
     got: dict[str, list[Any]] = {}
     end = time.monotonic() + CONSUME_DEADLINE_S
-    with simple_consumer(endpoint, group, topic) as c:
+    with simple_consumer(endpoint, group, topic, await_s=2) as c:
         while not ids <= got.keys():
             assert time.monotonic() < end, f"consumed {len(got)} of {len(ids)} from {topic}"
             for m in c.receive(32, INVISIBLE_S):

@@ -32,7 +32,7 @@ from tests.cluster.processes import running_cluster
 from tests.cluster.test_cluster import query_route as route_queues
 from tests.prometheus import sample, scrape
 from tests.rocketbox_process import wait_until
-from tests.sidecar.rocketmq_front.front_forward_process import (
+from tests.sidecar.rocketmq_front.front_process import (
     BROKER_FRONT_ARGS,
     DEADLINE_S,
     INVISIBLE_S,

@@ -27,7 +27,7 @@ from rocketmq.grpc_protocol import service_pb2_grpc
 from tests.broker.broker_process import BrokerProcess
 from tests.prometheus import sample, scrape
 from tests.services import free_port
-from tests.sidecar.rocketmq_front.front_forward_process import (
+from tests.sidecar.rocketmq_front.front_process import (
     BROKER_FRONT_ARGS,
     DEADLINE_S,
     FrontSidecar,

@@ -78,16 +78,16 @@ def test_the_route_is_the_brokers_with_the_front_as_endpoint(broker: BrokerProce
     sidecar = FrontSidecar(broker.endpoint, "memory://")
     try:
         direct = route_at(broker.endpoint, "Routed")
-        fronted = route_at(sidecar.front, "Routed")
-        missing = route_at(sidecar.front, "NotThere")
-        with raw_stub(sidecar.front) as stub:
+        fronted = route_at(sidecar.front_endpoint, "Routed")
+        missing = route_at(sidecar.front_endpoint, "NotThere")
+        with raw_stub(sidecar.front_endpoint) as stub:
             sent_to_missing = raw_send(stub, raw_message("NotThere", "to-a-missing-topic"))
     finally:
         sidecar.stop()
     assert fronted.status.code == Code.OK
     assert queues(fronted) == queues(direct)
     assert len(queues(fronted)) == 3
-    assert endpoints_of(fronted) == {sidecar.front}
+    assert endpoints_of(fronted) == {sidecar.front_endpoint}
     assert missing.status.code == Code.TOPIC_NOT_FOUND, "the broker's answer, passed on"
     assert missing.status == route_at(broker.endpoint, "NotThere").status
     assert sent_to_missing.status.code == Code.TOPIC_NOT_FOUND, "not spooled: refused for good"
@@ -101,7 +101,7 @@ def test_advertised_endpoint_and_access_points_tried_in_order(broker: BrokerProc
             nowhere, "memory://", "--broker", broker.endpoint, f"--rocketmq-advertise={ADVERTISED}"
         )
         try:
-            fronted = route_at(sidecar.front, "Routed")
+            fronted = route_at(sidecar.front_endpoint, "Routed")
         finally:
             sidecar.stop()
     assert fronted.status.code == Code.OK
@@ -117,12 +117,12 @@ def test_broker_down_cached_route_then_a_made_up_one_that_takes_sends(tmp_path: 
     sidecar = FrontSidecar(broker.endpoint, "memory://")
     back: BrokerProcess | None = None
     try:
-        seen = route_at(sidecar.front, "Fifo")
+        seen = route_at(sidecar.front_endpoint, "Fifo")
         assert seen.status.code == Code.OK
         broker.kill()
-        cached = route_at(sidecar.front, "Fifo")
-        never_seen = route_at(sidecar.front, "FrontNew")
-        with producer(sidecar.front, ("FrontNew",)) as p:
+        cached = route_at(sidecar.front_endpoint, "Fifo")
+        never_seen = route_at(sidecar.front_endpoint, "FrontNew")
+        with producer(sidecar.front_endpoint, ("FrontNew",)) as p:
             m = Message()
             m.topic = "FrontNew"
             m.body = b"sent during the outage"
@@ -140,11 +140,11 @@ def test_broker_down_cached_route_then_a_made_up_one_that_takes_sends(tmp_path: 
             back.stop()
     assert cached.status.code == Code.OK
     assert queues(cached) == queues(seen)
-    assert endpoints_of(cached) == {sidecar.front}
+    assert endpoints_of(cached) == {sidecar.front_endpoint}
     assert never_seen.status.code == Code.OK
     assert queues(never_seen) == [
         ("rocketbox-sidecar", 0, 0, definition_pb2.WRITE,
          (definition_pb2.NORMAL, definition_pb2.FIFO, definition_pb2.DELAY)),
     ]  # fmt: skip
-    assert endpoints_of(never_seen) == {sidecar.front}
+    assert endpoints_of(never_seen) == {sidecar.front_endpoint}
     assert [q.topic.name for q in never_seen.message_queues] == ["FrontNew"]

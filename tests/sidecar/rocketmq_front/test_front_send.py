@@ -41,11 +41,9 @@ from rocketmq.v5.util.messaging_result_checker import MessagingResultChecker
 
 from rocketbox_api.admin.v1 import broker_admin_pb2
 from tests.broker.broker_process import BrokerProcess
-from tests.prometheus import metrics_port, sample, scrape
+from tests.prometheus import sample, scrape
 from tests.rocketbox_process import wait_until
 from tests.sidecar.rocketmq_front.front_send_process import (
-    METRICS_ARGS,
-    METRICS_LINE,
     FrontSidecar,
     consume,
     producer,
@@ -65,7 +63,7 @@ BODY_BYTES_MAX = 4 * 1024 * 1024
 def front(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[BrokerProcess, FrontSidecar]]:
     broker = BrokerProcess(tmp_path_factory.mktemp("broker"), *BROKER_ARGS)
     try:
-        sidecar = FrontSidecar(broker.endpoint, "memory://", *METRICS_ARGS)
+        sidecar = FrontSidecar(broker.endpoint, "memory://")
         try:
             yield broker, sidecar
         finally:
@@ -75,7 +73,7 @@ def front(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[BrokerProc
 
 
 def sends(sidecar: FrontSidecar, state: str, cause: str = "") -> float:
-    return sample(scrape(metrics_port(sidecar.output(), METRICS_LINE)), SENDS, state=state,
+    return sample(scrape(sidecar.metrics_port), SENDS, state=state,
                   cause=cause)  # fmt: skip
 
 
@@ -99,7 +97,7 @@ def test_normal_fifo_and_delay_go_through_intake_stored_once_with_their_properti
 ) -> None:
     broker, sidecar = front
     stored_before = sends(sidecar, "STORED")
-    with producer(sidecar.front, ("FrontOrders", "Fifo", "FrontLater")) as p:
+    with producer(sidecar.front_endpoint, ("FrontOrders", "Fifo", "FrontLater")) as p:
         normal = message("FrontOrders", b"order 1", tag="created", keys="o-1")
         normal.add_property("region", "eu")
         normal_receipt = p.send(normal)
@@ -141,7 +139,7 @@ def test_the_app_message_id_born_time_and_gzip_body_are_kept(
     app_id = f"APP-{time.time_ns()}"
     born_ms = 1_700_000_000_123
     zipped = f"{app_id}-z"
-    with raw_stub(sidecar.front) as stub:
+    with raw_stub(sidecar.front_endpoint) as stub:
         plain = raw_message("FrontOwnIds", app_id)
         plain.system_properties.born_timestamp.FromMilliseconds(born_ms)
         compressed = raw_message(
@@ -163,7 +161,7 @@ def test_one_entry_per_message_in_order_and_whole_request_refusals(
 ) -> None:
     broker, sidecar = front
     base = f"MIX-{time.time_ns()}"
-    with raw_stub(sidecar.front) as stub:
+    with raw_stub(sidecar.front_endpoint) as stub:
         mixed = raw_send(
             stub,
             raw_message("FrontMixed", f"{base}-0"),
@@ -204,7 +202,7 @@ def test_transaction_messages_are_forwarded_to_the_broker(
 ) -> None:
     broker, sidecar = front
     taken_before = sends(sidecar, "STORED") + sends(sidecar, "REJECTED", "INVALID_ARGUMENT")
-    with producer(sidecar.front, ("FrontPayments",), Commit()) as p:
+    with producer(sidecar.front_endpoint, ("FrontPayments",), Commit()) as p:
         transaction = p.begin_transaction()
         receipt = p.send(message("FrontPayments", b"half, then committed"), transaction)
         transaction.commit()
@@ -221,7 +219,7 @@ def test_the_official_client_raises_what_the_sidecar_refuses(
     _broker, sidecar = front
     stored_before = sends(sidecar, "STORED")
     # What the official client lets through to the server: it is the sidecar that refuses.
-    with producer(sidecar.front, ("FrontBad",)) as p:
+    with producer(sidecar.front_endpoint, ("FrontBad",)) as p:
         with pytest.raises(BadRequestException) as bad_tag:
             p.send(message("FrontBad", b"x", tag="bad\x01tag"))
         with pytest.raises(BadRequestException) as bad_key:
@@ -279,7 +277,7 @@ def test_rejected_messages_get_the_protocol_code_and_nothing_is_stored_or_spoole
         ),
     }
     answers = {}
-    with raw_stub(sidecar.front) as stub:
+    with raw_stub(sidecar.front_endpoint) as stub:
         for name, (m, code, raised) in cases.items():
             m.system_properties.message_id = f"{base}-{name}"
             response = answers[name] = raw_send(stub, m)
@@ -304,7 +302,7 @@ def test_broker_down_sends_are_ok_and_each_is_consumed_once_after_it_returns(
     sidecar = FrontSidecar(broker.endpoint, "memory://")
     back: BrokerProcess | None = None
     try:
-        with producer(sidecar.front, ("FrontDown", "Fifo")) as p:
+        with producer(sidecar.front_endpoint, ("FrontDown", "Fifo")) as p:
             # Killed: a graceful stop would wait out its grace for the producer's Telemetry
             # stream, which the front forwards to it.
             broker.kill()
@@ -337,9 +335,9 @@ def test_broker_down_sends_are_ok_and_each_is_consumed_once_after_it_returns(
 
 def test_a_full_outbox_answers_too_many_requests_raised_after_one_attempt() -> None:
     with refused_endpoint() as nowhere:
-        sidecar = FrontSidecar(nowhere, "memory://", "--outbox-entries-max=1", *METRICS_ARGS)
+        sidecar = FrontSidecar(nowhere, "memory://", "--outbox-entries-max=1")
         try:
-            with producer(sidecar.front, ("FrontFull",)) as p:
+            with producer(sidecar.front_endpoint, ("FrontFull",)) as p:
                 first = p.send(message("FrontFull", b"spooled"))
                 with pytest.raises(TooManyRequestsException) as raised:
                     p.send(message("FrontFull", b"refused"))

@@ -20,7 +20,7 @@ from rocketmq import Producer, TransactionResolution
 
 from tests.broker.broker_process import BrokerProcess
 from tests.rocketbox_process import wait_until
-from tests.sidecar.rocketmq_front.front_forward_process import (
+from tests.sidecar.rocketmq_front.front_process import (
     BROKER_FRONT_ARGS,
     DEADLINE_S,
     INVISIBLE_S,

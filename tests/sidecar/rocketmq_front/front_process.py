@@ -1,4 +1,5 @@
-"""A real broker and a real sidecar serving the RocketMQ front, for the official clients.
+"""A real broker and a real sidecar serving the RocketMQ front, and the official Python client's
+producer and consumers pointed at an endpoint, for the front's tests.
 
 The sidecar is started with ``--rocketmq-listen 127.0.0.1:0`` and ``--metrics-listen
 127.0.0.1:0``; the ports they bound are the ones their banner lines name (``sidecar RocketMQ
@@ -92,8 +93,11 @@ def producer(
     topics: tuple[str, ...],
     checker: TransactionChecker | None = None,
     namespace: str = "",
+    request_timeout_s: int = 3,
 ) -> Iterator[Producer]:
-    p = Producer(config(endpoint, namespace), topics, checker)
+    p = Producer(
+        ClientConfiguration(endpoint, Credentials(), namespace, request_timeout_s), topics, checker
+    )
     p.startup()
     try:
         yield p
