@@ -42,10 +42,12 @@ INVISIBLE_S = 2
 
 @contextmanager
 def simple_consumer(
-    endpoint: str, group: str, topic: str, await_s: int = 3
+    endpoint: str, group: str, topic: str, await_s: int = 3, request_timeout_s: int = 3
 ) -> Iterator[SimpleConsumer]:
+    """``request_timeout_s``: the client's own (3 s by default), added to ``await_s`` to make a
+    receive's deadline."""
     c = SimpleConsumer(
-        ClientConfiguration(endpoint, Credentials()),
+        ClientConfiguration(endpoint, Credentials(), request_timeout=request_timeout_s),
         group,
         {topic: FilterExpression("*")},
         await_duration=await_s,

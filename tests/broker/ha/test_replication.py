@@ -33,6 +33,7 @@ from tests.broker.ha.ha_helpers import (
 
 SEGMENT_BYTES = 8 * 1024 * 1024
 BIG_BODY_BYTES = 3 * 1024 * 1024
+BIG_RECEIVE_TIMEOUT_S = 15
 
 
 def test_the_slave_copies_the_master_byte_for_byte_and_serves_consumers(tmp_path: Path) -> None:
@@ -50,7 +51,11 @@ def test_the_slave_copies_the_master_byte_for_byte_and_serves_consumers(tmp_path
         assert commitlog_bytes(tmp_path / "broker-a-1", end) == commitlog_bytes(
             tmp_path / "broker-a-0", end
         )
-        with simple_consumer(s.endpoint, "Workers", "Work", await_s=1) as c:
+        # One receive carries the three big bodies (9 MiB) from the slave: on a loaded machine
+        # that can take longer than the client's 3 s default.
+        with simple_consumer(
+            s.endpoint, "Workers", "Work", await_s=1, request_timeout_s=BIG_RECEIVE_TIMEOUT_S
+        ) as c:
             got = receive_all(c, len(sent))
         assert {g.message_id for g in got} == sent
     finally:
