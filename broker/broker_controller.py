@@ -6,8 +6,8 @@ the holder, ListenError naming the address), recover the store, load topics, sta
 transaction and send services and HA replication (broker/ha: a master serves its slaves, a slave
 copies its master and refuses writes), then serve gRPC (apache.rocketmq.v2 messaging, admin,
 health). It returns once the server serves.
-shutdown(): stop intake (the server refuses new calls and finishes the running ones within the
-grace period), drain the send queue, stop timer and transaction services (saving progress), then
+shutdown(): stop intake (the server refuses new calls, ends Telemetry streams, and finishes
+the running calls within the grace period), drain the send queue, stop timer and transaction services (saving progress), then
 shut the store down (flush, checkpoint, clean-exit marker).
 
 Every background task (timer, transaction checks, send workers, state writers) runs in one root
@@ -355,6 +355,8 @@ class BrokerController:
         if self._server is not None:
             await self._health.enter_graceful_shutdown()
             self.arrivals.wake_all()
+            if self._clients_activity is not None:
+                self._clients_activity.end_streams()
             await self._server.stop(SHUTDOWN_GRACE_S)
             self._server = None
         await self.replication.stop()

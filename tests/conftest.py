@@ -93,19 +93,26 @@ def _garbage_collected() -> Iterator[None]:
 
 
 def _close_current_loop() -> None:
-    """Drop the loop this thread's policy holds as current, closing it unless it runs.
+    """Leave this thread's current event loop as a fresh process has it: none set, and
+    ``get_event_loop()`` free to make one (closing the one a test left, unless it runs).
 
-    Libraries leave one there, and it is not a leak of the test's: grpc.aio makes its objects on
-    ``get_event_loop_policy().get_event_loop()`` when no loop is running (on the main thread that
-    makes a loop nobody closes), and the official RocketMQ client sets its shared I/O loop as the
-    current loop of whichever thread opens a channel (rpc_channel.create_channel). Left there, a
-    later ``asyncio.run`` replaces it and the collector finds it unclosed in some later test.
-    A running loop is another thread's (the client's I/O loop): only dropped, never closed.
+    Libraries use the current loop, and not as a test's leak: grpc.aio makes its objects on
+    ``get_event_loop()`` when no loop is running (on the main thread that makes a loop nobody
+    closes; left there, the collector finds it unclosed in some later test), and the official
+    RocketMQ client sets its shared I/O loop current on whichever thread opens a channel, then
+    opens streams on the main thread expecting to find a loop there. So: a running loop (that
+    I/O loop, run by its own thread) stays; another is closed and dropped; and the policy may
+    make a loop again, as before the first test (``asyncio.run`` and ``set_event_loop(None)``
+    forbid it: the client's next stream would fail "There is no current event loop").
     """
     policy = asyncio.get_event_loop_policy()
-    loop: asyncio.AbstractEventLoop | None = getattr(getattr(policy, "_local", None), "_loop", None)
-    if loop is None:
+    local = getattr(policy, "_local", None)
+    if local is None:
         return
-    policy.set_event_loop(None)
-    if not loop.is_running():
+    loop: asyncio.AbstractEventLoop | None = getattr(local, "_loop", None)
+    if loop is not None and loop.is_running():
+        return
+    if loop is not None:
+        policy.set_event_loop(None)
         loop.close()
+    local._set_called = False  # asyncio's own flag: may make a loop on the next get_event_loop()

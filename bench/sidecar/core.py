@@ -8,7 +8,7 @@ import sys
 from dataclasses import dataclass
 
 from bench.sidecar.clients import LibraryClient
-from bench.sidecar.loops import CpuMeter, Run, closed_loop
+from bench.sidecar.loops import Cpu, CpuMeter, Run, Send, closed_loop, open_loop, percentile
 from bench.sidecar.processes import (
     Child,
     Feature,
@@ -16,7 +16,7 @@ from bench.sidecar.processes import (
     wait_quiet,
 )
 from bench.sidecar.table import Row, at_most
-from bench.sidecar.targets import RSS_MAX_MB
+from bench.sidecar.targets import LATENCY_ROUNDS, RSS_MAX_MB
 
 
 @dataclass
@@ -35,6 +35,21 @@ class Settings:
     drain_messages: int
     drain_concurrency: int
     drain_claim_batch: int
+
+
+@dataclass
+class Paced:
+    """Open-loop rounds at one rate, the sides alternating: each side's answered latencies (ms),
+    CPU, failed sends and seconds."""
+
+    rate: float
+    lat: dict[str, list[float]]
+    cpu: dict[str, Cpu]
+    failures: dict[str, int]
+    seconds: dict[str, float]
+
+    def p(self, name: str, q: float) -> float:
+        return percentile(self.lat[name], q)
 
 
 class BenchCore:
@@ -87,3 +102,46 @@ class BenchCore:
             await closed_loop(library.send, 4 * window, window, expect, CpuMeter({}))
             await self.settle(broker)
             return await closed_loop(library.send, count, window, expect, CpuMeter(procs))
+
+    async def paced(
+        self, sends: dict[str, Send], procs: dict[str, dict[str, Child]], broker: Child,
+        rate: float, ok: str,
+    ) -> Paced:  # fmt: skip
+        """Each side of ``sends`` open loop at ``rate`` (a warm-up, then LATENCY_ROUNDS rounds
+        alternating, ``latency_seconds`` in all), its CPU that of ``procs[side]``."""
+        per_round = max(1, int(rate * self.s.latency_seconds / LATENCY_ROUNDS / 2))
+        paced = Paced(rate, {n: [] for n in sends}, {n: Cpu() for n in sends},
+                      dict.fromkeys(sends, 0), dict.fromkeys(sends, 0.0))  # fmt: skip
+        for send in sends.values():
+            await open_loop(send, max(1, int(rate * 0.5)), rate)
+        await self.settle(broker)
+        for _ in range(LATENCY_ROUNDS):
+            for name, send in sends.items():
+                meter = CpuMeter(procs[name])
+                got = await open_loop(send, per_round, rate)
+                paced.cpu[name] += meter.read()
+                paced.seconds[name] += got.seconds
+                paced.lat[name] += got.answered(ok)
+                paced.failures[name] += sum(got.failures(ok).values())
+        return paced
+
+    def paced_rows(self, part: str, paced: Paced, failed_means: str) -> None:
+        """Each side's p50 and p99 rows, saying when a side could not keep up with the rate (its
+        latency is then queueing) and how many sends failed (``failed_means``)."""
+        rate = paced.rate
+        for name, lat in paced.lat.items():
+            failed = paced.failures[name]
+            n = len(lat) + failed
+            achieved = n / max(paced.seconds[name], 1e-9)
+            detail = f"{n:,} sends; achieved {achieved:,.0f} sends/s (last answer included)"
+            if achieved < 0.95 * rate:
+                detail += ": the load was NOT sustained, the latency is mostly queueing"
+            if failed:
+                detail += f"; {failed:,} FAILED{failed_means}"
+            cpu = paced.cpu[name]
+            for q in (50, 99):
+                self.add(
+                    Row(part, f"{name} p{q} latency, {rate:,.0f}/s paced", paced.p(name, q),
+                        "ms", us_per_message=cpu.us_per_message(n), cores=cpu.cores(),
+                        detail=detail, failures=failed if q == 50 else 0)
+                )  # fmt: skip

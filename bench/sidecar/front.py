@@ -26,14 +26,13 @@ from __future__ import annotations
 import asyncio
 import re
 import time
-from collections import Counter
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
 from bench.process_control import BenchError
 from bench.sidecar.core import BenchCore
-from bench.sidecar.loops import Cpu, CpuMeter, Run, Send, closed_loop, open_loop, percentile
+from bench.sidecar.loops import Cpu, CpuMeter, Run, Send, closed_loop, percentile
 from bench.sidecar.processes import HOST, TOPIC, Child
 from bench.sidecar.table import Row, at_least, at_most, ms, rate_row, versus
 from bench.sidecar.targets import (
@@ -42,7 +41,6 @@ from bench.sidecar.targets import (
     FRONT_RATE,
     FRONT_ROUNDS,
     FRONT_VS_DIRECT_MIN,
-    LATENCY_ROUNDS,
 )
 
 FRONT_LINE = re.compile(r"sidecar RocketMQ front on \S+:(\d+)")
@@ -170,38 +168,9 @@ class FrontParts(BenchCore):
         self, sends: dict[str, Send], procs: dict[str, dict[str, Child]], broker: Child
     ) -> None:
         rate = FRONT_RATE
-        per_round = max(1, int(rate * self.s.latency_seconds / LATENCY_ROUNDS / 2))
-        lat: dict[str, list[float]] = {name: [] for name in sends}
-        cpu = {name: Cpu() for name in sends}
-        failures = Counter[str]()
-        seconds = dict.fromkeys(sends, 0.0)
-        for send in sends.values():
-            await open_loop(send, max(1, int(rate * 0.5)), rate)
-        await self.settle(broker)
-        for _ in range(LATENCY_ROUNDS):
-            for name, send in sends.items():
-                meter = CpuMeter(procs[name])
-                got = await open_loop(send, per_round, rate)
-                cpu[name] += meter.read()
-                seconds[name] += got.seconds
-                lat[name] += got.answered(OK)
-                failures[name] += sum(got.failures(OK).values())
-        for name in sends:
-            n = len(lat[name]) + failures[name]
-            achieved = n / max(seconds[name], 1e-9)
-            detail = f"{n:,} sends; achieved {achieved:,.0f} sends/s (last answer included)"
-            if achieved < 0.95 * rate:
-                detail += ": the load was NOT sustained, the latency is mostly queueing"
-            if failures[name]:
-                detail += f"; {failures[name]:,} FAILED"
-            for q in (50, 99):
-                self.add(
-                    Row("e", f"{name} p{q} latency, {rate:,.0f}/s paced",
-                        percentile(lat[name], q), "ms",
-                        us_per_message=cpu[name].us_per_message(n), cores=cpu[name].cores(),
-                        detail=detail, failures=failures[name] if q == 50 else 0)
-                )  # fmt: skip
-        self.added_rows(f"send, {rate:,.0f}/s paced", lat, FRONT_ADDED_P99_MAX_MS)
+        paced = await self.paced(sends, procs, broker, rate, OK)
+        self.paced_rows("e", paced, "")
+        self.added_rows(f"send, {rate:,.0f}/s paced", paced.lat, FRONT_ADDED_P99_MAX_MS)
 
     def added_rows(self, what: str, lat: dict[str, list[float]], p99_max_ms: float | None) -> None:
         """The front's added p50 and p99 over direct, the direct figure as the reference."""

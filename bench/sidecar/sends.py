@@ -13,7 +13,7 @@ from bench.sidecar.clients import (
     SidecarClient,
 )
 from bench.sidecar.core import BenchCore
-from bench.sidecar.loops import Cpu, CpuMeter, Send, closed_loop, open_loop, percentile
+from bench.sidecar.loops import CpuMeter, Send, closed_loop, open_loop, percentile
 from bench.sidecar.processes import (
     Child,
 )
@@ -32,7 +32,6 @@ from bench.sidecar.targets import (
     BATCH,
     BATCH_WINDOW,
     DAPR_ADDED_P99_MS,
-    LATENCY_ROUNDS,
     LIBRARY_RATE_MIN,
     OVERLOAD_FACTOR,
     OVERLOAD_OFFERED_MIN,
@@ -157,42 +156,12 @@ class SendParts(BenchCore):
         self, direct: DirectClient, client: SidecarClient, broker: Child, sidecar: Child,
         rate: float,
     ) -> None:  # fmt: skip
-        s = self.s
-        per_round = max(1, int(rate * s.latency_seconds / LATENCY_ROUNDS / 2))
         sends: dict[str, Send] = {"direct": direct.send, "sidecar": client.send}
         # The direct rounds' CPU leaves the (idle) sidecar out: it is not on their path.
         procs = {"direct": {"br": broker}, "sidecar": {"sc": sidecar, "br": broker}}
-        lat: dict[str, list[float]] = {name: [] for name in sends}
-        cpu = {name: Cpu() for name in sends}
-        failures = dict.fromkeys(sends, 0)
-        seconds = dict.fromkeys(sends, 0.0)
-        for send in sends.values():
-            await open_loop(send, max(1, int(rate * 0.5)), rate)
-        await self.settle(broker)
-        for _ in range(LATENCY_ROUNDS):
-            for name, send in sends.items():
-                meter = CpuMeter(procs[name])
-                got = await open_loop(send, per_round, rate)
-                cpu[name] += meter.read()
-                seconds[name] += got.seconds
-                lat[name] += got.answered("stored")
-                failures[name] += sum(got.failures("stored").values())
-        p = {(n, q): percentile(lat[n], q) for n in lat for q in (50, 99)}
-        base = f"{rate:,.0f}/s paced"
-        for name in sends:
-            n = len(lat[name]) + failures[name]
-            achieved = n / seconds[name]
-            detail = f"{n:,} sends; achieved {achieved:,.0f} sends/s (last answer included)"
-            if achieved < 0.95 * rate:
-                detail += ": the load was NOT sustained, the latency is mostly queueing"
-            if failures[name]:
-                detail += f"; {failures[name]:,} FAILED (not stored)"
-            for q in (50, 99):
-                self.add(
-                    Row("a", f"{name} p{q} latency, {base}", p[(name, q)], "ms",
-                        us_per_message=cpu[name].us_per_message(n), cores=cpu[name].cores(),
-                        detail=detail, failures=failures[name] if q == 50 else 0)
-                )  # fmt: skip
+        paced = await self.paced(sends, procs, broker, rate, "stored")
+        self.paced_rows("a", paced, " (not stored)")
+        p = {(n, q): paced.p(n, q) for n in sends for q in (50, 99)}
         targets = ADDED_LATENCY_MAX_MS.get(rate, {})
         for q in (50, 99):
             added = p[("sidecar", q)] - p[("direct", q)]

@@ -81,6 +81,14 @@ class ClientActivity:
         self._groups = groups
         self._max_body_bytes = body_bytes_max
         self._long_polling_ms = long_polling_timeout_ms
+        # Set at a graceful stop: every Telemetry stream then ends (OK), so the server's grace
+        # is not spent waiting on streams that live as long as their clients.
+        self._ending = asyncio.Event()
+
+    def end_streams(self) -> None:
+        """End every Telemetry stream, open or opened later, with OK: the clients reconnect
+        (elsewhere, or here after a restart), as they do when a proxy goes away."""
+        self._ending.set()
 
     def heartbeat(self, context: Context) -> spb.HeartbeatResponse:
         client_id = metadata_value(context, CLIENT_ID_HEADER)
@@ -104,14 +112,19 @@ class ClientActivity:
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"{CLIENT_ID_HEADER} is required")
         session = self._clients.open(client_id)
         reader = asyncio.create_task(self._read_telemetry(request_iterator, session.client_id))
+        ending = asyncio.create_task(self._ending.wait())
         getter: asyncio.Task[spb.TelemetryCommand] | None = None
         try:
             while True:
                 getter = asyncio.create_task(session.outbound.get())
-                done, _ = await asyncio.wait({getter, reader}, return_when=asyncio.FIRST_COMPLETED)
+                done, _ = await asyncio.wait(
+                    {getter, reader, ending}, return_when=asyncio.FIRST_COMPLETED
+                )
                 if getter in done:
                     yield getter.result()
                     continue
+                if ending in done:
+                    return  # the broker is stopping: the stream ends OK
                 error = reader.exception()
                 if isinstance(error, ProtocolError):
                     await context.abort(grpc.StatusCode.INVALID_ARGUMENT, error.message)
@@ -119,7 +132,7 @@ class ClientActivity:
                     raise error  # a fault: the server's guard answers INTERNAL and logs it
                 return  # the client closed its side (or gRPC ended the call)
         finally:
-            for task in (getter, reader):
+            for task in (getter, reader, ending):
                 if task is not None and not task.done():
                     task.cancel()
                     with contextlib.suppress(asyncio.CancelledError, Exception):

@@ -9,8 +9,6 @@ front on HOST:PORT``: sidecar_process.py reads it; ``sidecar metrics on HOST:POR
 from __future__ import annotations
 
 import re
-import threading
-import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -23,7 +21,6 @@ from rocketmq import (
     Producer,
     SimpleConsumer,
     TransactionChecker,
-    TransactionResolution,
 )
 
 from tests.broker.broker_process import BrokerProcess
@@ -126,30 +123,3 @@ def message(topic: str, body: bytes, group: str | None = None) -> Message:
     if group is not None:
         m.message_group = group
     return m
-
-
-def receive_all(c: SimpleConsumer, count: int, ack: bool = True) -> list[Message]:
-    """Receive until ``count`` messages came (acking each), within the deadline."""
-    got: list[Message] = []
-    end = time.monotonic() + DEADLINE_S
-    while len(got) < count and time.monotonic() < end:
-        for m in c.receive(32, INVISIBLE_S):
-            got.append(m)
-            if ack:
-                c.ack(m)
-    assert len(got) >= count, f"received {len(got)} of {count}"
-    return got
-
-
-class Checker(TransactionChecker):  # type: ignore[misc]  # the official client ships no type information
-    """Answers every check with ``answer``, recording which message it was asked about."""
-
-    def __init__(self, answer: TransactionResolution) -> None:
-        self.answer = answer
-        self.asked: list[str] = []
-        self.asked_event = threading.Event()
-
-    def check(self, message: Message) -> TransactionResolution:
-        self.asked.append(message.message_id)
-        self.asked_event.set()
-        return self.answer

@@ -19,17 +19,17 @@ import pytest
 from rocketmq import Producer, TransactionResolution
 
 from tests.broker.broker_process import BrokerProcess
+from tests.broker.grpc_service.test_consumer import receive_all
+from tests.broker.grpc_service.test_producer import Checker
 from tests.rocketbox_process import wait_until
 from tests.sidecar.rocketmq_front.front_process import (
     BROKER_FRONT_ARGS,
     DEADLINE_S,
     INVISIBLE_S,
-    Checker,
     FrontSidecar,
     broker_and_front,
     message,
     producer,
-    receive_all,
     simple_consumer,
 )
 
