@@ -6,9 +6,9 @@ the holder, ListenError naming the address), recover the store, load topics, sta
 transaction and send services and HA replication (broker/ha: a master serves its slaves, a slave
 copies its master and refuses writes), then serve gRPC (apache.rocketmq.v2 messaging, admin,
 health). It returns once the server serves.
-shutdown(): stop intake (the server refuses new calls, ends Telemetry streams, and finishes
-the running calls within the grace period), drain the send queue, stop timer and transaction services (saving progress), then
-shut the store down (flush, checkpoint, clean-exit marker).
+shutdown(): stop intake (the server refuses new calls, ends Telemetry streams, and finishes the
+running calls within the grace period), drain the send queue, stop timer and transaction
+services (saving progress), then shut the store down (flush, checkpoint, clean-exit marker).
 
 Every background task (timer, transaction checks, send workers, state writers) runs in one root
 asyncio.TaskGroup (background.py): one that dies stops the broker, and shutdown() raises it.
