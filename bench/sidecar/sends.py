@@ -161,10 +161,9 @@ class SendParts(BenchCore):
         procs = {"direct": {"br": broker}, "sidecar": {"sc": sidecar, "br": broker}}
         paced = await self.paced(sends, procs, broker, rate, "stored")
         self.paced_rows("a", paced, " (not stored)")
-        p = {(n, q): paced.p(n, q) for n in sends for q in (50, 99)}
         targets = ADDED_LATENCY_MAX_MS.get(rate, {})
         for q in (50, 99):
-            added = p[("sidecar", q)] - p[("direct", q)]
+            added = paced.p("sidecar", q) - paced.p("direct", q)
             checks = [at_most(added, targets[q], f"<= {targets[q]:g} ms")] if q in targets else []
             peer: dict[str, Any] = {}
             if q == 99:

@@ -43,9 +43,15 @@ DEADLINE_S = 30.0
 
 @contextmanager
 def producer(
-    endpoint: str, topics: tuple[str, ...], checker: TransactionChecker | None = None
+    endpoint: str,
+    topics: tuple[str, ...],
+    checker: TransactionChecker | None = None,
+    namespace: str = "",
+    request_timeout_s: int = 3,
 ) -> Iterator[Producer]:
-    p = Producer(ClientConfiguration(endpoint, Credentials()), topics, checker)
+    """The official Producer, started; ``request_timeout_s``: the client's own (3 s default)."""
+    config = ClientConfiguration(endpoint, Credentials(), namespace, request_timeout_s)
+    p = Producer(config, topics, checker)
     p.startup()
     try:
         yield p

@@ -18,9 +18,7 @@ from rocketmq import (
     Credentials,
     FilterExpression,
     Message,
-    Producer,
     SimpleConsumer,
-    TransactionChecker,
 )
 
 from tests.broker.broker_process import BrokerProcess
@@ -82,24 +80,6 @@ def broker_and_front(
 
 def config(endpoint: str, namespace: str = "") -> ClientConfiguration:
     return ClientConfiguration(endpoint, Credentials(), namespace)
-
-
-@contextmanager
-def producer(
-    endpoint: str,
-    topics: tuple[str, ...],
-    checker: TransactionChecker | None = None,
-    namespace: str = "",
-    request_timeout_s: int = 3,
-) -> Iterator[Producer]:
-    p = Producer(
-        ClientConfiguration(endpoint, Credentials(), namespace, request_timeout_s), topics, checker
-    )
-    p.startup()
-    try:
-        yield p
-    finally:
-        p.shutdown()
 
 
 @contextmanager

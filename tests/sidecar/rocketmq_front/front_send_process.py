@@ -17,7 +17,7 @@ from rocketmq import (
 )
 from rocketmq.grpc_protocol import definition_pb2, service_pb2, service_pb2_grpc
 
-from tests.sidecar.rocketmq_front import front_process
+from tests.broker.grpc_service import test_producer
 from tests.sidecar.rocketmq_front.front_process import FrontSidecar, simple_consumer
 from tests.sidecar.sidecar_process import CALL_DEADLINE_S
 
@@ -41,7 +41,7 @@ def refused_endpoint() -> Iterator[str]:
 def producer(
     endpoint: str, topics: tuple[str, ...] = (), checker: TransactionChecker | None = None
 ) -> AbstractContextManager[Producer]:
-    return front_process.producer(endpoint, topics, checker, request_timeout_s=REQUEST_TIMEOUT_S)
+    return test_producer.producer(endpoint, topics, checker, request_timeout_s=REQUEST_TIMEOUT_S)
 
 
 def consume(endpoint: str, group: str, topic: str, ids: set[str]) -> dict[str, list[Any]]:

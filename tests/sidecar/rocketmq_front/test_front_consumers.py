@@ -30,6 +30,7 @@ from rocketmq import (
 from rocketbox.admin_client import AdminClient
 from tests.broker.broker_process import BrokerProcess
 from tests.broker.grpc_service.test_consumer import receive_all
+from tests.broker.grpc_service.test_producer import producer
 from tests.cluster.processes import running_cluster
 from tests.cluster.test_cluster import query_route as route_queues
 from tests.prometheus import sample, scrape
@@ -42,7 +43,6 @@ from tests.sidecar.rocketmq_front.front_process import (
     broker_and_front,
     config,
     message,
-    producer,
     simple_consumer,
 )
 

@@ -20,7 +20,7 @@ from rocketmq import Producer, TransactionResolution
 
 from tests.broker.broker_process import BrokerProcess
 from tests.broker.grpc_service.test_consumer import receive_all
-from tests.broker.grpc_service.test_producer import Checker
+from tests.broker.grpc_service.test_producer import Checker, producer
 from tests.rocketbox_process import wait_until
 from tests.sidecar.rocketmq_front.front_process import (
     BROKER_FRONT_ARGS,
@@ -29,7 +29,6 @@ from tests.sidecar.rocketmq_front.front_process import (
     FrontSidecar,
     broker_and_front,
     message,
-    producer,
     simple_consumer,
 )
 
