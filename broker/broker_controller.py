@@ -23,9 +23,8 @@ from collections.abc import Iterator, Sequence
 from wsgiref.simple_server import WSGIServer
 
 import grpc
-from grpc_health.v1 import health, health_pb2, health_pb2_grpc
+from grpc_health.v1 import health, health_pb2
 from rocketmq.grpc_protocol import definition_pb2 as pb
-from rocketmq.grpc_protocol import service_pb2_grpc
 
 from broker.arrival import MessageArrivalNotifier
 from broker.background import BackgroundTasks
@@ -36,6 +35,7 @@ from broker.consumer_progress import QueueProgress, progress_keys, topic_progres
 from broker.errors import BackgroundTaskError
 from broker.flow_control import ForcedFlowControl, SendQueue
 from broker.group_config import GroupConfigManager
+from broker.grpc_service.acl_admin_service import add_guarded_servicers
 from broker.grpc_service.admin_service import ADMIN_SERVICE_NAME, BrokerAdminService
 from broker.grpc_service.client_activity import ClientActivity
 from broker.grpc_service.client_registry import ClientRegistry
@@ -58,7 +58,6 @@ from broker.store.message_store import DefaultMessageStore
 from broker.timer_message import TimerMessageService
 from broker.topic_config import TopicConfigManager
 from broker.transaction_message import TransactionalMessageService
-from rocketbox_api.admin.v1 import broker_admin_pb2_grpc
 from rocketbox_api.listen import HA, ListenError, start_metrics_server
 
 LOG = logging.getLogger(__name__)
@@ -273,21 +272,17 @@ class BrokerController:
 
     def _add_servicers(self, server: grpc.aio.Server, messaging: MessagingService) -> None:
         assert self._pop is not None
-        service_pb2_grpc.add_MessagingServiceServicer_to_server(messaging, server)
-        broker_admin_pb2_grpc.add_BrokerAdminServicer_to_server(
-            BrokerAdminService(
-                self.store,
-                self.topics,
-                self.forced_flow_control,
-                self.groups,
-                self._pop,
-                self.clients,
-                self.replication.write_refusal,
-                self.replication.state,
-            ),
-            server,
+        admin = BrokerAdminService(
+            self.store,
+            self.topics,
+            self.forced_flow_control,
+            self.groups,
+            self._pop,
+            self.clients,
+            self.replication.write_refusal,
+            self.replication.state,
         )
-        health_pb2_grpc.add_HealthServicer_to_server(self._health, server)
+        add_guarded_servicers(server, self.config, messaging, admin, self._health)
 
     # -- the cluster's seams: HA replication (broker/ha) and NameServer registration -------------
     def ha_address(self) -> str | None:

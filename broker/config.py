@@ -8,9 +8,10 @@ from __future__ import annotations
 import enum
 import ipaddress
 import socket
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
+from broker.auth.authenticator import CLOCK_SKEW_S_MAX
 from broker.errors import BrokerConfigError
 from broker.store.config import MessageStoreConfig
 
@@ -97,6 +98,19 @@ class BrokerConfig:
     tls_cert_file: Path | None = None
     tls_key_file: Path | None = None
 
+    # Authentication and the ACL (broker/auth, docs/security.md). Off: every caller may do
+    # everything, the local developer's default.
+    auth_enabled: bool = False
+    # The key the users' secret keys are encrypted with at rest; None: config/acl.key.
+    auth_key_file: Path | None = None
+    # How far a request's signed date may be from the broker's clock, a time zone's whole
+    # quarter hours aside (broker/auth/authenticator.py says why).
+    auth_clock_skew_s: int = 300
+    # An admin user made (or whose secret is reset) at start, so that a new broker with auth on
+    # can be administered: from a file or the environment, never a command-line value.
+    auth_admin_access_key: str = ""
+    auth_admin_secret_key: str = field(default="", repr=False)
+
     # Prometheus metrics over HTTP (broker/metrics.py); None: not served. Port 0: a free one.
     metrics_host: str | None = None
     metrics_port: int = 0
@@ -144,6 +158,15 @@ class BrokerConfig:
                 (self.tls_cert_file is None) == (self.tls_key_file is None),
                 "tls_cert_file and tls_key_file go together",
             ),
+            (
+                0 <= self.auth_clock_skew_s <= CLOCK_SKEW_S_MAX,
+                f"auth_clock_skew_s must be in 0..{CLOCK_SKEW_S_MAX} (under half a quarter "
+                "hour: time zones are whole quarter hours apart)",
+            ),
+            (
+                bool(self.auth_admin_access_key) == bool(self.auth_admin_secret_key),
+                "the admin's access key and secret key go together",
+            ),
         ]
         for ok, why in checks:
             if not ok:
@@ -152,6 +175,10 @@ class BrokerConfig:
     @property
     def config_dir(self) -> Path:
         return self.store.store_path_root_dir / "config"
+
+    @property
+    def acl_key_file(self) -> Path:
+        return self.auth_key_file or self.config_dir / "acl.key"
 
     @property
     def route_host(self) -> str:
