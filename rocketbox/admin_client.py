@@ -5,6 +5,9 @@ Every call has a deadline (``deadline_s``): an unreachable or silent broker is a
 never a hang. Failures are ``AdminCallError``: ``unreachable`` when the broker could not be
 reached or did not answer in time (UNAVAILABLE, DEADLINE_EXCEEDED), otherwise the status code
 and details the broker answered with.
+
+With ROCKETBOX_ACCESS_KEY and ROCKETBOX_SECRET_KEY set, every call is signed as RocketMQ's
+clients sign (a broker with --auth wants an admin user's, or for a message lookup any user's).
 """
 
 from __future__ import annotations
@@ -14,8 +17,9 @@ from typing import Any, TypeVar
 
 import grpc
 
+from rocketbox_api.admin.v1 import acl_admin_pb2_grpc, broker_admin_pb2_grpc
 from rocketbox_api.admin.v1 import broker_admin_pb2 as apb
-from rocketbox_api.admin.v1 import broker_admin_pb2_grpc
+from rocketbox_api.credentials import CredentialsError, Signer, credentials_from_env
 
 CALL_DEADLINE_S = 10.0
 # The broker sends at most 16 MiB in one answer (grpc_receive_message_bytes_max).
@@ -48,11 +52,17 @@ class AdminClient:
 
     def __init__(self, endpoint: str, deadline_s: float = CALL_DEADLINE_S) -> None:
         self.endpoint = parse_endpoint(endpoint)
+        try:
+            credentials = credentials_from_env()
+        except CredentialsError as e:
+            raise AdminCallError(str(e), None, unreachable=False) from None
+        self._signer = Signer(credentials) if credentials is not None else None
         self._deadline_s = deadline_s
         self._channel = grpc.insecure_channel(
             endpoint, options=[("grpc.max_receive_message_length", RECEIVE_MESSAGE_BYTES_MAX)]
         )
         self._stub = broker_admin_pb2_grpc.BrokerAdminStub(self._channel)
+        self.acl_stub = acl_admin_pb2_grpc.AclAdminStub(self._channel)
 
     @property
     def deadline_s(self) -> float:
@@ -131,9 +141,14 @@ class AdminClient:
             request.timestamp_ms = timestamp_ms
         return self._call(self._stub.ResetOffset, request, apb.ResetOffsetResponse)
 
+    def call(self, rpc: Callable[..., Any], request: Any, response_type: type[R]) -> R:
+        """``rpc`` (a method of one of the stubs) with the deadline and the credentials."""
+        return self._call(rpc, request, response_type)
+
     def _call(self, rpc: Callable[..., Any], request: Any, response_type: type[R]) -> R:
+        metadata = self._signer.metadata() if self._signer is not None else None
         try:
-            response = rpc(request, timeout=self._deadline_s)
+            response = rpc(request, timeout=self._deadline_s, metadata=metadata)
         except grpc.RpcError as e:
             code = e.code()
             details = e.details() or ""

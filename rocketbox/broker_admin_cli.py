@@ -74,7 +74,7 @@ def admin_command(f: Callable[..., None]) -> Callable[..., None]:
     return command
 
 
-def _echo(as_json: bool, data: dict[str, Any], text: str) -> None:
+def echo_answer(as_json: bool, data: dict[str, Any], text: str) -> None:
     click.echo(json.dumps(data, indent=2, sort_keys=True) if as_json else text)
 
 
@@ -101,7 +101,7 @@ def topic_create(
     t = client.create_topic(name, queues, message_type.upper()).topic
     kind = render.message_type_name(t.message_type)
     text = f"created topic {t.name}: {plural(t.queue_nums, 'queue')}, {kind}"
-    _echo(as_json, render.topic_to_dict(t), text)
+    echo_answer(as_json, render.topic_to_dict(t), text)
 
 
 @topic.command("list")
@@ -110,7 +110,7 @@ def topic_list(client: admin.AdminClient, as_json: bool) -> None:
     """List the broker's topics."""
     topics = list(client.list_topics().topics)
     data = {"topics": [render.topic_to_dict(t) for t in topics]}
-    _echo(as_json, data, render.format_topics(topics))
+    echo_answer(as_json, data, render.format_topics(topics))
 
 
 @topic.command("describe", short_help="Show a topic's settings and its queues' offsets.")
@@ -119,7 +119,7 @@ def topic_list(client: admin.AdminClient, as_json: bool) -> None:
 def topic_describe(client: admin.AdminClient, as_json: bool, name: str) -> None:
     """Show topic NAME: its settings and each queue's range of queue offsets."""
     answer = client.describe_topic(name)
-    _echo(as_json, render.describe_to_dict(answer), render.format_describe(answer))
+    echo_answer(as_json, render.describe_to_dict(answer), render.format_describe(answer))
 
 
 @topic.command("delete", short_help="Delete a topic (its messages stay until retention).")
@@ -128,7 +128,7 @@ def topic_describe(client: admin.AdminClient, as_json: bool, name: str) -> None:
 def topic_delete(client: admin.AdminClient, as_json: bool, name: str) -> None:
     """Delete topic NAME (its stored messages stay until retention removes them)."""
     t = client.delete_topic(name).topic
-    _echo(as_json, render.topic_to_dict(t), f"deleted topic {t.name}")
+    echo_answer(as_json, render.topic_to_dict(t), f"deleted topic {t.name}")
 
 
 @click.group()
@@ -157,7 +157,7 @@ def message_get(
     else:
         messages, truncated = _get_in_cluster(namesrv, client.deadline_s, message_id)
     data = render.messages_to_dict(messages, truncated)
-    _echo(as_json, data, render.format_messages(messages, truncated))
+    echo_answer(as_json, data, render.format_messages(messages, truncated))
 
 
 def _get_in_cluster(
@@ -202,7 +202,7 @@ def message_query(
     answer = client.query_message(topic_name, key, max_num)
     messages = list(answer.messages)
     data = render.messages_to_dict(messages, answer.truncated)
-    _echo(as_json, data, render.format_messages(messages, answer.truncated))
+    echo_answer(as_json, data, render.format_messages(messages, answer.truncated))
 
 
 @click.command("flow-control", short_help="Force flow control on or off, for one topic or all.")
@@ -216,7 +216,7 @@ def flow_control(
     answer = client.set_flow_control(state == "on", topic_name)
     target = f"topic {topic_name}" if topic_name is not None else "the broker"
     text = f"flow control forced {state} for {target}\n{render.format_flow_control(answer)}"
-    _echo(as_json, render.flow_control_to_dict(answer), text)
+    echo_answer(as_json, render.flow_control_to_dict(answer), text)
 
 
 @click.group(short_help="Create, list, describe and reset consumer groups.")
@@ -230,7 +230,7 @@ def group_list(client: admin.AdminClient, as_json: bool) -> None:
     """List the broker's consumer groups and their settings."""
     groups = list(client.list_groups().groups)
     data = {"groups": [render.group_to_dict(g) for g in groups]}
-    _echo(as_json, data, render.format_groups(groups))
+    echo_answer(as_json, data, render.format_groups(groups))
 
 
 @group.command("describe", short_help="Show a group's consumers, progress and lag.")
@@ -240,7 +240,9 @@ def group_describe(client: admin.AdminClient, as_json: bool, name: str) -> None:
     """Show group NAME: settings, connected consumers, per-queue progress (consume offset, lag,
     messages in flight) in every topic it consumed, and its dead-letter queue."""
     answer = client.describe_group(name)
-    _echo(as_json, render.describe_group_to_dict(answer), render.format_describe_group(answer))
+    echo_answer(
+        as_json, render.describe_group_to_dict(answer), render.format_describe_group(answer)
+    )
 
 
 @group.command("create")
@@ -270,7 +272,7 @@ def group_create(
     """Create consumer group NAME. An existing group is refused, whatever its settings: its
     consume model never changes under its consumers."""
     g = client.create_group(name, orderly, retry_max_times, broadcast).group
-    _echo(as_json, render.group_to_dict(g), render.format_created_group(g))
+    echo_answer(as_json, render.group_to_dict(g), render.format_created_group(g))
 
 
 @group.command("reset-offset", short_help="Move a group's consume offsets: first, last or a time.")
@@ -305,8 +307,8 @@ def group_reset_offset(
     if answer.broadcast_members:  # a broadcast group: every member moved
         members = list(answer.broadcast_members)
         text = f"group {name} reset to {target.lower()}\n{render.format_broadcast_members(members)}"
-        _echo(as_json, {"broadcast_members": render.members_to_dicts(members)}, text)
+        echo_answer(as_json, {"broadcast_members": render.members_to_dicts(members)}, text)
         return
     progress = answer.progress
     text = f"group {name} reset to {target.lower()}\n{render.format_group_progress(progress)}"
-    _echo(as_json, render.group_progress_to_dict(progress), text)
+    echo_answer(as_json, render.group_progress_to_dict(progress), text)

@@ -24,6 +24,7 @@ from broker.store.config import FlushDiskType, MessageStoreConfig
 from broker.store.errors import StoreError, StoreLockedError
 from broker.topic_config import TopicMessageType
 from outbox.factory import redact
+from rocketbox.auth_options import AuthOptions, auth_options
 from rocketbox.cluster_options import ClusterOptions, cluster_options
 from rocketbox.run_settings import run_async
 from rocketbox.sidecar_cli import (
@@ -106,6 +107,7 @@ LOG = logging.getLogger("rocketbox")
 @click.option("--send-workers", default=64, type=click.IntRange(min=1))
 @click.option("--tls-cert", type=click.Path(path_type=Path, exists=True, dir_okay=False))
 @click.option("--tls-key", type=click.Path(path_type=Path, exists=True, dir_okay=False))
+@auth_options
 @click.option(
     "--metrics-listen",
     default=None,
@@ -138,6 +140,7 @@ def broker(
     send_workers: int,
     tls_cert: Path | None,
     tls_key: Path | None,
+    auth: AuthOptions,
     metrics_listen: Endpoint | None,
     cluster: ClusterOptions,
 ) -> None:
@@ -172,6 +175,7 @@ def broker(
             send_workers=send_workers,
             tls_cert_file=tls_cert,
             tls_key_file=tls_key,
+            **auth.config_fields(),
             metrics_host=metrics_listen.host if metrics_listen else None,
             metrics_port=metrics_listen.port if metrics_listen else 0,
             **cluster.config_fields(),

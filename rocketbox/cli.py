@@ -16,6 +16,7 @@ from click.core import ParameterSource
 
 from broker.config import BrokerConfig, BrokerRole
 from broker.store.config import FlushDiskType
+from rocketbox.acl_cli import acl
 from rocketbox.broker_admin_cli import flow_control, group, message, topic
 from rocketbox.broker_cli import broker, broker_addresses, run_broker
 from rocketbox.cluster_cli import cluster
@@ -318,6 +319,6 @@ def up_banner(
 
 for command in (broker, namesrv, sidecar_command, send_command, consume_command, reconcile_command):
     main.add_command(command)
-for command in (outbox_group, topic, message, group, cluster):
+for command in (outbox_group, topic, message, group, cluster, acl):
     main.add_command(command)
 main.add_command(flow_control)

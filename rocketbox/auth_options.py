@@ -1,0 +1,103 @@
+"""The broker's authentication options (docs/security.md), gathered into one ``auth`` argument.
+
+The bootstrap admin's credentials come from ``--auth-admin-file`` (rocketbox_api/credentials.py
+says its form) or from ROCKETBOX_AUTH_ADMIN_ACCESS_KEY and ROCKETBOX_AUTH_ADMIN_SECRET_KEY, never
+from a command-line value.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import click
+
+from broker.auth.authenticator import CLOCK_SKEW_S_DEFAULT, CLOCK_SKEW_S_MAX
+from rocketbox_api.credentials import (
+    Credentials,
+    CredentialsError,
+    credentials_from_env,
+    read_credentials_file,
+)
+
+ADMIN_ACCESS_KEY_ENV = "ROCKETBOX_AUTH_ADMIN_ACCESS_KEY"
+ADMIN_SECRET_KEY_ENV = "ROCKETBOX_AUTH_ADMIN_SECRET_KEY"  # noqa: S105 - a variable's name
+
+
+@dataclass(frozen=True)
+class AuthOptions:
+    enabled: bool = False
+    key_file: Path | None = None
+    clock_skew_s: int = CLOCK_SKEW_S_DEFAULT
+    admin: Credentials | None = None
+
+    def config_fields(self) -> dict[str, Any]:
+        return {
+            "auth_enabled": self.enabled,
+            "auth_key_file": self.key_file,
+            "auth_clock_skew_s": self.clock_skew_s,
+            "auth_admin_access_key": self.admin.access_key if self.admin else "",
+            "auth_admin_secret_key": self.admin.secret_key if self.admin else "",
+        }
+
+
+_OPTIONS = (
+    click.option(
+        "--auth/--no-auth",
+        "auth_enabled",
+        default=False,
+        help="Verify every request's RocketMQ signature and apply the ACL (rocketbox acl).",
+    ),
+    click.option(
+        "--auth-key-file",
+        type=click.Path(path_type=Path, dir_okay=False),
+        default=None,
+        help="The key users' secrets are encrypted with at rest (made if absent; default: "
+        "DATA_DIR/config/acl.key).",
+    ),
+    click.option(
+        "--auth-clock-skew-s",
+        type=click.IntRange(0, CLOCK_SKEW_S_MAX),
+        default=CLOCK_SKEW_S_DEFAULT,
+        help="How far a request's signed date may be from this clock.",
+    ),
+    click.option(
+        "--auth-admin-file",
+        type=click.Path(path_type=Path, dir_okay=False),
+        default=None,
+        help="access_key=/secret_key= lines of an admin user made at start (or "
+        f"{ADMIN_ACCESS_KEY_ENV} and {ADMIN_SECRET_KEY_ENV}).",
+    ),
+)
+_NAMES = ("auth_enabled", "auth_key_file", "auth_clock_skew_s", "auth_admin_file")
+
+
+def _admin(admin_file: Path | None) -> Credentials | None:
+    try:
+        if admin_file is not None:
+            return read_credentials_file(admin_file)
+        return credentials_from_env(None, ADMIN_ACCESS_KEY_ENV, ADMIN_SECRET_KEY_ENV)
+    except CredentialsError as e:
+        raise click.BadParameter(str(e), param_hint="--auth-admin-file") from e
+
+
+def auth_options(command: Callable[..., None]) -> Callable[..., None]:
+    """Add the options; the command receives them as one ``auth`` argument."""
+
+    def gather(**kwargs: Any) -> None:
+        fields = {name: kwargs.pop(name) for name in _NAMES}
+        auth = AuthOptions(
+            fields["auth_enabled"],
+            fields["auth_key_file"],
+            fields["auth_clock_skew_s"],
+            _admin(fields["auth_admin_file"]),
+        )
+        command(auth=auth, **kwargs)
+
+    gather.__name__ = command.__name__
+    gather.__doc__ = command.__doc__
+    for option in reversed(_OPTIONS):
+        gather = option(gather)
+    return gather
