@@ -98,6 +98,8 @@ def auth_options(command: Callable[..., None]) -> Callable[..., None]:
 
     gather.__name__ = command.__name__
     gather.__doc__ = command.__doc__
+    # Options declared below this decorator (click keeps them on the function) stay the command's.
+    gather.__click_params__ = list(getattr(command, "__click_params__", []))  # type: ignore[attr-defined]  # click's own attribute
     for option in reversed(_OPTIONS):
         gather = option(gather)
     return gather
