@@ -7,6 +7,8 @@ itself (SendMessageService.resolve_topic), then asks each other master for it th
 service; each registers it at once (a topic change triggers a registration), so the route names
 every group within a registration round. A master that does not answer is logged and skipped: it
 does not hold the topic until someone creates it there, and the route names the groups that do.
+With --auth, the request is signed with the broker's bootstrap admin credentials (the peers
+share them: a cluster is one deployment); without them a peer with --auth refuses it, logged.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from broker.grpc_service.admin_converter import TO_PB_TYPE
 from broker.topic_config import TopicConfig
 from rocketbox_api.admin.v1 import broker_admin_pb2 as apb
 from rocketbox_api.admin.v1 import broker_admin_pb2_grpc
+from rocketbox_api.credentials import Credentials, Signer
 from rocketbox_api.rate_limited_log import RateLimitedLog
 
 LOG = logging.getLogger(__name__)
@@ -30,7 +33,14 @@ PEER_CREATE_DEADLINE_S = 2.0
 
 
 class ClusterTopics:
-    def __init__(self, outer_api: BrokerOuterAPI, cluster_name: str, broker_name: str) -> None:
+    def __init__(
+        self,
+        outer_api: BrokerOuterAPI,
+        cluster_name: str,
+        broker_name: str,
+        credentials: Credentials | None = None,
+    ) -> None:
+        self._signer = Signer(credentials) if credentials is not None else None
         self._outer_api = outer_api
         self._cluster_name = cluster_name
         self._broker_name = broker_name
@@ -61,7 +71,9 @@ class ClusterTopics:
         async with grpc.aio.insecure_channel(address) as channel:
             try:
                 await broker_admin_pb2_grpc.BrokerAdminStub(channel).CreateTopic(
-                    request, timeout=PEER_CREATE_DEADLINE_S
+                    request,
+                    timeout=PEER_CREATE_DEADLINE_S,
+                    metadata=self._signer.metadata() if self._signer is not None else None,
                 )
             except grpc.aio.AioRpcError as e:
                 if e.code() is not grpc.StatusCode.ALREADY_EXISTS:

@@ -14,6 +14,7 @@ from pathlib import Path
 from broker.auth.authenticator import CLOCK_SKEW_S_MAX
 from broker.errors import BrokerConfigError
 from broker.store.config import MessageStoreConfig
+from rocketbox_api.credentials import Credentials
 
 HOUR_MS = 3_600_000
 MASTER_ID = 0  # RocketMQ's MixAll.MASTER_ID: broker id 0 is its group's master
@@ -175,6 +176,12 @@ class BrokerConfig:
     @property
     def config_dir(self) -> Path:
         return self.store.store_path_root_dir / "config"
+
+    @property
+    def admin_credentials(self) -> Credentials | None:
+        if not self.auth_admin_access_key:
+            return None
+        return Credentials(self.auth_admin_access_key, self.auth_admin_secret_key)
 
     @property
     def acl_key_file(self) -> Path:

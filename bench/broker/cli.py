@@ -5,7 +5,7 @@ one run, with the broker's CPU per message.
         [--batch-messages N] [--window W] [--batch-size B] [--batch-window R]
         [--flush ASYNC_FLUSH SYNC_FLUSH] [--consume-messages N] [--e2e-messages N]
         [--e2e-streams S] [--e2e-clients C] [--e2e-rate MSGS_PER_S]
-        [--store interpreted|compiled]
+        [--store interpreted|compiled] [--auth-rounds N]
 
 Sends 1 KiB messages to real ``rocketbox broker`` processes (a fresh one, with its own data
 directory, per measurement and flush mode; stopped with SIGTERM, which must exit 0):
@@ -44,6 +44,8 @@ directory, per measurement and flush mode; stopped with SIGTERM, which must exit
     of one durable consumer fetch 32 at a time and ack each, the same messages and stamps.
     Every message must be consumed (a consumer failure, or no progress for 60 s, fails the
     bench); a message received twice is counted as a duplicate and invalidates the run.
+(f) the cost of --auth (bench/broker/auth.py): (a) against a broker without and with it, in
+    alternating rounds; target: auth on >= 0.90x of off.
 
 Each measurement follows a warm-up (2 x W messages; for (e) produced and consumed) and waits
 until the server is idle (the store prepares its next segment in the background), so it sees
@@ -71,6 +73,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from bench.broker import processes
+from bench.broker.auth import run_auth
 from bench.broker.consume import run_consume
 from bench.broker.e2e import bench_e2e
 from bench.broker.e2e_consumers import EndToEnd
@@ -174,7 +177,7 @@ def parser() -> argparse.ArgumentParser:
     )
     parser.add_argument(
         "--only",
-        choices=("sends", "consume", "e2e"),
+        choices=("sends", "consume", "e2e", "auth"),
         default=None,
         help="run one part (default: all)",
     )
@@ -184,6 +187,7 @@ def parser() -> argparse.ArgumentParser:
         default="interpreted",
         help="the brokers' store: the checkout's, or compiled by mypyc as the image ships it",
     )
+    parser.add_argument("--auth-rounds", type=int, default=2, help="(f): alternated rounds")
     parser.add_argument("--serve-echo", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--serve-null", action="store_true", help=argparse.SUPPRESS)
     return parser
@@ -192,7 +196,8 @@ def parser() -> argparse.ArgumentParser:
 def checked_args(parser: argparse.ArgumentParser) -> argparse.Namespace:
     args = parser.parse_args()
     numbers = ("client_messages", "batch_messages", "window", "batch_size", "batch_window")
-    for name in (*numbers, "e2e_messages", "e2e_streams", "e2e_clients", "consume_messages"):
+    counts = ("e2e_messages", "e2e_streams", "e2e_clients", "consume_messages", "auth_rounds")
+    for name in (*numbers, *counts):
         if getattr(args, name) < 1:
             parser.error(f"--{name.replace('_', '-')} must be at least 1")
     if args.e2e_rate < 0:
@@ -291,6 +296,17 @@ def main() -> None:
             print()
         if args.only in (None, "e2e"):
             run_e2e(args, base, warmup, nats_window, report_e2e)
+            print()
+        if args.only in (None, "auth"):
+            run_auth(
+                base,
+                args.segment_mib,
+                args.client_messages,
+                args.window,
+                warmup,
+                args.auth_rounds,
+                report,
+            )
     except (BenchError, NatsUnreachable) as e:
         print(f"\nbench failed: {e}", file=sys.stderr)
         sys.exit(1)

@@ -36,13 +36,21 @@ from bench.process_control import (
 
 
 # -- (a) the official client, one message per request ---------------------------------------------
-def bench_official_client(server: Child, name: str, count: int, window: int, warmup: int) -> Figure:
+def bench_official_client(
+    server: Child,
+    name: str,
+    count: int,
+    window: int,
+    warmup: int,
+    credentials: tuple[str, str] = ("", ""),
+) -> Figure:
     """The official Producer against ``server`` (a broker, or the null service), which is
-    stopped afterwards."""
+    stopped afterwards; ``credentials``: its access key and secret key (none by default)."""
     from rocketmq import ClientConfiguration, Credentials, Producer  # noqa: PLC0415 - logs to ~
 
     try:
-        producer = Producer(ClientConfiguration(server.endpoint, Credentials()), (TOPIC,))
+        config = ClientConfiguration(server.endpoint, Credentials(*credentials))
+        producer = Producer(config, (TOPIC,))
         producer.startup()
         try:
             _client_sends(producer, warmup, window)
