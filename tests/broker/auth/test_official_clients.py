@@ -23,13 +23,15 @@ from rocketmq import (
     Message,
     Producer,
     SimpleConsumer,
+    TransactionChecker,
+    TransactionResolution,
 )
 from rocketmq.grpc_protocol import Code
 
 from rocketbox.cli import main
 from tests.broker.broker_process import BrokerProcess
 from tests.broker.grpc_service.test_consumer import receive_all
-from tests.broker.grpc_service.test_producer import message
+from tests.broker.grpc_service.test_producer import DEADLINE_S, Checker, message
 
 ADMIN = ("root", "root-secret-key")
 # user → (secret, [(resource, actions)]) made with `rocketbox acl`.
@@ -58,6 +60,8 @@ def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
         "--auth-admin-file", str(admin_file),
         "--invisible-duration-min-ms", "1000",
         "--long-polling-timeout-ms", "2000",
+        "--transaction-timeout-ms", "500",
+        "--transaction-check-interval-ms", "300",
         "--topic", "Orders:2",
         "--topic", "shop%Orders:2",
         "--topic", "bank%Orders:2",
@@ -80,8 +84,12 @@ def config(endpoint: str, user: str, secret: str | None = None, namespace: str =
 
 
 @contextmanager
-def producer_as(cfg: ClientConfiguration, topics: tuple[str, ...] = ()) -> Iterator[Producer]:
-    p = Producer(cfg, topics)
+def producer_as(
+    cfg: ClientConfiguration,
+    topics: tuple[str, ...] = (),
+    checker: TransactionChecker | None = None,
+) -> Iterator[Producer]:
+    p = Producer(cfg, topics, checker)
     p.startup()
     try:
         yield p
@@ -164,6 +172,22 @@ def test_two_namespaces_with_the_same_topic_are_isolated(
     assert (
         f"{Code.FORBIDDEN}, user 'shop' has no PUB or SUB right on Topic:bank%Orders" in caplog.text
     )
+
+
+def test_a_namespaced_orphan_transaction_is_checked_back_under_its_own_name(
+    broker: BrokerProcess,
+) -> None:
+    checker = Checker(TransactionResolution.COMMIT)
+    shop = config(broker.endpoint, "shop", namespace="shop")
+    with producer_as(shop, ("Orders",), checker) as p:
+        orphan = p.begin_transaction()
+        orphan_id = p.send(message("Orders", b"decided later"), orphan).message_id
+        # Neither commit nor rollback: the broker asks this producer, over its Telemetry.
+        assert checker.asked_event.wait(DEADLINE_S), "the broker never checked back"
+    assert checker.asked == [orphan_id]
+    with consumer_as(shop, "readers", "Orders") as c:
+        [got] = receive_all(c, 1)
+        assert (got.message_id, got.topic, got.body) == (orphan_id, "Orders", b"decided later")
 
 
 def test_the_acl_commands_are_for_admins_and_never_show_a_secret(broker: BrokerProcess) -> None:
