@@ -7,6 +7,11 @@ broker's default for pop groups), or, with ``--from last``, after the last one â
 the broker's admin ResetOffset before the first receive. A group that has consumed the topic
 carries on from where it stopped.
 
+With ``--namespace`` the topic and group are the namespace's (stored as NAMESPACE%NAME). Against
+a broker with --auth, the consumer signs with ROCKETBOX_ACCESS_KEY and ROCKETBOX_SECRET_KEY; a
+user that is not an admin cannot place a group (the admin service is for admins), so the
+group starts where the broker starts a new one (its first stored message).
+
 Without ``--follow`` the command stops when one receive waits ``--wait-s`` and nothing arrives.
 Ctrl-C stops it cleanly: what was printed is acked, what was received and not printed becomes
 visible again after the invisible duration.
@@ -27,6 +32,7 @@ from rocketbox import admin_client as admin
 from rocketbox.admin_render import format_time_ms
 from rocketbox.broker_admin_cli import BrokerUnreachableError, check_endpoint
 from rocketbox.exit_codes import FAILED_EXIT_CODE
+from rocketbox_api.credentials import CredentialsError, credentials_from_env
 
 CONSUME_ERROR_EXIT_CODE = FAILED_EXIT_CODE
 DEFAULT_BROKER = "127.0.0.1:8081"
@@ -170,6 +176,7 @@ def _receive_loop(
     type=click.IntRange(1, WAIT_S_MAX),
     help="Without --follow: stop when nothing arrives within this long.",
 )
+@click.option("--namespace", default="", help="The namespace of TOPIC and --group.")
 @click.option("--json", "as_json", is_flag=True, help="One JSON object per message.")
 def consume_command(
     topic: str,
@@ -180,19 +187,33 @@ def consume_command(
     count: int | None,
     follow: bool,
     wait_s: int,
+    namespace: str,
     as_json: bool,
 ) -> None:
     """Print TOPIC's messages as consumer group --group reads them from the broker, acking each
     after it is printed: message id, tag, keys, born time, properties and body (UTF-8 text, or
     base64 when binary). Exit 0; 1 on a broker error; 2 when the broker is unreachable."""
     try:
+        credentials = credentials_from_env()
+    except CredentialsError as e:
+        raise click.ClickException(str(e)) from e
+    stored = (lambda name: f"{namespace}%{name}") if namespace else (lambda name: name)
+    try:
         with admin.AdminClient(endpoint) as client:
-            where = place_group(client, group, topic, start.upper())
+            where = place_group(client, stored(group), stored(topic), start.upper())
     except admin.AdminCallError as e:
-        raise _admin_error(e) from e
+        if e.code is not grpc.StatusCode.PERMISSION_DENIED:
+            raise _admin_error(e) from e
+        where = "not an admin: the group is not placed, it starts where the broker starts it"
     click.echo(where, err=True)
     consumer = SimpleConsumer(
-        ClientConfiguration(endpoint, Credentials()),
+        ClientConfiguration(
+            endpoint,
+            Credentials(credentials.access_key, credentials.secret_key)
+            if credentials is not None
+            else Credentials(),
+            namespace,
+        ),
         group,
         {topic: FilterExpression(tag)},
         await_duration=wait_s,

@@ -206,3 +206,14 @@ def test_the_acl_commands_are_for_admins_and_never_show_a_secret(broker: BrokerP
     nobody = acl("user", "list", "--broker", broker.endpoint, admin=("app", "wrong-secret"))
     assert "UNAUTHENTICATED" in nobody.output
     assert "wrong-secret" not in nobody.output
+
+
+def test_rocketbox_consume_signs_as_its_user(broker: BrokerProcess) -> None:
+    with producer_as(config(broker.endpoint, "app"), ("Orders",)) as p:
+        sent = p.send(message("Orders", b"for the command line")).message_id
+    env = {"ROCKETBOX_ACCESS_KEY": "reader", "ROCKETBOX_SECRET_KEY": USERS["reader"][0]}
+    args = ["consume", "Orders", "--group", "readers", "--count", "1", "--json"]
+    result = CliRunner().invoke(main, [*args, "--broker", broker.endpoint], env=env)
+    assert result.exit_code == 0, result.output
+    assert "not an admin: the group is not placed" in result.stderr
+    assert sent in result.stdout
