@@ -284,7 +284,8 @@ class BrokerController:
             self.replication.write_refusal,
             self.replication.state,
         )
-        add_guarded_servicers(server, self.config, messaging, admin, self._health)
+        refusals = self.metrics.access_refusals
+        add_guarded_servicers(server, self.config, messaging, admin, self._health, refusals)
 
     # -- the cluster's seams: HA replication (broker/ha) and NameServer registration -------------
     def ha_address(self) -> str | None:

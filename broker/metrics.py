@@ -8,6 +8,10 @@ Counted and timed on the send path:
 - ``rocketbox_broker_flow_control_rejections_total{reason}``: sends refused with
   TOO_MANY_REQUESTS (forced, send_queue_full, send_queue_wait, timer_full).
 - ``rocketbox_broker_flush_seconds``: one commitlog fsync (by whichever flush service runs).
+- ``rocketbox_broker_access_refusals_total{method, code}``: calls refused by the access layer
+  (broker/grpc_service/access.py): UNAUTHORIZED, FORBIDDEN, or BAD_REQUEST for a bad namespace.
+  Never labelled by user: an access key is not secret, but labels are not the place for names
+  clients choose.
 
 Read when scraped, so nothing is kept twice:
 - ``rocketbox_broker_consumer_lag{group, topic}``: messages stored and not yet consumed, summed
@@ -88,6 +92,11 @@ class BrokerMetrics:
         self.flush_seconds = Histogram(
             "rocketbox_broker_flush_seconds", "One commitlog fsync.",
             buckets=FLUSH_BUCKETS_S, registry=r,
+        )  # fmt: skip
+        self.access_refusals = Counter(
+            "rocketbox_broker_access_refusals",
+            "Calls refused by authentication, the ACL or a bad namespace, by method and code.",
+            ["method", "code"], registry=r,
         )  # fmt: skip
 
     def observe_put(self, topic: str, results: Sequence[PutMessageResult], seconds: float) -> None:

@@ -31,6 +31,7 @@ from typing import Any
 import grpc
 from google.protobuf import message_factory
 from google.protobuf.descriptor import ServiceDescriptor
+from prometheus_client import Counter
 from rocketmq.grpc_protocol import definition_pb2 as pb
 from rocketmq.grpc_protocol import service_pb2 as spb
 
@@ -59,9 +60,12 @@ class Access:
         self,
         acl: Acl,
         authenticator: Authenticator | None,
+        refusals: Counter | None = None,
         log_interval_s: float = LOG_INTERVAL_S_DEFAULT,
     ) -> None:
-        """``authenticator`` None: authentication is off, every caller may do everything."""
+        """``authenticator`` None: authentication is off, every caller may do everything.
+        ``refusals``: counted by method and code (broker/metrics.py)."""
+        self._refusals = refusals
         self._acl = acl
         self._authenticator = authenticator
         self.refusal_log = RateLimitedLog(LOG, logging.WARNING, log_interval_s)
@@ -105,10 +109,17 @@ class Access:
 
     def _refusal(self, name: str, error: Exception) -> pb.Status:
         if isinstance(error, ProtocolError):
-            return error.to_status()
-        code = Code.UNAUTHORIZED if isinstance(error, UnauthenticatedError) else Code.FORBIDDEN
-        self.refusal_log.log("refused %s: %s %s", name, Code.Name(code), error)
-        return status(code, str(error))
+            answer = error.to_status()
+        else:
+            code = Code.UNAUTHORIZED if isinstance(error, UnauthenticatedError) else Code.FORBIDDEN
+            self.refusal_log.log("refused %s: %s %s", name, Code.Name(code), error)
+            answer = status(code, str(error))
+        self.count_refusal(name, Code.Name(answer.code))
+        return answer
+
+    def count_refusal(self, name: str, code: str) -> None:
+        if self._refusals is not None:
+            self._refusals.labels(name, code).inc()
 
     def _unary(self, name: str, inner: Any, output: Any) -> Any:
         reply_type = message_factory.GetMessageClass(output)
@@ -189,6 +200,7 @@ class Access:
                 user = authenticator.user_of(_metadata(context))
             except UnauthenticatedError as e:
                 self.refusal_log.log("refused %s: %s", name, e)
+                self.count_refusal(name, "UNAUTHENTICATED")
                 await context.abort(grpc.StatusCode.UNAUTHENTICATED, str(e))
             if user.admin:
                 return await inner(request, context)
@@ -204,6 +216,7 @@ class Access:
                 return response
             text = f"user {user.access_key!r} is not an admin: {name} is for admins"
             self.refusal_log.log("refused %s: %s", name, text)
+            self.count_refusal(name, "PERMISSION_DENIED")
             await context.abort(grpc.StatusCode.PERMISSION_DENIED, text)
             return None  # abort raises
 

@@ -12,6 +12,7 @@ from typing import Any
 
 import grpc
 from grpc_health.v1 import health_pb2_grpc
+from prometheus_client import Counter
 from rocketmq.grpc_protocol import service_pb2_grpc
 
 from broker.auth.acl import Decision, ResourcePattern, parse_actions
@@ -142,13 +143,15 @@ def add_guarded_servicers(
     messaging: Any,
     admin: broker_admin_pb2_grpc.BrokerAdminServicer,
     health: health_pb2_grpc.HealthServicer,
+    refusals: Counter | None = None,
 ) -> AclStore:
-    """Registers the broker's services behind its access layer (access.py)."""
+    """Registers the broker's services behind its access layer (access.py); ``refusals``
+    counts what it refuses."""
     store = open_acl(cfg)
     authenticator = (
         Authenticator(store.acl.users, cfg.auth_clock_skew_s) if cfg.auth_enabled else None
     )
-    access = Access(store.acl, authenticator)
+    access = Access(store.acl, authenticator, refusals)
     service_pb2_grpc.add_MessagingServiceServicer_to_server(access.messaging(messaging), server)
     broker_admin_pb2_grpc.add_BrokerAdminServicer_to_server(
         access.admin(

@@ -32,6 +32,7 @@ from rocketbox.cli import main
 from tests.broker.broker_process import BrokerProcess
 from tests.broker.grpc_service.test_consumer import receive_all
 from tests.broker.grpc_service.test_producer import DEADLINE_S, Checker, message
+from tests.prometheus import sample, scrape
 
 ADMIN = ("root", "root-secret-key")
 # user → (secret, [(resource, actions)]) made with `rocketbox acl`.
@@ -65,6 +66,7 @@ def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
         "--topic", "Orders:2",
         "--topic", "shop%Orders:2",
         "--topic", "bank%Orders:2",
+        metrics=True,
     )  # fmt: skip
     try:
         for user, (secret, rules) in USERS.items():
@@ -206,6 +208,10 @@ def test_the_acl_commands_are_for_admins_and_never_show_a_secret(broker: BrokerP
     nobody = acl("user", "list", "--broker", broker.endpoint, admin=("app", "wrong-secret"))
     assert "UNAUTHENTICATED" in nobody.output
     assert "wrong-secret" not in nobody.output
+    samples = scrape(broker.metrics_port)
+    refusals = "rocketbox_broker_access_refusals_total"
+    assert sample(samples, refusals, method="ListUsers", code="PERMISSION_DENIED") >= 1
+    assert sample(samples, refusals, method="ListUsers", code="UNAUTHENTICATED") >= 1
 
 
 def test_rocketbox_consume_signs_as_its_user(broker: BrokerProcess) -> None:
