@@ -49,6 +49,11 @@ class SpoolCause(enum.StrEnum):
     AMBIGUOUS = "AMBIGUOUS"
     # Its (topic, message group) already had entries in the outbox: it waits behind them.
     FIFO_FENCE = "FIFO_FENCE"
+    # The broker refused the sidecar's credentials (UNAUTHORIZED) or their rights (FORBIDDEN):
+    # the sidecar's configuration, not the message, so it waits until an operator fixes it.
+    # (Last: the RocksDB codec stores a cause as its index here.)
+    UNAUTHORIZED = "UNAUTHORIZED"
+    FORBIDDEN = "FORBIDDEN"
 
 
 @dataclass(frozen=True, slots=True)

@@ -30,6 +30,7 @@ from rocketbox.reconcile_cli import reconcile_command
 from rocketbox.run_settings import RunSettings, run_async
 from rocketbox.send_cli import send_command
 from rocketbox.sidecar_cli import listen_endpoint, optional_listen, sidecar_command
+from rocketbox.sidecar_security_options import AppSecurity, app_security_options
 from rocketbox.start_checks import (
     UP_BROKER_LISTEN_OPTIONS,
     refuse_locked,
@@ -195,6 +196,7 @@ def main(ctx: click.Context, log_level: str, log_format: str, event_loop: str) -
     metavar="HOST:PORT",
     help="Where a local cluster's NameServer listens (port 0: a free port).",
 )
+@app_security_options(health=False)
 def up(
     data_dir: Path,
     broker_listen: Endpoint,
@@ -214,6 +216,7 @@ def up(
     slaves: int,
     master_role: str,
     namesrv_listen: Endpoint,
+    app_security: AppSecurity,
 ) -> None:
     """Run rocketbox's embedded default on this machine, data under DATA_DIR: the broker
     (apache.rocketmq.v2 on --broker-listen, topics created on first use, 64 MiB commitlog
@@ -226,6 +229,8 @@ def up(
     ledger = up_ack_ledger(data_dir) if ack_ledger is None else ack_ledger
     ledger_path = Path(ledger).resolve() if ledger else None
     if broker_groups > 1 or slaves > 0:
+        if app_security != AppSecurity():
+            raise click.UsageError("--tls-cert and a token are not offered with a local cluster")
         refuse_outbox_locked(url, "--outbox" if outbox_url else "--data-dir")
         run_async(run_up_cluster(up_cluster_plan(ctx), url, ledger_path))
         return
@@ -254,6 +259,7 @@ def up(
             # The broker's metrics endpoint serves the sidecar's registry: keep its gauges fresh.
             outbox_stats_enable=metrics_listen is not None,
             ack_ledger_path=ledger_path,
+            **app_security.config_fields(),
         )
 
     def banner(c: SidecarConfig) -> list[str]:

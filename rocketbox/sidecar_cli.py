@@ -13,6 +13,7 @@ import click
 from outbox.entry import OutboxLimits
 from outbox.errors import OutboxError
 from rocketbox.run_settings import run_async
+from rocketbox.sidecar_security_options import app_security_options, broker_security_options
 from rocketbox.start_checks import (
     SIDECAR_LISTEN_OPTIONS,
     ListenOptions,
@@ -221,6 +222,8 @@ def optional_listen(
     help="When a sent answer reaches the ack ledger's file: 0 at once (one write per call); N "
     "every N ms (less work per call; a crash loses up to the last N ms of answers).",
 )
+@app_security_options()
+@broker_security_options
 def sidecar_command(**options: Any) -> None:
     """Serve rocketbox.v1.SidecarService: send to the broker with RocketMQ's retries, spool
     what it does not take to the outbox, resend from there; until SIGINT/SIGTERM."""
@@ -236,6 +239,8 @@ def sidecar_command(**options: Any) -> None:
         addresses.append(
             ("--rocketmq-listen", config.rocketmq_listen_host, config.rocketmq_listen_port)
         )
+    if config.health_listen_host is not None:
+        addresses.append(("--health-listen", config.health_listen_host, config.health_listen_port))
     refuse_taken(addresses)
     run_async(run_sidecar(config))
 
@@ -253,6 +258,7 @@ def sidecar_config(o: dict[str, Any]) -> SidecarConfig:
             send_msg_timeout_ms=o["send_msg_timeout_ms"],
             send_latency_fault_enable=o["send_latency_fault_enable"],
             route_refresh_interval_ms=o["route_refresh_interval_ms"],
+            **o["broker_security"].producer_fields(),
         ),
         outbox_url=o["outbox_url"],
         outbox_threads=o["outbox_threads"],
@@ -282,6 +288,7 @@ def sidecar_config(o: dict[str, Any]) -> SidecarConfig:
         ack_ledger_flush_interval_ms=o["ack_ledger_flush_interval_ms"],
         sidecar_id=o["sidecar_id"],
         state_log_interval_ms=o["state_log_interval_ms"],
+        **o["app_security"].config_fields(),
     )
 
 
@@ -310,10 +317,12 @@ async def start_sidecar(
         await sidecar.start()
     except ListenError as e:
         raise listen_refused(e, options) from e
-    except (OutboxError, OSError, ValueError) as e:
+    except (OutboxError, OSError, ValueError) as e:  # SecurityConfigError too: names the option
         raise click.ClickException(f"the sidecar cannot start: {e}") from e
     if sidecar.metrics_port:
         click.echo(f"sidecar metrics on {config.metrics_host}:{sidecar.metrics_port}")
+    if sidecar.health_port:
+        click.echo(f"sidecar health on {config.health_listen_host}:{sidecar.health_port}")
     if sidecar.rocketmq_port:
         click.echo(
             f"sidecar RocketMQ front on {config.rocketmq_listen_host}:{sidecar.rocketmq_port} "

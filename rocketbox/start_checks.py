@@ -18,7 +18,7 @@ import click
 
 from outbox.errors import OutboxConfigError
 from outbox.holder import rocksdb_dir
-from rocketbox_api.listen import GRPC, HA, METRICS, ROCKETMQ, ListenError, address_in_use
+from rocketbox_api.listen import GRPC, HA, HEALTH, METRICS, ROCKETMQ, ListenError, address_in_use
 from rocketbox_api.lock_holder import lock_holders
 
 # RocksDB's lock file in its directory (RocksDB's own name).
@@ -34,6 +34,7 @@ SIDECAR_LISTEN_OPTIONS: ListenOptions = {
     GRPC: "--listen",
     METRICS: "--metrics-listen",
     ROCKETMQ: "--rocketmq-listen",
+    HEALTH: "--health-listen",
 }
 UP_BROKER_LISTEN_OPTIONS: ListenOptions = {
     GRPC: "--broker-listen",

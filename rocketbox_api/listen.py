@@ -25,11 +25,12 @@ GRPC = "grpc"
 METRICS = "metrics"
 HA = "ha"  # a master's HA listener (broker/ha)
 ROCKETMQ = "rocketmq"  # the sidecar's RocketMQ front (sidecar/rocketmq_front)
+HEALTH = "health"  # the sidecar's plaintext health-only listener (sidecar/app_server.py)
 
 
 class ListenError(OSError):
-    """``listener`` (GRPC, METRICS, HA or ROCKETMQ) could not bind ``address``: in use by another
-    process, or not an address of this machine."""
+    """``listener`` (GRPC, METRICS, HA, ROCKETMQ or HEALTH) could not bind ``address``: in use
+    by another process, or not an address of this machine."""
 
     def __init__(self, listener: str, address: str, detail: str = "in use") -> None:
         super().__init__(errno.EADDRINUSE, f"cannot listen on {address}: {detail}")

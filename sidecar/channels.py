@@ -1,5 +1,10 @@
 """gRPC channels to the broker's endpoints, one per endpoint, and the request metadata RocketMQ 5
-servers expect (shared/spec §7: ``x-mq-client-id`` is the one a proxy requires)."""
+servers expect (shared/spec §7: ``x-mq-client-id`` is the one a proxy requires).
+
+With credentials, every request is signed as the official clients sign theirs (rocketbox_api/
+signing.py): the signature covers only ``x-mq-date-time``, so it is computed when the date
+changes, once a second, with it, and a call pays nothing for it.
+"""
 
 from __future__ import annotations
 
@@ -14,6 +19,14 @@ from dataclasses import dataclass
 
 import grpc
 from rocketmq.grpc_protocol import definition_pb2, service_pb2_grpc
+
+from rocketbox_api.credentials import Credentials
+from rocketbox_api.signing import (
+    AUTHORIZATION_HEADER,
+    DATE_TIME_FORMAT,
+    DATE_TIME_HEADER,
+    authorization_value,
+)
 
 CLIENT_VERSION = "rocketbox-0.1.0"
 # Options of every channel: keepalive finds a dead broker between sends; the message size limit
@@ -62,9 +75,18 @@ class Endpoint:
 class Channels:
     """Owns the channels; ``close`` closes them all."""
 
-    def __init__(self, namespace: str = "", tls: bool = False) -> None:
+    def __init__(
+        self,
+        namespace: str = "",
+        tls: grpc.ChannelCredentials | None = None,
+        credentials: Credentials | None = None,
+    ) -> None:
+        """``tls``: the channels' TLS credentials (None: plaintext); ``credentials``: the access
+        key the requests are signed with (None: unsigned)."""
         self._namespace = namespace
         self._tls = tls
+        self._credentials = credentials
+        self._secret_key = credentials.secret_key.encode() if credentials else b""
         self._stubs: dict[Endpoint, service_pb2_grpc.MessagingServiceStub] = {}
         self._channels: dict[Endpoint, grpc.aio.Channel] = {}
         self.client_id = f"{socket.gethostname()}@{os.getpid()}@0@{uuid.uuid4().hex[:12]}"
@@ -78,16 +100,15 @@ class Channels:
         self._request_prefix = f"{uuid.uuid4().hex[:16]}-"
         self._request_ids = itertools.count()
         self._date_second = 0
-        self._date = ""
+        # The date's metadata, with its signature when signed: recomputed once a second.
+        self._dated: tuple[tuple[str, str], ...] = ()
 
     def channel(self, endpoint: Endpoint) -> grpc.aio.Channel:
         channel = self._channels.get(endpoint)
         if channel is None:
             target = str(endpoint)
-            if self._tls:
-                channel = grpc.aio.secure_channel(
-                    target, grpc.ssl_channel_credentials(), options=CHANNEL_OPTIONS
-                )
+            if self._tls is not None:
+                channel = grpc.aio.secure_channel(target, self._tls, options=CHANNEL_OPTIONS)
             else:
                 channel = grpc.aio.insecure_channel(target, options=CHANNEL_OPTIONS)
             self._channels[endpoint] = channel
@@ -106,14 +127,19 @@ class Channels:
         second = int(time.time())
         if second != self._date_second:
             self._date_second = second
-            self._date = datetime.datetime.fromtimestamp(second, datetime.UTC).strftime(
-                "%Y%m%dT%H%M%SZ"
-            )
+            self._dated = self._dated_metadata(second)
         return (
             *self._fixed_metadata,
-            ("x-mq-date-time", self._date),
+            *self._dated,
             ("x-mq-request-id", f"{self._request_prefix}{next(self._request_ids)}"),
         )
+
+    def _dated_metadata(self, second: int) -> tuple[tuple[str, str], ...]:
+        date = datetime.datetime.fromtimestamp(second, datetime.UTC).strftime(DATE_TIME_FORMAT)
+        if self._credentials is None:
+            return ((DATE_TIME_HEADER, date),)
+        signed = authorization_value(self._credentials.access_key, self._secret_key, date)
+        return (DATE_TIME_HEADER, date), (AUTHORIZATION_HEADER, signed)
 
     async def close(self) -> None:
         for channel in self._channels.values():

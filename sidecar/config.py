@@ -142,6 +142,16 @@ class SidecarConfig:
     # run of the same id left are ended at start. Each sidecar sharing an outbox needs its own.
     # "": default_sidecar_id(listen_port).
     sidecar_id: str = ""
+    # TLS of the listeners apps reach (rocketbox.v1 and the RocketMQ front), PEM files read once
+    # at start (sidecar/security.py); with a client CA, mTLS. None: plaintext.
+    tls_cert_file: Path | None = None
+    tls_key_file: Path | None = None
+    tls_client_ca_file: Path | None = None
+    # The bearer token every rocketbox.v1 and outbox admin call must carry; None: no check.
+    api_token: str | None = field(default=None, repr=False)
+    # grpc.health.v1 alone, in plaintext, for probes that cannot speak TLS. None: off.
+    health_listen_host: str | None = None
+    health_listen_port: int = 0
 
     @property
     def grpc_receive_bytes_max(self) -> int:
@@ -170,6 +180,12 @@ class SidecarConfig:
         ):  # fmt: skip
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
+        if (self.tls_cert_file is None) != (self.tls_key_file is None):
+            raise ValueError("tls_cert_file and tls_key_file go together (--tls-cert, --tls-key)")
+        if self.tls_client_ca_file is not None and self.tls_cert_file is None:
+            raise ValueError(
+                "tls_client_ca_file (--tls-client-ca) needs tls_cert_file (--tls-cert)"
+            )
         if self.ack_ledger_flush_interval_ms < 0:
             raise ValueError(
                 "ack_ledger_flush_interval_ms must be >= 0, "

@@ -49,6 +49,8 @@ BROKER_FAULTS = {
     SpoolCause.UNAVAILABLE: "broker unreachable",
     SpoolCause.THROTTLED: "broker throttling sends (system busy)",
     SpoolCause.AMBIGUOUS: "broker not answering in time",
+    SpoolCause.UNAUTHORIZED: "broker refusing the sidecar's credentials (UNAUTHORIZED)",
+    SpoolCause.FORBIDDEN: "broker refusing the sidecar's rights on the topic (FORBIDDEN)",
 }
 SPOOLED, RESCHEDULED = "spooled", "rescheduled"
 

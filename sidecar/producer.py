@@ -25,20 +25,26 @@ import socket
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
+from pathlib import Path
 
 import grpc
 from rocketmq.grpc_protocol import definition_pb2, service_pb2
 
 from outbox.entry import OutboxMessage, SpoolCause
 from rocketbox_api.admin.v1 import broker_admin_pb2, broker_admin_pb2_grpc
+from rocketbox_api.credentials import Credentials
 from sidecar.channels import Channels, Endpoint
 from sidecar.clock import now_ms
 from sidecar.errors import SendFailedError, SendRejectedError, SidecarError
 from sidecar.latency_fault import LatencyFaultTolerance
 from sidecar.route import TopicRoute, TopicRouteCache, WritableQueue
+from sidecar.security import broker_channel_credentials
 from sidecar.send_status import check_send_status, classify_rpc_error
 
 LOG = logging.getLogger(__name__)
+# Failures not retried at once: the broker asked for less, or refused the sidecar itself (its
+# credentials or rights: another broker of the cluster would refuse them too).
+NO_RETRY_CAUSES = frozenset({SpoolCause.THROTTLED, SpoolCause.UNAUTHORIZED, SpoolCause.FORBIDDEN})
 
 
 @dataclass(frozen=True, slots=True)
@@ -50,9 +56,15 @@ class ProducerConfig:
     send_msg_timeout_ms: int = 3_000
     send_latency_fault_enable: bool = True
     route_refresh_interval_ms: int = 30_000
+    # TLS to the brokers, verified against tls_ca_file (a private CA), else the system roots.
     tls: bool = False
+    tls_ca_file: Path | None = None
+    # The sidecar's own access key, its requests signed as the official clients sign theirs.
+    credentials: Credentials | None = None
 
     def __post_init__(self) -> None:
+        if self.tls_ca_file is not None and not self.tls:
+            raise ValueError("tls_ca_file (--broker-tls-ca) needs tls (--broker-tls)")
         if not self.access_points:
             raise ValueError("access_points: at least one broker endpoint is required")
         if not 0 <= self.retry_times_when_send_failed <= 16:
@@ -98,7 +110,11 @@ NOT_STORED = StoredLookup(offered=True)
 class Producer:
     def __init__(self, config: ProducerConfig) -> None:
         self.config = config
-        self._channels = Channels(config.namespace, config.tls)
+        self._channels = Channels(
+            config.namespace,
+            broker_channel_credentials(config.tls_ca_file) if config.tls else None,
+            config.credentials,
+        )
         self._routes = TopicRouteCache(
             self._channels,
             config.access_points,
@@ -168,7 +184,7 @@ class Producer:
             for i, answer in zip(pending, answers, strict=True):
                 if isinstance(answer, SendFailedError):
                     failed = True
-                    throttled = throttled or answer.cause is SpoolCause.THROTTLED
+                    throttled = throttled or answer.cause in NO_RETRY_CAUSES
                     maybe_stored[i] = maybe_stored[i] or answer.maybe_stored
                     last_failure[i] = answer
                 else:
@@ -283,7 +299,9 @@ class Producer:
             stub = broker_admin_pb2_grpc.BrokerAdminStub(self._channels.channel(endpoint))
             try:
                 response = await stub.GetMessage(
-                    broker_admin_pb2.GetMessageRequest(message_id=message_id), timeout=timeout_s
+                    broker_admin_pb2.GetMessageRequest(message_id=message_id),
+                    timeout=timeout_s,
+                    metadata=self._channels.metadata(),
                 )
             except grpc.aio.AioRpcError as e:
                 if e.code() == grpc.StatusCode.NOT_FOUND:

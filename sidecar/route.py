@@ -19,7 +19,7 @@ from rocketmq.grpc_protocol import Code, definition_pb2, service_pb2
 from outbox.entry import SpoolCause
 from sidecar.channels import Channels, Endpoint
 from sidecar.errors import SendFailedError, SendRejectedError
-from sidecar.send_status import classify_rpc_error
+from sidecar.send_status import AUTH_CAUSES, classify_rpc_error
 
 WRITABLE = (definition_pb2.WRITE, definition_pb2.READ_WRITE)
 MASTER_BROKER_ID = 0
@@ -121,8 +121,9 @@ class TopicRouteCache:
                 )
             except Exception as e:  # grpc.aio.AioRpcError and channel errors
                 failure = classify_rpc_error(e)
+                cause = failure.cause if failure.cause in AUTH_CAUSES.values() else None
                 last = SendFailedError(
-                    SpoolCause.UNAVAILABLE, f"route of {topic!r}: {failure.detail}"
+                    cause or SpoolCause.UNAVAILABLE, f"route of {topic!r}: {failure.detail}"
                 )
                 continue
             code = response.status.code
@@ -136,7 +137,7 @@ class TopicRouteCache:
                 raise SendRejectedError("topic", response.status.message)
             if code != Code.OK:
                 last = SendFailedError(
-                    SpoolCause.UNAVAILABLE,
+                    AUTH_CAUSES.get(code, SpoolCause.UNAVAILABLE),
                     f"route of {topic!r}: {Code.Name(code)} {response.status.message}",
                 )
                 continue

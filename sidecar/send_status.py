@@ -10,10 +10,13 @@ place for the send path, the resend path and route lookups.
 | PROXY_TIMEOUT, REQUEST_TIMEOUT, gRPC DEADLINE_EXCEEDED/CANCELLED | AMBIGUOUS: maybe stored |
 | gRPC UNAVAILABLE before a connection existed | UNAVAILABLE, certainly not stored |
 | gRPC UNAVAILABLE on a live connection, other errors | UNAVAILABLE, maybe stored |
-| any other code (INTERNAL_*, UNAUTHORIZED, FORBIDDEN, …) | UNAVAILABLE: the broker said it failed |
+| UNAUTHORIZED, gRPC UNAUTHENTICATED | UNAUTHORIZED: the sidecar's credentials were refused |
+| FORBIDDEN, gRPC PERMISSION_DENIED | FORBIDDEN: the sidecar may not send to the topic |
+| any other code (INTERNAL_*, …) | UNAVAILABLE: the broker said it failed |
 
 Auth failures are spooled rather than rejected: they are the sidecar's configuration, not the
-message, and the message must survive until an operator fixes it.
+message, and the message must survive until an operator fixes it. They are resent with the
+back-off like any spooled message, and drain once the credentials or the rights are fixed.
 """
 
 from __future__ import annotations
@@ -29,6 +32,15 @@ STORED_WEAK = frozenset(
     {Code.MASTER_PERSISTENCE_TIMEOUT, Code.SLAVE_PERSISTENCE_TIMEOUT, Code.HA_NOT_AVAILABLE}
 )
 AMBIGUOUS_CODES = frozenset({Code.PROXY_TIMEOUT, Code.REQUEST_TIMEOUT})
+# The broker's refusals of the sidecar itself, by its answer's code or gRPC status.
+AUTH_CAUSES: dict[int, SpoolCause] = {
+    Code.UNAUTHORIZED: SpoolCause.UNAUTHORIZED,
+    Code.FORBIDDEN: SpoolCause.FORBIDDEN,
+}
+AUTH_RPC_CAUSES = {
+    grpc.StatusCode.UNAUTHENTICATED: SpoolCause.UNAUTHORIZED,
+    grpc.StatusCode.PERMISSION_DENIED: SpoolCause.FORBIDDEN,
+}
 # Terminal codes → the field of rocketbox.v1.Message they are about.
 REJECTED_FIELDS: dict[int, str] = {
     Code.ILLEGAL_TOPIC: "topic",
@@ -80,7 +92,7 @@ def check_send_status(code: int, message: str) -> bool:
         )
     if code in AMBIGUOUS_CODES:
         raise SendFailedError(SpoolCause.AMBIGUOUS, detail, maybe_stored=True)
-    raise SendFailedError(SpoolCause.UNAVAILABLE, detail)
+    raise SendFailedError(AUTH_CAUSES.get(code, SpoolCause.UNAVAILABLE), detail)
 
 
 def classify_rpc_error(e: BaseException) -> SendFailedError:
@@ -93,6 +105,8 @@ def classify_rpc_error(e: BaseException) -> SendFailedError:
         return SendFailedError(SpoolCause.AMBIGUOUS, detail, maybe_stored=True)
     if code == grpc.StatusCode.RESOURCE_EXHAUSTED:
         return SendFailedError(SpoolCause.THROTTLED, detail)
+    if code in AUTH_RPC_CAUSES:  # refused before anything was stored
+        return SendFailedError(AUTH_RPC_CAUSES[code], detail)
     if code == grpc.StatusCode.UNAVAILABLE:
         text = f"{e.details()} {e.debug_error_string()}".lower()
         never_sent = any(marker in text for marker in NOT_CONNECTED_MARKERS)

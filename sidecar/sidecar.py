@@ -1,7 +1,8 @@
 """The sidecar process's parts, started and stopped in order.
 
-start: open the outbox → producer → resend pool → gRPC server (SidecarService,
-OutboxAdminService, health, reflection) bound and serving → a RocksDB outbox's holder file
+start: the listeners' TLS files read (sidecar/app_server.py) → open the outbox → producer →
+resend pool → gRPC server (SidecarService, OutboxAdminService, health, reflection; the RocketMQ
+front's and a health-only one when asked) bound and serving → a RocksDB outbox's holder file
 written (outbox/holder.py: how ``rocketbox outbox`` finds this sidecar to change the outbox it
 holds). ``start`` returns once it serves. An outbox on a server (Redis, MySQL) that cannot be
 reached yet does not stop the start: it is opened once it can be (AsyncOutbox.opened_later), and
@@ -55,15 +56,14 @@ from typing import Any
 from wsgiref.simple_server import WSGIServer
 
 import grpc
-from grpc_health.v1 import health, health_pb2, health_pb2_grpc
-from grpc_reflection.v1alpha import reflection
+from grpc_health.v1 import health, health_pb2
 
 from outbox.errors import OutboxError, OutboxNoSpaceError
 from outbox.factory import redact
 from outbox.holder import Holder, remove_holder, rocksdb_dir, write_holder
-from rocketbox_api.listen import ROCKETMQ, bind_grpc, start_metrics_server
-from rocketbox_api.server_guard import ServerGuard
-from rocketbox_api.v1 import outbox_admin_pb2, outbox_admin_pb2_grpc, sidecar_pb2, sidecar_pb2_grpc
+from rocketbox_api.listen import HEALTH, ROCKETMQ, bind_grpc, start_metrics_server
+from rocketbox_api.v1 import sidecar_pb2
+from sidecar.app_server import app_server, health_server, server_tls
 from sidecar.async_outbox import open_async_outbox
 from sidecar.backoff import Backoff
 from sidecar.clock import now_ms
@@ -83,7 +83,6 @@ from sidecar.spool_writer import SpoolWriter
 
 LOG = logging.getLogger(__name__)
 SERVICE_NAME = sidecar_pb2.DESCRIPTOR.services_by_name["SidecarService"].full_name
-ADMIN_SERVICE_NAME = outbox_admin_pb2.DESCRIPTOR.services_by_name["OutboxAdminService"].full_name
 # The hosts a listener bound to every interface is reached at from this machine.
 ANY_HOSTS = {"0.0.0.0": "127.0.0.1", "::": "[::1]", "[::]": "[::1]", "": "127.0.0.1"}  # noqa: S104 - not a bind: a bound listener's address
 
@@ -100,6 +99,8 @@ class Sidecar:
         self._server: grpc.aio.Server | None = None
         self._front: grpc.aio.Server | None = None
         self.rocketmq_port = 0
+        self._health_only: grpc.aio.Server | None = None
+        self.health_port = 0
         self.metrics = SidecarMetrics()
         self.metrics_port = 0
         self._metrics_server: WSGIServer | None = None
@@ -116,18 +117,26 @@ class Sidecar:
         ``start`` and ``stop`` are awaited by one task: the one the root TaskGroup cancels when
         a background task fails (module docstring)."""
         c = self.config
+        tls = server_tls(c)  # first: a TLS file that cannot be used stops the start at once
         self.outbox = await open_async_outbox(c.outbox_url, c.outbox_limits, c.outbox_threads)
         self.outbox_log = OutboxStateLog(redact(c.outbox_url), c.state_log_interval_ms)
         await self._open_parts()
-        server = self._grpc_server()
+        self._health = health.aio.HealthServicer()
+        server = app_server(
+            c, self.service, OutboxAdminService(self.outbox, self.pool.wake), self._health
+        )
         # After the outbox's open: a RocksDB outbox's lock refuses a second sidecar on the same
         # directory, naming its holder, before a port could be found taken (ListenError).
-        self.port = bind_grpc(server, f"{c.listen_host}:{c.listen_port}")
+        self.port = bind_grpc(server, f"{c.listen_host}:{c.listen_port}", tls)
         front = None
         if c.rocketmq_listen_host is not None:
             front = front_server(c, self.producer, self.service, self.metrics.front_forwarded)
             front_address = f"{c.rocketmq_listen_host}:{c.rocketmq_listen_port}"
-            self.rocketmq_port = bind_grpc(front, front_address, listener=ROCKETMQ)
+            self.rocketmq_port = bind_grpc(front, front_address, tls, listener=ROCKETMQ)
+        if c.health_listen_host is not None:
+            self._health_only = health_server(self._health)
+            health_address = f"{c.health_listen_host}:{c.health_listen_port}"
+            self.health_port = bind_grpc(self._health_only, health_address, listener=HEALTH)
         if await self._check_ready():
             await self._outbox_reached()
         if c.metrics_host is not None:
@@ -140,6 +149,8 @@ class Sidecar:
         if front is not None:
             await front.start()
             self._front = front
+        if self._health_only is not None:
+            await self._health_only.start()
         self._record_holder()
         self._root = await self._exit_stack.enter_async_context(asyncio.TaskGroup())
         self._root.create_task(_watched("resend pool", self.pool.run()), name="resend pool")
@@ -186,33 +197,6 @@ class Sidecar:
         )
         self.metrics.intake_in_flight.set_function(lambda: self.service.intake_in_flight)
         self.metrics.fifo_fenced_groups.set_function(lambda: len(self.fence))
-
-    def _grpc_server(self) -> grpc.aio.Server:
-        """SidecarService, health and reflection on a server not yet bound."""
-        c = self.config
-        self._health = health.aio.HealthServicer()
-        server = grpc.aio.server(
-            # Malformed requests and handler faults: INVALID_ARGUMENT / INTERNAL and a
-            # rate-limited line, never UNKNOWN with a traceback per call.
-            interceptors=[ServerGuard()],
-            options=(
-                ("grpc.max_receive_message_length", c.grpc_receive_bytes_max),
-                ("grpc.so_reuseport", 0),
-                ("grpc.server.max_pending_requests", c.pending_calls_max),
-                ("grpc.server.max_pending_requests_hard_limit", c.pending_calls_max),
-            ),
-        )
-        sidecar_pb2_grpc.add_SidecarServiceServicer_to_server(self.service, server)
-        outbox_admin_pb2_grpc.add_OutboxAdminServiceServicer_to_server(
-            OutboxAdminService(self.outbox, self.pool.wake), server
-        )
-        health_pb2_grpc.add_HealthServicer_to_server(self._health, server)
-        reflection.enable_server_reflection(
-            (SERVICE_NAME, ADMIN_SERVICE_NAME, reflection.SERVICE_NAME,
-             health_pb2.DESCRIPTOR.services_by_name["Health"].full_name),
-            server,
-        )  # fmt: skip
-        return server
 
     def _record_holder(self) -> None:
         """Write the holder file beside a RocksDB outbox (outbox/holder.py): where
@@ -266,7 +250,7 @@ class Sidecar:
         await self._health.enter_graceful_shutdown()
         # In-flight calls get the grace to finish (each is bounded by the send timeout, then
         # spooled); new calls are refused by the servers themselves.
-        servers = [s for s in (self._server, self._front) if s is not None]
+        servers = [s for s in (self._server, self._front, self._health_only) if s is not None]
         await asyncio.gather(*(s.stop(c.shutdown_grace_ms / 1000.0) for s in servers))
         # Calls cut off by the grace may leave coalesced requests and spool writes running.
         await self.intake.wait_idle()

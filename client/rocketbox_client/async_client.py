@@ -29,6 +29,7 @@ from rocketbox_client.converter import from_result, to_proto
 from rocketbox_client.errors import RejectedError, RocketboxError, translate
 from rocketbox_client.message import Message, SendResult
 from rocketbox_client.message_id import stamp
+from rocketbox_client.security import TlsConfig, call_metadata
 
 Req = TypeVar("Req")
 Resp = TypeVar("Resp")
@@ -45,14 +46,21 @@ class AsyncClient:
         unavailable_retries_max: int = 3,
         retry_backoff_ms: int = 100,
         channel_options: Sequence[tuple[str, Any]] = (),
+        tls: TlsConfig | None = None,
+        token: str | None = None,
     ) -> None:
         _rpc.Deadline(timeout_s)  # checks it
+        self._metadata = call_metadata(token)
         self.target = target
         self.timeout_s = timeout_s
         self._retry = _rpc.RetryPolicy(unavailable_retries_max, retry_backoff_ms)
-        self._channel = grpc.aio.insecure_channel(
-            target, options=_rpc.channel_options(retry_backoff_ms, channel_options)
-        )
+        options = _rpc.channel_options(retry_backoff_ms, channel_options)
+        if tls is None:
+            self._channel = grpc.aio.insecure_channel(target, options=options)
+        else:
+            self._channel = grpc.aio.secure_channel(
+                target, tls.channel_credentials(), options=options
+            )
         self._send = self._channel.unary_unary(
             _rpc.SEND_PATH,
             request_serializer=api.SendRequest.SerializeToString,
@@ -134,7 +142,9 @@ class AsyncClient:
         retry = 0
         while True:
             try:
-                return await method(request, timeout=deadline.attempt_timeout_s())
+                return await method(
+                    request, timeout=deadline.attempt_timeout_s(), metadata=self._metadata
+                )
             except grpc.RpcError as e:
                 if e.code() != grpc.StatusCode.UNAVAILABLE:
                     raise

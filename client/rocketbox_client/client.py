@@ -31,6 +31,7 @@ from rocketbox_client.converter import from_result, to_proto
 from rocketbox_client.errors import RejectedError, RocketboxError, translate
 from rocketbox_client.message import Message, SendResult
 from rocketbox_client.message_id import stamp
+from rocketbox_client.security import TlsConfig, call_metadata
 from rocketbox_client.sender import BatchingSender
 
 Req = TypeVar("Req")
@@ -42,7 +43,10 @@ class Client:
 
     ``timeout_s`` is each call's deadline unless the call gives its own; it covers the retries.
     UNAVAILABLE is retried ``unavailable_retries_max`` times, after ``retry_backoff_ms``
-    doubling (with jitter, at most 2 s). ``channel_options`` are gRPC's, passed on.
+    doubling (with jitter, at most 2 s). ``channel_options`` are gRPC's, passed on. ``tls``:
+    TLS (and mTLS) to the sidecar; ``token``: the bearer token a sidecar started with a token
+    requires (sent as ``authorization: Bearer <token>``; a missing or wrong one raises
+    UnauthenticatedError).
     """
 
     def __init__(
@@ -53,14 +57,19 @@ class Client:
         unavailable_retries_max: int = 3,
         retry_backoff_ms: int = 100,
         channel_options: Sequence[tuple[str, Any]] = (),
+        tls: TlsConfig | None = None,
+        token: str | None = None,
     ) -> None:
         _rpc.Deadline(timeout_s)  # checks it
+        self._metadata = call_metadata(token)
         self.target = target
         self.timeout_s = timeout_s
         self._retry = _rpc.RetryPolicy(unavailable_retries_max, retry_backoff_ms)
-        self._channel = grpc.insecure_channel(
-            target, options=_rpc.channel_options(retry_backoff_ms, channel_options)
-        )
+        options = _rpc.channel_options(retry_backoff_ms, channel_options)
+        if tls is None:
+            self._channel = grpc.insecure_channel(target, options=options)
+        else:
+            self._channel = grpc.secure_channel(target, tls.channel_credentials(), options=options)
         self._send = self._channel.unary_unary(
             _rpc.SEND_PATH,
             request_serializer=api.SendRequest.SerializeToString,
@@ -147,7 +156,9 @@ class Client:
         retry = 0
         while True:
             try:
-                return method(request, timeout=deadline.attempt_timeout_s())
+                return method(
+                    request, timeout=deadline.attempt_timeout_s(), metadata=self._metadata
+                )
             except grpc.RpcError as e:
                 if e.code() != grpc.StatusCode.UNAVAILABLE:
                     raise

@@ -10,8 +10,10 @@
     │   │                                is full, or the batching sender's buffer stayed full
     │   └── UnavailableError        yes: the sidecar was unreachable or shutting down, also after
     │                                    the client's own retries; nothing was accepted
-    └── DeadlineExceededError       yes, with the same message id: the deadline passed before an
-                                         answer; the message MAY OR MAY NOT be stored
+    ├── DeadlineExceededError       yes, with the same message id: the deadline passed before an
+    │                                    answer; the message MAY OR MAY NOT be stored
+    └── UnauthenticatedError        no:  the sidecar requires a token and the call carried none,
+                                         or another (the client's ``token``); nothing was taken
 
 A rejected message was not taken: nothing of it is stored or spooled. Every error carries the
 message's id (``None`` for a whole-request error of ``send_batch``). ``RocketboxError`` itself
@@ -132,6 +134,11 @@ def rejection(
     return kind(code, field, reason, message_id, retry_after_ms)
 
 
+class UnauthenticatedError(RocketboxError):
+    """The sidecar refused the call: it requires a bearer token (``token=``) and this one is
+    missing or not its own. Nothing was taken; fix the token, then send again."""
+
+
 def deadline_exceeded(
     message_id: str | None, timeout_s: float, detail: str, sent: bool = True
 ) -> DeadlineExceededError:
@@ -160,6 +167,10 @@ def translate(error: grpc.RpcError, message_id: str | None, timeout_s: float) ->
             code, "", f"the request is too large for the sidecar ({details}); it can never pass: "
             "send smaller messages or fewer per batch", message_id,
         )  # fmt: skip
+    elif code == grpc.StatusCode.UNAUTHENTICATED:
+        about = f" (message {message_id})" if message_id else ""
+        translated = UnauthenticatedError(f"the sidecar refused the call: {details}{about}",
+                                          message_id)  # fmt: skip
     elif code in _REJECTIONS:
         field, reason, retry_after_ms = _rich_details(error, details)
         translated = rejection(code, field, reason, message_id, retry_after_ms)

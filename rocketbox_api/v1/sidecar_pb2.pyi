@@ -18,11 +18,15 @@ class SpoolCause(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     SPOOL_CAUSE_UNAVAILABLE: _ClassVar[SpoolCause]
     SPOOL_CAUSE_AMBIGUOUS: _ClassVar[SpoolCause]
     SPOOL_CAUSE_FIFO_FENCE: _ClassVar[SpoolCause]
+    SPOOL_CAUSE_UNAUTHORIZED: _ClassVar[SpoolCause]
+    SPOOL_CAUSE_FORBIDDEN: _ClassVar[SpoolCause]
 SPOOL_CAUSE_UNSPECIFIED: SpoolCause
 SPOOL_CAUSE_THROTTLED: SpoolCause
 SPOOL_CAUSE_UNAVAILABLE: SpoolCause
 SPOOL_CAUSE_AMBIGUOUS: SpoolCause
 SPOOL_CAUSE_FIFO_FENCE: SpoolCause
+SPOOL_CAUSE_UNAUTHORIZED: SpoolCause
+SPOOL_CAUSE_FORBIDDEN: SpoolCause
 
 class Message(_message.Message):
     __slots__ = ("topic", "body", "tag", "keys", "message_group", "delivery_time", "user_properties", "message_id")

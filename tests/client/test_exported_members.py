@@ -9,7 +9,8 @@ EXPECTED = {
     "AsyncBatchingSender", "AsyncClient", "BatchingSender", "Client", "DeadlineExceededError",
     "InvalidMessageError", "Message", "RejectedError", "RequestTooLargeError",
     "ResourceExhaustedError", "RocketboxError",
-    "SendResult", "SenderStats", "Spooled", "Stored", "TopicNotFoundError", "UnavailableError",
+    "SendResult", "SenderStats", "Spooled", "Stored", "TlsConfig", "TopicNotFoundError",
+    "UnauthenticatedError", "UnavailableError",
 }  # fmt: skip
 
 
@@ -18,7 +19,7 @@ def test_all_is_the_public_api() -> None:
     assert sorted(rocketbox_client.__all__) == rocketbox_client.__all__
     public = {n for n in vars(rocketbox_client) if not n.startswith("_")}
     modules = {"async_client", "async_sender", "batching", "client", "converter", "errors",
-               "message", "message_id", "sender", "annotations"}  # fmt: skip
+               "message", "message_id", "security", "sender", "annotations"}  # fmt: skip
     assert public - modules == EXPECTED
 
 
