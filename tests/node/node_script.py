@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
+from collections.abc import Mapping
 from pathlib import Path
 
 import pytest
@@ -15,9 +17,12 @@ def text_of(output: str | bytes | None) -> str:
     return output.decode(errors="replace") if isinstance(output, bytes) else output or ""
 
 
-def run_node_script(command: list[str], deadline_s: float) -> tuple[str, str]:
+def run_node_script(
+    command: list[str], deadline_s: float, env: Mapping[str, str] | None = None
+) -> tuple[str, str]:
     """Run ``command`` (``[node, script, args…]``) in tests/node; its stdout, and a report of
-    its whole output for failure messages. Fails the test on a timeout or a non-zero exit."""
+    its whole output for failure messages. Fails the test on a timeout or a non-zero exit.
+    ``env``: variables set for the script, beside this process's."""
     name = Path(command[1]).name
     try:
         done = subprocess.run(
@@ -27,6 +32,7 @@ def run_node_script(command: list[str], deadline_s: float) -> tuple[str, str]:
             text=True,
             timeout=deadline_s,
             check=False,
+            env=None if env is None else {**os.environ, **env},
         )
     except subprocess.TimeoutExpired as e:
         pytest.fail(

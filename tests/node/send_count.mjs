@@ -2,10 +2,12 @@
 // in package.json) to TOPIC on the endpoint given first, one at a time, and prints one JSON line
 // per send receipt on stdout:
 //   {"messageId": "...", "offset": N, "body": "..."}
-// With --group=G the messages are FIFO messages of message group G. Exit 0 when all were sent,
+// With --group=G the messages are FIFO messages of message group G; with --ssl the client speaks
+// TLS (sslEnabled: it trusts gRPC's default roots, GRPC_DEFAULT_SSL_ROOTS_FILE_PATH for a private
+// CA). Exit 0 when all were sent,
 // 1 on the first failure (its error on stderr). The client's own log goes to stderr.
 //
-// Usage: node send_count.mjs HOST:PORT TOPIC COUNT [--group=G] [--deadline-ms=N]
+// Usage: node send_count.mjs HOST:PORT TOPIC COUNT [--group=G] [--deadline-ms=N] [--ssl]
 
 import { format } from 'node:util';
 import client from 'rocketmq-client-nodejs';
@@ -15,11 +17,13 @@ const { Producer } = client;
 const REQUEST_TIMEOUT_MS = 5_000;
 
 const positional = [];
-const options = { group: undefined, deadlineMs: 60_000 };
+const options = { group: undefined, deadlineMs: 60_000, ssl: false };
 for (const arg of process.argv.slice(2)) {
   const [ name, value ] = arg.split('=', 2);
   if (name === '--group') {
     options.group = value;
+  } else if (name === '--ssl') {
+    options.ssl = true;
   } else if (name === '--deadline-ms') {
     options.deadlineMs = Number(value);
   } else {
@@ -28,7 +32,7 @@ for (const arg of process.argv.slice(2)) {
 }
 if (positional.length !== 3) {
   process.stderr.write('usage: node send_count.mjs HOST:PORT TOPIC COUNT [--group=G] ' +
-    '[--deadline-ms=N]\n');
+    '[--deadline-ms=N] [--ssl]\n');
   process.exit(2);
 }
 const [ endpoint, topic, countArg ] = positional;
@@ -45,6 +49,7 @@ const logger = { info: log('INFO'), warn: log('WARN'), error: log('ERROR'), debu
 
 const producer = new Producer({
   endpoints: endpoint, namespace: '', topics: [ topic ], requestTimeout: REQUEST_TIMEOUT_MS, logger,
+  sslEnabled: options.ssl,
 });
 
 try {

@@ -12,6 +12,7 @@ from contextlib import asynccontextmanager
 from dataclasses import dataclass
 
 from outbox import Outbox, OutboxEntry, OutboxLimits, OutboxMessage, open_outbox
+from rocketbox_api.credentials import Credentials
 from sidecar.async_outbox import AsyncOutbox
 from sidecar.backoff import Backoff
 from sidecar.coalescer import CoalesceConfig, SendCoalescer
@@ -49,9 +50,15 @@ class Core:
 
 
 @asynccontextmanager
-async def core(resend: ResendConfig = FAST_RESEND, *, pool_running: bool) -> AsyncIterator[Core]:
+async def core(
+    resend: ResendConfig = FAST_RESEND,
+    *,
+    pool_running: bool,
+    credentials: Credentials | None = None,
+) -> AsyncIterator[Core]:
     """Intake and the resend pool over a fresh memory outbox, sending to a fresh scripted
-    broker; with ``pool_running`` the pool claims and resends until the block ends."""
+    broker; with ``pool_running`` the pool claims and resends until the block ends; with
+    ``credentials`` the producer signs its requests."""
     async with scripted_broker() as broker:
         outbox = open_outbox("memory://", OutboxLimits())
         async_outbox = AsyncOutbox(outbox, threads=2)
@@ -60,6 +67,7 @@ async def core(resend: ResendConfig = FAST_RESEND, *, pool_running: bool) -> Asy
                 access_points=(broker.endpoint,),
                 retry_times_when_send_failed=RETRY_TIMES_WHEN_SEND_FAILED,
                 send_msg_timeout_ms=SEND_MSG_TIMEOUT_MS,
+                credentials=credentials,
             )
         )
         metrics = SidecarMetrics()

@@ -11,12 +11,14 @@ script is empty):
 - UNAVAILABLE: the call fails with gRPC UNAVAILABLE on a live connection, nothing stored (the
   sidecar cannot know that: it counts the message as maybe stored);
 - BROKER_ERROR: every entry INTERNAL_SERVER_ERROR, nothing stored (the broker said so);
+- UNAUTHORIZED / FORBIDDEN: every entry refused so, nothing stored (the broker's auth);
 - HANG: the call never answers (the producer's deadline ends it), nothing stored;
 - STORE_AND_HANG: every message stored, then the call never answers: the ambiguous send whose
   message the broker does hold.
 
-It records every request (``requests``: the message ids of each SendMessage, in order) and every
-index lookup (``lookups``), so a test can say what went over the wire. Handlers run on the loop
+It records every request (``requests``: the message ids of each SendMessage, in order, and
+``metadata``: each one's gRPC metadata) and every index lookup (``lookups``), so a test can say
+what went over the wire. Handlers run on the loop
 of the test that started it: no locks.
 """
 
@@ -43,6 +45,8 @@ ACCEPTED_TYPES = [definition_pb2.NORMAL, definition_pb2.FIFO, definition_pb2.DEL
 REFUSALS = {
     "THROTTLE": (Code.TOO_MANY_REQUESTS, "system busy"),
     "BROKER_ERROR": (Code.INTERNAL_SERVER_ERROR, "scripted: failed"),
+    "UNAUTHORIZED": (Code.UNAUTHORIZED, "scripted: who are you"),
+    "FORBIDDEN": (Code.FORBIDDEN, "scripted: no PUB right"),
 }
 
 
@@ -51,6 +55,8 @@ class Answer(enum.Enum):
     THROTTLE = "THROTTLE"
     UNAVAILABLE = "UNAVAILABLE"
     BROKER_ERROR = "BROKER_ERROR"
+    UNAUTHORIZED = "UNAUTHORIZED"
+    FORBIDDEN = "FORBIDDEN"
     HANG = "HANG"
     STORE_AND_HANG = "STORE_AND_HANG"
 
@@ -71,6 +77,7 @@ class ScriptedBroker(service_pb2_grpc.MessagingServiceServicer):  # type: ignore
         self.stored: dict[str, Stored] = {}
         self.store_log: list[str] = []
         self.requests: list[list[str]] = []
+        self.metadata: list[dict[str, str]] = []
         self.lookups: list[str] = []
         self._next_offset = [0] * QUEUES
         # Set at stop: hanging calls end, so the server's stop does not wait on them.
@@ -103,6 +110,7 @@ class ScriptedBroker(service_pb2_grpc.MessagingServiceServicer):  # type: ignore
 
     async def SendMessage(self, request: Any, context: Any) -> Any:  # noqa: N802 - the protocol's method name
         self.requests.append([m.system_properties.message_id for m in request.messages])
+        self.metadata.append(dict(context.invocation_metadata() or ()))
         answer = self._script.popleft() if self._script else Answer.STORE
         if answer is Answer.UNAVAILABLE:
             await context.abort(grpc.StatusCode.UNAVAILABLE, "scripted: broker unavailable")
