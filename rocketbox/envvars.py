@@ -3,8 +3,9 @@
 (a) A client-side connection setting has one shared name, whichever command uses it: a command
     that connects to a broker, a sidecar, an outbox or a NameServer as a client reads
     ``--broker`` from ROCKETBOX_BROKER, ``--sidecar`` from ROCKETBOX_SIDECAR, ``--outbox`` from
-    ROCKETBOX_OUTBOX, ``--namesrv`` from ROCKETBOX_NAMESRV, so that one ``export`` aims every
-    tool at the same thing.
+    ROCKETBOX_OUTBOX, ``--namesrv`` from ROCKETBOX_NAMESRV (and ``--sidecar-tls-ca``, the CA a
+    TLS sidecar is verified with, from ROCKETBOX_SIDECAR_TLS_CA), so that one ``export`` aims
+    every tool at the same thing.
 (b) Every other option is ROCKETBOX_<COMMAND>_<OPTION>, after the command's path and the
     option's first long name (not its Python parameter): ``--outbox`` of ``rocketbox sidecar``
     is ROCKETBOX_SIDECAR_OUTBOX, ``--limit`` of ``rocketbox outbox ls`` is
@@ -32,6 +33,7 @@ ENVVAR_PREFIX = "ROCKETBOX"
 CLIENT_ENVVARS = {
     "--broker": "ROCKETBOX_BROKER",
     "--sidecar": "ROCKETBOX_SIDECAR",
+    "--sidecar-tls-ca": "ROCKETBOX_SIDECAR_TLS_CA",
     "--outbox": "ROCKETBOX_OUTBOX",
     "--namesrv": "ROCKETBOX_NAMESRV",
 }

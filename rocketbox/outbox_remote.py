@@ -40,8 +40,16 @@ class SidecarOutbox:
     """The outbox a running sidecar holds, changed through it. ``who`` names it in errors:
     "held by rocketbox sidecar pid 1234, admin at 127.0.0.1:8081", say."""
 
-    def __init__(self, endpoint: str, who: str, deadline_s: float = CALL_DEADLINE_S) -> None:
+    def __init__(
+        self,
+        endpoint: str,
+        who: str,
+        deadline_s: float = CALL_DEADLINE_S,
+        token: str | None = None,
+    ) -> None:
+        """``token``: the bearer token a sidecar started with one asks for."""
         self.endpoint = endpoint
+        self._metadata = None if token is None else (("authorization", f"Bearer {token}"),)
         self.who = who
         self._deadline_s = deadline_s
         self._channel = grpc.insecure_channel(endpoint)
@@ -85,7 +93,7 @@ class SidecarOutbox:
 
     def _call(self, method: Callable[..., Any], request: Any) -> Any:
         try:
-            answer = method(request, timeout=self._deadline_s)
+            answer = method(request, timeout=self._deadline_s, metadata=self._metadata)
         except grpc.RpcError as e:
             code, details = e.code(), e.details()
             if code in _UNREACHABLE_CODES:

@@ -34,6 +34,7 @@ from outbox.outbox import Outbox
 from rocketbox import outbox_render as render
 from rocketbox.exit_codes import FAILED_EXIT_CODE, UNREACHABLE_EXIT_CODE
 from rocketbox.outbox_remote import SidecarAdminError, SidecarOutbox
+from rocketbox.sidecar_security_options import client_token
 
 # 1-3 as every client-side command (rocketbox/exit_codes.py); 4 and 5 the outbox commands' own.
 OPERATION_ERROR_EXIT_CODE = FAILED_EXIT_CODE
@@ -144,13 +145,17 @@ class Session:
         """The running sidecar to ask for changes: --sidecar, else a RocksDB outbox's live
         holder (outbox/holder.py); None: the outbox is opened directly."""
         if self._remote is None and self.sidecar is not None:
-            self._remote = SidecarOutbox(self.sidecar, f"served by the sidecar at {self.sidecar}")
+            self._remote = SidecarOutbox(
+                self.sidecar, f"served by the sidecar at {self.sidecar}", token=client_token()
+            )
         elif self._remote is None and _is_rocksdb(self.url):
             with _translated(self.url, opening=True):
                 outbox_dir = rocksdb_dir(self.url)
             found = read_holder(outbox_dir) if outbox_dir is not None else None
             if found is not None and found.pid != os.getpid() and found.alive():
-                self._remote = SidecarOutbox(found.admin_endpoint, f"held by {found.describe()}")
+                self._remote = SidecarOutbox(
+                    found.admin_endpoint, f"held by {found.describe()}", token=client_token()
+                )
         return self._remote
 
     def retry_now(self, message_ids: Sequence[str] | None) -> int:

@@ -24,7 +24,15 @@ import click
 
 from rocketbox import send_render as render
 from rocketbox.exit_codes import FAILED_EXIT_CODE, UNREACHABLE_EXIT_CODE, USAGE_EXIT_CODE
-from rocketbox_client import Client, Message, RocketboxError, SendResult, UnavailableError
+from rocketbox.sidecar_security_options import client_token
+from rocketbox_client import (
+    Client,
+    Message,
+    RocketboxError,
+    SendResult,
+    TlsConfig,
+    UnavailableError,
+)
 
 SEND_OK_EXIT_CODE = 0
 SEND_REJECTED_EXIT_CODE = FAILED_EXIT_CODE
@@ -190,6 +198,13 @@ def _send_many(client: Client, message: Message, count: int, rate: float | None)
     metavar="HOST:PORT",
     help="The sidecar's gRPC address.",
 )
+@click.option(
+    "--sidecar-tls-ca",
+    type=click.Path(path_type=Path, dir_okay=False, exists=True),
+    default=None,
+    help="Reach the sidecar over TLS, verified against this PEM CA. A sidecar that asks for a "
+    "token gets ROCKETBOX_SIDECAR_TOKEN's.",
+)
 @click.option("--timeout-s", default=10.0, type=click.FloatRange(min=0, min_open=True))
 @click.option("--json", "as_json", is_flag=True, help="One JSON object per answer.")
 def send_command(
@@ -205,6 +220,7 @@ def send_command(
     count: int,
     rate: float | None,
     endpoint: str,
+    sidecar_tls_ca: Path | None,
     timeout_s: float,
     as_json: bool,
 ) -> None:
@@ -226,7 +242,8 @@ def send_command(
         delivery_time_ms=_delivery_time_ms(delivery_time, delay),
         properties=_properties(properties),
     )
-    with Client(endpoint, timeout_s=timeout_s) as client:
+    tls = None if sidecar_tls_ca is None else TlsConfig.from_files(sidecar_tls_ca)
+    with Client(endpoint, timeout_s=timeout_s, tls=tls, token=client_token()) as client:
         if count == 1:
             sys.exit(_send_one(client, message, as_json))
         load = _send_many(client, message, count, rate)

@@ -67,6 +67,12 @@ class BrokerSecurity:
         return {"tls": self.tls, "tls_ca_file": self.tls_ca_file, "credentials": self.credentials}
 
 
+def client_token() -> str | None:
+    """The token a client command (``send``, ``outbox`` through a sidecar) sends: the
+    sidecar's own variable, ROCKETBOX_SIDECAR_TOKEN, so that one export serves both sides."""
+    return os.environ.get(TOKEN_ENV, "").strip() or None
+
+
 def _health_listen(value: str | None) -> Endpoint | None:
     if not value or value.strip().lower() == "off":
         return None

@@ -30,6 +30,7 @@ SERVERS = {"broker", "namesrv", "sidecar", "up"}
 SHARED = {"--broker": "ROCKETBOX_BROKER", "--sidecar": "ROCKETBOX_SIDECAR"}
 SHARED["--outbox"] = "ROCKETBOX_OUTBOX"
 SHARED["--namesrv"] = "ROCKETBOX_NAMESRV"
+SHARED["--sidecar-tls-ca"] = "ROCKETBOX_SIDECAR_TLS_CA"
 
 
 def walk(

@@ -206,3 +206,31 @@ def test_a_key_that_is_not_the_certificates_stops_the_start(tmp_path: Path) -> N
     assert "--tls-key" in done.stderr
     assert "not the key of the certificate" in done.stderr
     assert "PRIVATE KEY" not in done.stderr + done.stdout
+
+
+def test_rocketbox_send_reads_the_ca_and_the_token_from_the_environment(tmp_path: Path) -> None:
+    certs = make_certificates(tmp_path / "certs")
+    token_file = tmp_path / "token"
+    token_file.write_text(TOKEN)
+    args = ("--tls-cert", str(certs.server.cert), "--tls-key", str(certs.server.key),
+            "--token-file", str(token_file))  # fmt: skip
+    with (
+        BrokerProcess(tmp_path / "broker", *BROKER_ARGS) as broker,
+        SidecarProcess(broker.endpoint, f"rocksdb://{tmp_path / 'outbox'}", *args) as sidecar,
+    ):
+        env = {**os.environ, "ROCKETBOX_SIDECAR": sidecar.endpoint,
+               "ROCKETBOX_SIDECAR_TLS_CA": str(certs.ca)}  # fmt: skip
+
+        def send(token: str) -> subprocess.CompletedProcess[str]:
+            return subprocess.run(
+                [sys.executable, "-m", "rocketbox", "send", TOPIC, "from the CLI"],
+                cwd=REPO_ROOT, capture_output=True, text=True, timeout=SCRIPT_DEADLINE_S,
+                env={**env, "ROCKETBOX_SIDECAR_TOKEN": token}, check=False,
+            )  # fmt: skip
+
+        sent = send(TOKEN)
+        assert sent.returncode == 0, sent.stdout + sent.stderr
+        assert "STORED" in sent.stdout
+        refused = send("")
+        assert refused.returncode != 0
+        assert "token" in refused.stdout + refused.stderr
