@@ -87,9 +87,11 @@ class Access:
 
     def _admit(self, name: str, request: Any, metadata: Mapping[str, str]) -> str:
         """The request's namespace (its resources rewritten); raises its refusal."""
-        namespace = metadata.get(NAMESPACE_HEADER) or first_namespace(name, request)
+        namespace = metadata.get(NAMESPACE_HEADER, "")
+        from_header = bool(namespace)
+        namespace = namespace or first_namespace(name, request)
         if namespace:
-            validate_namespace(namespace)
+            validate_namespace(namespace, from_header)
             wrap(request, namespace)
         if self._authenticator is not None:
             user = self._authenticator.user_of(metadata)
@@ -160,7 +162,7 @@ class Access:
             try:
                 namespace = metadata.get(NAMESPACE_HEADER, "")
                 if namespace:
-                    validate_namespace(namespace)
+                    validate_namespace(namespace, from_header=True)
                 user = (
                     self._authenticator.user_of(metadata)
                     if self._authenticator is not None

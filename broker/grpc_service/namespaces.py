@@ -21,20 +21,24 @@ from google.protobuf.message import Message
 from rocketmq.grpc_protocol import definition_pb2 as pb
 
 from broker.grpc_service.protocol import Code, ProtocolError, shown
+from broker.grpc_service.request_limits import RESOURCE_NAMESPACE_LENGTH_MAX
 
 NAMESPACE_HEADER = "x-mq-namespace"
 SEPARATOR = "%"
-NAMESPACE_LENGTH_MAX = 64
+NAMESPACE_LENGTH_MAX = RESOURCE_NAMESPACE_LENGTH_MAX
 NAMESPACE_PATTERN = re.compile(r"[A-Za-z0-9_-]+")
 SYSTEM_PREFIXES = ("%RETRY%", "%DLQ%")
 _RESOURCE = pb.Resource.DESCRIPTOR
 
 
-def validate_namespace(namespace: str) -> None:
+def validate_namespace(namespace: str, from_header: bool) -> None:
+    """A namespace from the metadata is refused BAD_REQUEST naming the header; one from a
+    Resource ILLEGAL_TOPIC naming ``resource_namespace``, as the proxy's topic checks do."""
     if len(namespace) > NAMESPACE_LENGTH_MAX or not NAMESPACE_PATTERN.fullmatch(namespace):
+        where = NAMESPACE_HEADER if from_header else "resource_namespace"
         raise ProtocolError(
-            Code.BAD_REQUEST,
-            f"namespace {shown(namespace)}: 1..{NAMESPACE_LENGTH_MAX} characters of a-zA-Z0-9_-",
+            Code.BAD_REQUEST if from_header else Code.ILLEGAL_TOPIC,
+            f"{where} {shown(namespace)}: 1..{NAMESPACE_LENGTH_MAX} characters of a-zA-Z0-9_-",
         )
 
 
