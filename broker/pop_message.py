@@ -10,7 +10,7 @@ An offset at or above ``ack_offset`` that is neither is available. At most
 INFLIGHT_WINDOW_ENTRIES offsets from ``ack_offset`` on are handed out (a slow message holds the
 window, as RocketMQ's pop in-flight threshold does). In-flight messages whose invisibility expired
 are handed out again, with ``delivery_attempt`` + 1; a message that would exceed the group's
-maximum attempts goes to ``%DLQ%<group>`` instead.
+maximum attempts goes to ``%DLQ%<group>`` instead (dead_letter.py).
 
 Concurrent groups read each queue from a cursor, ``scan_offset`` (every offset below it is done or
 in flight), and find expired in-flight messages on a heap ordered by invisibility: a receive's
@@ -38,7 +38,8 @@ from pathlib import Path
 
 from broker.arrival import MessageArrivalNotifier
 from broker.background import BackgroundTasks
-from broker.group_config import GroupConfig, dlq_topic
+from broker.dead_letter import dead_letter
+from broker.group_config import GroupConfig
 from broker.pop_progress import PopProgress
 from broker.pop_state import (
     InFlight,
@@ -48,11 +49,8 @@ from broker.pop_state import (
     parse_handle,
 )
 from broker.store.codec.message import (
-    PROPERTY_ORIGIN_MESSAGE_ID,
-    PROPERTY_RETRY_TOPIC,
     PROPERTY_SHARDING_KEY,
     MessageExt,
-    MessageExtBrokerInner,
     tags_string_to_tags_code,
 )
 from broker.store.consume_queue import ConsumeQueue, CqEntry
@@ -303,7 +301,7 @@ class PopMessageService:
             if not self._dead_letter_enable:  # a SLAVE writes no log: held in flight, not sent
                 qs.hand_out(offset, InFlight(phy_offset, size, attempt - 1, until, handle, None))
                 return
-            await self._dead_letter(take.group.group_name, msg, attempt - 1)
+            await dead_letter(self._store, self._topics, take.group.group_name, msg, attempt - 1)
             qs.mark_done(offset)
             self.progress.changed()
             return
@@ -351,32 +349,9 @@ class PopMessageService:
         qs, offset, flight = self._flight(group if key is None else key, topic, handle)
         msg = self._store.look_message_by_offset(flight.phy_offset, flight.size)
         if msg is not None:
-            await self._dead_letter(group, msg, flight.attempt)
+            await dead_letter(self._store, self._topics, group, msg, flight.attempt)
         qs.mark_done(offset)
         self.progress.changed()
-
-    async def _dead_letter(self, group: str, msg: MessageExt, attempts: int) -> None:
-        props = msg.properties_for_copy()
-        props[PROPERTY_RETRY_TOPIC] = msg.topic
-        props[PROPERTY_ORIGIN_MESSAGE_ID] = msg.msg_id or ""
-        # The DLQ is a topic like any other: consumers subscribe to it by name.
-        self._topics.create(dlq_topic(group), 1, exist_ok=True, allow_system=True)
-        copy = MessageExtBrokerInner(
-            topic=dlq_topic(group),
-            body=msg.body,
-            properties=props,
-            born_timestamp_ms=msg.born_timestamp_ms,
-            born_host=msg.born_host,
-            reconsume_times=attempts,
-        )
-        [result] = await self._store.async_put_messages([copy])
-        if not result.ok:
-            raise RuntimeError(f"dead-lettering {msg.msg_id} failed: {result.status.value}")
-        LOG.info(
-            "message %s of %s dead-lettered for group %s after %s attempts",
-            msg.msg_id, msg.topic, group, attempts,
-            extra={"message_id": msg.msg_id, "topic": msg.topic},
-        )  # fmt: skip
 
 
 def _window(cq: ConsumeQueue, start: int, end: int) -> Iterator[CqEntry]:

@@ -13,6 +13,7 @@ from google.rpc import code_pb2, error_details_pb2, status_pb2
 from grpc_status import rpc_status
 
 from outbox.entry import OutboxMessage, SpoolCause
+from rocketbox_api.tracing import with_trace
 from rocketbox_api.v1 import sidecar_pb2 as api
 from sidecar.errors import SendRejectedError
 from sidecar.intake import Accepted, Stored
@@ -36,14 +37,20 @@ def message_id_of(m: api.Message, ids: MessageIdGenerator) -> str:
     return m.message_id if m.HasField("message_id") else ids.next_id()
 
 
-def to_outbox_message(m: api.Message, message_id: str, now_ms: int) -> OutboxMessage:
-    """The app's message under ``message_id``; raises SendRejectedError for what cannot be
-    converted (a Timestamp outside its range)."""
+def to_outbox_message(
+    m: api.Message, message_id: str, now_ms: int, trace: dict[str, str] | None = None
+) -> OutboxMessage:
+    """The app's message under ``message_id``, with the call's ``trace`` context unless it
+    has its own; raises SendRejectedError for what cannot be converted (a Timestamp outside its
+    range)."""
     delivery_timestamp_ms = None
     if m.HasField("delivery_time"):
         t = m.delivery_time
         validate_timestamp("delivery_time", t.seconds, t.nanos)
         delivery_timestamp_ms = t.ToMilliseconds()
+    properties = dict(m.user_properties)
+    if trace is not None:
+        with_trace(properties, trace)
     return OutboxMessage(
         topic=m.topic,
         body=m.body,
@@ -52,7 +59,7 @@ def to_outbox_message(m: api.Message, message_id: str, now_ms: int) -> OutboxMes
         keys=tuple(m.keys),
         message_group=m.message_group if m.HasField("message_group") else None,
         delivery_timestamp_ms=delivery_timestamp_ms,
-        properties=dict(m.user_properties),
+        properties=properties,
         born_timestamp_ms=now_ms,
     )
 

@@ -30,6 +30,9 @@ Deliveries and failures are reported to the pool's ``pull_in`` (sidecar/pull_in.
 intake reports its sends to as well: once a topic's sends are stored again, it makes due at once
 the entries spooled or rescheduled only to wait for the broker to come back. Its waves finish
 before ``run`` returns.
+
+Each job is a ``rocketbox.resend`` span, its broker call a ``rocketbox.resend.send`` and each
+burial a ``rocketbox.bury`` (sidecar/tracing.py).
 """
 
 from __future__ import annotations
@@ -54,6 +57,7 @@ from sidecar.health_log import RESCHEDULED, BrokerStateLog, OutboxStateLog
 from sidecar.metrics import READY, SidecarMetrics
 from sidecar.producer import Producer
 from sidecar.pull_in import RecoveryPullIn
+from sidecar.tracing import bury_span, resend_send_span, resend_span
 
 LOG = logging.getLogger(__name__)
 HOUR_MS = 3_600_000
@@ -215,9 +219,10 @@ class ResendPool:
 
     async def _resend(self, job: list[OutboxEntry]) -> None:
         try:
-            if len(job) == 1 and job[0].maybe_stored and await self._settled_by_index(job[0]):
-                return
-            await self._send(job)
+            with resend_span(job):
+                if len(job) == 1 and job[0].maybe_stored and await self._settled_by_index(job[0]):
+                    return
+                await self._send(job)
         except Exception as e:
             # The outbox call after the send failed: the lease expires and the entry comes
             # again (checked against the index first if it may be stored).
@@ -246,7 +251,8 @@ class ResendPool:
 
     async def _send(self, job: list[OutboxEntry]) -> None:
         """One SendMessage request for the job (the producer retries), then each entry settled."""
-        outcomes = await self._producer.send_many([e.message for e in job])
+        with resend_send_span(job):
+            outcomes = await self._producer.send_many([e.message for e in job])
         delivered_ms = now_ms()
         delivered: list[tuple[OutboxEntry, DeliveryReceipt]] = []
         for entry, outcome in zip(job, outcomes, strict=True):
@@ -321,7 +327,8 @@ class ResendPool:
             )  # fmt: skip
 
     async def _bury(self, entry: OutboxEntry, error: str) -> None:
-        done = await self._outbox.bury(entry.message_id, self.owner, error, now_ms())
+        with bury_span(entry, error):
+            done = await self._outbox.bury(entry.message_id, self.owner, error, now_ms())
         if done:
             self._count("BURIED")
             self._fifo_settled(entry)

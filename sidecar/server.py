@@ -40,6 +40,10 @@ answers once gRPC has sent them: for Send and SendBatch when the call finished w
 cancelled (its done callback), for SendStream once the response was written to the stream. The
 answers of a call cancelled before the sidecar replied are never given to it.
 
+Trace context: a call's W3C ``traceparent`` / ``tracestate`` metadata is read once per call, by
+the handler (sidecar/tracing.py), and added to each of its messages' properties unless the
+message has its own: what a consumer receives links to the app's trace.
+
 Admission control: at most ``intake_in_flight_max`` messages are inside the sidecar at once
 (from intake to answer, over all calls). One more is refused at once with RESOURCE_EXHAUSTED and
 a retry-after rather than queued, so under overload the latency of what is accepted stays bounded
@@ -80,6 +84,7 @@ from sidecar.ledger import SentAnswer
 from sidecar.message_id import MessageIdGenerator
 from sidecar.metrics import SidecarMetrics
 from sidecar.send_stream import answer_stream
+from sidecar.tracing import call_trace
 
 LOG = logging.getLogger(__name__)
 SHUTTING_DOWN_RETRY_AFTER_MS = 1_000
@@ -168,11 +173,12 @@ class SidecarService(sidecar_pb2_grpc.SidecarServiceServicer):  # type: ignore[m
         )
         return Outcome(message_id, internal_error(e), None)
 
-    async def _answer_one(self, m: api.Message) -> Answer:
-        """This message's rocketbox.v1 answer (``accept``)."""
+    async def _answer_one(self, trace: dict[str, str] | None, m: api.Message) -> Answer:
+        """This message's rocketbox.v1 answer (``accept``); ``trace``: the call's trace
+        context (sidecar/tracing.py), added to its properties."""
         outcome = await self.accept(
             functools.partial(message_id_of, m, self._ids),
-            lambda message_id: to_outbox_message(m, message_id, now_ms()),
+            lambda message_id: to_outbox_message(m, message_id, now_ms(), trace),
         )
         if isinstance(outcome.answer, SendRejectedError):
             return to_rejected(outcome.message_id, outcome.answer), None
@@ -270,7 +276,7 @@ class SidecarService(sidecar_pb2_grpc.SidecarServiceServicer):  # type: ignore[m
     ) -> api.SendResponse:
         if not request.HasField("message"):
             await _abort(context, to_rejection(MESSAGE_REQUIRED))
-        result, sent = await self._answer_one(request.message)
+        result, sent = await self._answer_one(call_trace(context), request.message)
         if result.HasField("rejected"):
             await _abort(context, result.rejected)
         if sent is not None:
@@ -290,8 +296,9 @@ class SidecarService(sidecar_pb2_grpc.SidecarServiceServicer):  # type: ignore[m
         # messages arrive: a group's messages keep their request order; the rest go in parallel.
         # _answer_one answers for itself; return_exceptions is the net under it, so that one
         # message's failure can never fail the call its neighbours were stored in.
+        trace = call_trace(context)
         outcomes = await asyncio.gather(
-            *(self._answer_one(m) for m in request.messages), return_exceptions=True
+            *(self._answer_one(trace, m) for m in request.messages), return_exceptions=True
         )
         results: list[api.SendResult] = []
         sent: list[SentAnswer] = []
@@ -310,7 +317,8 @@ class SidecarService(sidecar_pb2_grpc.SidecarServiceServicer):  # type: ignore[m
         request_iterator: AsyncIterator[api.SendStreamRequest],
         context: grpc.aio.ServicerContext[Any, Any],
     ) -> AsyncIterator[api.SendStreamResponse]:
-        answers = answer_stream(request_iterator, self._stream_answer, self._stream_in_flight_max)
+        answer = functools.partial(self._stream_answer, call_trace(context))
+        answers = answer_stream(request_iterator, answer, self._stream_in_flight_max)
         async with contextlib.aclosing(answers):
             async for response, sent in answers:
                 yield response
@@ -318,12 +326,14 @@ class SidecarService(sidecar_pb2_grpc.SidecarServiceServicer):  # type: ignore[m
                 if sent is not None and self._on_sent is not None:
                     self._record((sent,))
 
-    async def _stream_answer(self, request: api.SendStreamRequest) -> StreamAnswer:
+    async def _stream_answer(
+        self, trace: dict[str, str] | None, request: api.SendStreamRequest
+    ) -> StreamAnswer:
         try:
             if not request.HasField("message"):
                 result, sent = to_rejected("", MESSAGE_REQUIRED), None
             else:
-                result, sent = await self._answer_one(request.message)
+                result, sent = await self._answer_one(trace, request.message)
         except Exception as e:
             result, sent = self._failed(e, _app_id(request.message)), None
         return api.SendStreamResponse(request_id=request.request_id, result=result), sent

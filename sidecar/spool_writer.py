@@ -5,7 +5,7 @@ So the spools of concurrent sends, of every message of a coalesced request the b
 take, and of one SendBatch or SendStream cost one fsync (RocksDB), one round trip (Redis) or one
 commit (MySQL) per write rather than per message, and one hop to the outbox's threads. Each entry
 keeps put's all-or-nothing answer: an outbox at its bound refuses the entries that do not fit,
-not their neighbours.
+not their neighbours. Each write is one ``rocketbox.spool`` span (sidecar/tracing.py).
 """
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ from outbox.errors import OutboxError
 from sidecar.async_outbox import AsyncOutbox
 from sidecar.batcher import InFlightBatcher
 from sidecar.metrics import SidecarMetrics
+from sidecar.tracing import spool_span
 
 # Entries and body bytes of one spool write: the backends' group commit takes up to 256
 # requests a write (outbox/group_commit.py); 16 MiB keeps one write's memory and time small.
@@ -51,5 +52,5 @@ class SpoolWriter:
 
     async def _write(self, entries: Sequence[OutboxEntry]) -> list[PutAnswer]:
         self._metrics.put_entries.observe(len(entries))
-        with self._metrics.put_seconds.time():
+        with self._metrics.put_seconds.time(), spool_span(entries):
             return await self._outbox.put_groups([[e] for e in entries])

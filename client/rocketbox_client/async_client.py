@@ -29,7 +29,7 @@ from rocketbox_client.converter import from_result, to_proto
 from rocketbox_client.errors import RejectedError, RocketboxError, translate
 from rocketbox_client.message import Message, SendResult
 from rocketbox_client.message_id import stamp
-from rocketbox_client.security import TlsConfig, call_metadata
+from rocketbox_client.security import Metadata, TlsConfig, call_metadata
 
 Req = TypeVar("Req")
 Resp = TypeVar("Resp")
@@ -74,13 +74,15 @@ class AsyncClient:
         self._senders: list[AsyncBatchingSender] = []
         self._closed = False
 
-    async def send(self, message: Message, *, timeout_s: float | None = None) -> SendResult:
+    async def send(
+        self, message: Message, *, timeout_s: float | None = None, metadata: Metadata = ()
+    ) -> SendResult:
         """As ``Client.send``."""
         deadline = _rpc.Deadline(self.timeout_s if timeout_s is None else timeout_s)
         message_id = stamp(message)
         request = api.SendRequest(message=to_proto(message, message_id))
         try:
-            response = await self._call_with_retries(self._send, request, deadline)
+            response = await self._call_with_retries(self._send, request, deadline, metadata)
         except grpc.RpcError as e:
             raise translate(e, message_id, deadline.timeout_s) from e
         result = from_result(response.result)
@@ -89,7 +91,11 @@ class AsyncClient:
         return result
 
     async def send_batch(
-        self, messages: Sequence[Message], *, timeout_s: float | None = None
+        self,
+        messages: Sequence[Message],
+        *,
+        timeout_s: float | None = None,
+        metadata: Metadata = (),
     ) -> list[SendResult | RejectedError]:
         """As ``Client.send_batch``."""
         deadline = _rpc.Deadline(self.timeout_s if timeout_s is None else timeout_s)
@@ -100,7 +106,7 @@ class AsyncClient:
         check_batch(protos)
         request = api.SendBatchRequest(messages=protos)
         try:
-            response = await self._call_with_retries(self._send_batch, request, deadline)
+            response = await self._call_with_retries(self._send_batch, request, deadline, metadata)
         except grpc.RpcError as e:
             raise translate(e, None, deadline.timeout_s) from e
         return results_of(response, ids)
@@ -138,13 +144,14 @@ class AsyncClient:
         method: grpc.aio.UnaryUnaryMultiCallable[Req, Resp],
         request: Req,
         deadline: _rpc.Deadline,
+        metadata: Metadata = (),
     ) -> Resp:
+        # The call's own metadata (a trace context) after the client's (its token).
+        sent = (*(self._metadata or ()), *metadata) if metadata else self._metadata
         retry = 0
         while True:
             try:
-                return await method(
-                    request, timeout=deadline.attempt_timeout_s(), metadata=self._metadata
-                )
+                return await method(request, timeout=deadline.attempt_timeout_s(), metadata=sent)
             except grpc.RpcError as e:
                 if e.code() != grpc.StatusCode.UNAVAILABLE:
                     raise

@@ -31,7 +31,7 @@ from rocketbox_client.converter import from_result, to_proto
 from rocketbox_client.errors import RejectedError, RocketboxError, translate
 from rocketbox_client.message import Message, SendResult
 from rocketbox_client.message_id import stamp
-from rocketbox_client.security import TlsConfig, call_metadata
+from rocketbox_client.security import Metadata, TlsConfig, call_metadata
 from rocketbox_client.sender import BatchingSender
 
 Req = TypeVar("Req")
@@ -83,14 +83,18 @@ class Client:
         self._senders: list[BatchingSender] = []
         self._closed = False
 
-    def send(self, message: Message, *, timeout_s: float | None = None) -> SendResult:
+    def send(
+        self, message: Message, *, timeout_s: float | None = None, metadata: Metadata = ()
+    ) -> SendResult:
         """Stored or Spooled; raises a RejectedError subclass (the message was not taken) or
-        DeadlineExceededError (it may or may not be stored)."""
+        DeadlineExceededError (it may or may not be stored). ``metadata``: the call's own gRPC
+        metadata, such as a W3C ``traceparent`` and ``tracestate``, which the sidecar adds to
+        the properties of a message that has none of its own (docs/tracing.md)."""
         deadline = _rpc.Deadline(self.timeout_s if timeout_s is None else timeout_s)
         message_id = stamp(message)
         request = api.SendRequest(message=to_proto(message, message_id))
         try:
-            response = self._call_with_retries(self._send, request, deadline)
+            response = self._call_with_retries(self._send, request, deadline, metadata)
         except grpc.RpcError as e:
             raise translate(e, message_id, deadline.timeout_s) from e
         result = from_result(response.result)
@@ -99,13 +103,18 @@ class Client:
         return result
 
     def send_batch(
-        self, messages: Sequence[Message], *, timeout_s: float | None = None
+        self,
+        messages: Sequence[Message],
+        *,
+        timeout_s: float | None = None,
+        metadata: Metadata = (),
     ) -> list[SendResult | RejectedError]:
         """One answer per message, in order: Stored, Spooled, or the RejectedError of that
         message alone. One SendBatch request: more than 1,000 messages or 16 MiB (encoded) raise
         InvalidMessageError (field "messages") before anything is sent — split the batch, or use
         ``batching_sender``. Raises for the whole request: UnavailableError after the retries,
-        DeadlineExceededError (any of them may or may not be stored)."""
+        DeadlineExceededError (any of them may or may not be stored). ``metadata``: as
+        ``send``'s, for every message of the batch."""
         deadline = _rpc.Deadline(self.timeout_s if timeout_s is None else timeout_s)
         if not messages:
             return []
@@ -114,7 +123,7 @@ class Client:
         check_batch(protos)
         request = api.SendBatchRequest(messages=protos)
         try:
-            response = self._call_with_retries(self._send_batch, request, deadline)
+            response = self._call_with_retries(self._send_batch, request, deadline, metadata)
         except grpc.RpcError as e:
             raise translate(e, None, deadline.timeout_s) from e
         return results_of(response, ids)
@@ -152,13 +161,14 @@ class Client:
         method: grpc.UnaryUnaryMultiCallable[Req, Resp],
         request: Req,
         deadline: _rpc.Deadline,
+        metadata: Metadata = (),
     ) -> Resp:
+        # The call's own metadata (a trace context) after the client's (its token).
+        sent = (*(self._metadata or ()), *metadata) if metadata else self._metadata
         retry = 0
         while True:
             try:
-                return method(
-                    request, timeout=deadline.attempt_timeout_s(), metadata=self._metadata
-                )
+                return method(request, timeout=deadline.attempt_timeout_s(), metadata=sent)
             except grpc.RpcError as e:
                 if e.code() != grpc.StatusCode.UNAVAILABLE:
                     raise

@@ -53,6 +53,7 @@ from rocketmq.grpc_protocol import Code, definition_pb2
 from rocketmq.grpc_protocol import service_pb2 as spb
 
 from outbox.entry import OutboxMessage
+from rocketbox_api.tracing import with_trace
 from sidecar.clock import now_ms
 from sidecar.errors import SendRejectedError
 from sidecar.intake import Stored
@@ -60,6 +61,7 @@ from sidecar.ledger import SentAnswer
 from sidecar.rocketmq_front.codes import reason, rocketmq_code
 from sidecar.rocketmq_front.upstream import Upstream, forwarded_metadata, remaining_s
 from sidecar.server import Outcome, SidecarService
+from sidecar.tracing import call_trace
 from sidecar.validation import BODY_BYTES_MAX, validate_timestamp
 
 Context = grpc.aio.ServicerContext[Any, Any]
@@ -92,8 +94,9 @@ class FrontSend:
         if refusal is not None:
             entries = [_refused_entry(refusal, m) for m in messages]
             return bytes(_answer(entries, refusal).SerializeToString())
+        trace = call_trace(context)
         outcomes = await asyncio.gather(
-            *(self._accept(m) for m in messages), return_exceptions=True
+            *(self._accept(m, trace) for m in messages), return_exceptions=True
         )
         answers: list[Outcome] = []
         for m, outcome in zip(messages, outcomes, strict=True):
@@ -105,9 +108,12 @@ class FrontSend:
         self._service.record_when_done(context, sent)
         return bytes(_answer([_entry(a) for a in answers]).SerializeToString())
 
-    def _accept(self, m: definition_pb2.Message) -> Coroutine[Any, Any, Outcome]:
+    def _accept(
+        self, m: definition_pb2.Message, trace: dict[str, str] | None
+    ) -> Coroutine[Any, Any, Outcome]:
         return self._service.accept(
-            functools.partial(_app_message_id, m), functools.partial(to_outbox_message, m)
+            functools.partial(_app_message_id, m),
+            functools.partial(to_outbox_message, m, trace=trace),
         )
 
     def _refusal(
@@ -167,9 +173,12 @@ def _namespace_given(context: Context, messages: Sequence[definition_pb2.Message
     return str(header or "")
 
 
-def to_outbox_message(m: definition_pb2.Message, message_id: str) -> OutboxMessage:
-    """The app's message under its own id; raises SendRejectedError naming the field at fault
-    (the rest is intake's validation, sidecar/validation.py)."""
+def to_outbox_message(
+    m: definition_pb2.Message, message_id: str, trace: dict[str, str] | None = None
+) -> OutboxMessage:
+    """The app's message under its own id, with the call's ``trace`` context (W3C
+    ``traceparent`` metadata) unless it has its own; raises SendRejectedError naming the field at
+    fault (the rest is intake's validation, sidecar/validation.py)."""
     sp = m.system_properties
     group = sp.message_group if sp.HasField("message_group") else None
     delivery_ms = None
@@ -184,6 +193,9 @@ def to_outbox_message(m: definition_pb2.Message, message_id: str) -> OutboxMessa
         t = sp.born_timestamp
         validate_timestamp("born_timestamp", t.seconds, t.nanos)
         born_ms = t.ToMilliseconds()
+    properties = dict(m.user_properties)
+    if trace is not None:
+        with_trace(properties, trace)
     return OutboxMessage(
         topic=m.topic.name,
         body=decoded_body(m.body, sp.body_encoding),
@@ -192,7 +204,7 @@ def to_outbox_message(m: definition_pb2.Message, message_id: str) -> OutboxMessa
         keys=tuple(sp.keys),
         message_group=group,
         delivery_timestamp_ms=delivery_ms,
-        properties=dict(m.user_properties),
+        properties=properties,
         born_timestamp_ms=born_ms,
     )
 
