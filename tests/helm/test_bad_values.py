@@ -62,6 +62,9 @@ EXPECTED = {
         "broker.replicas must be 1 in a cluster",
         "broker.brokerGroups x (1 + broker.slavesPerGroup)",
     ],
+    "client-ca-without-tls": [
+        "sidecar.security.tls.clientCaSecret (mTLS) needs sidecar.security.tls.existingSecret",
+    ],
     "rocketmq-port-clash": [
         "sidecar.rocketmq.port 8980 is also sidecar.port or sidecar.metricsPort",
         "each needs its own port",

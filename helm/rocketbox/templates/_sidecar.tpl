@@ -21,6 +21,50 @@ The README's Kubernetes section and helm/examples/app-with-sidecar show a whole 
 */}}
 
 {{- define "rocketbox.sidecar.outboxMountPath" -}}/var/lib/rocketbox/sidecar{{- end -}}
+{{- define "rocketbox.sidecar.securityPath" -}}/etc/rocketbox/sidecar{{- end -}}
+
+{{/* The port the kubelet's gRPC probes check: the app port, or the plaintext health port while
+TLS is on (the kubelet's gRPC probes cannot speak TLS). Takes the sidecar's values. */}}
+{{- define "rocketbox.sidecar.probePort" -}}
+{{- if .security.tls.existingSecret -}}{{ .security.healthPort }}{{- else -}}{{ .port }}{{- end -}}
+{{- end -}}
+
+{{/* The sidecar's security args (docs/security.md): files mounted from Secrets, never values. */}}
+{{- define "rocketbox.sidecar.securityArgs" -}}
+{{- $sec := .security -}}
+{{- $path := include "rocketbox.sidecar.securityPath" . -}}
+{{- if and $sec.tls.clientCaSecret (not $sec.tls.existingSecret) -}}
+{{- fail "sidecar.security.tls.clientCaSecret (mTLS) needs sidecar.security.tls.existingSecret (the sidecar's own certificate)" -}}
+{{- end -}}
+{{- if $sec.tls.existingSecret }}
+- {{ printf "--tls-cert=%s/tls/tls.crt" $path | quote }}
+- {{ printf "--tls-key=%s/tls/tls.key" $path | quote }}
+- {{ printf "--health-listen=0.0.0.0:%d" (int $sec.healthPort) | quote }}
+{{- end }}
+{{- if $sec.tls.clientCaSecret }}
+- {{ printf "--tls-client-ca=%s/client-ca/ca.crt" $path | quote }}
+{{- end }}
+{{- if $sec.token.existingSecret }}
+- {{ printf "--token-file=%s/token/%s" $path $sec.token.secretKey | quote }}
+{{- end }}
+{{- if $sec.broker.tls }}
+- "--broker-tls"
+{{- end }}
+{{- if $sec.broker.caSecret }}
+- {{ printf "--broker-tls-ca=%s/broker-ca/ca.crt" $path | quote }}
+{{- end }}
+{{- end -}}
+
+{{/* The Secrets the sidecar reads, as (volume name, Secret, mount directory) triples. */}}
+{{- define "rocketbox.sidecar.securityVolumes" -}}
+{{- $sec := .security -}}
+{{- $volumes := list -}}
+{{- if $sec.tls.existingSecret }}{{ $volumes = append $volumes (list "rocketbox-tls" $sec.tls.existingSecret "tls") }}{{ end -}}
+{{- if $sec.tls.clientCaSecret }}{{ $volumes = append $volumes (list "rocketbox-client-ca" $sec.tls.clientCaSecret "client-ca") }}{{ end -}}
+{{- if $sec.token.existingSecret }}{{ $volumes = append $volumes (list "rocketbox-token" $sec.token.existingSecret "token") }}{{ end -}}
+{{- if $sec.broker.caSecret }}{{ $volumes = append $volumes (list "rocketbox-broker-ca" $sec.broker.caSecret "broker-ca") }}{{ end -}}
+{{- toJson $volumes -}}
+{{- end -}}
 
 {{/* The outbox URL's env entry for any rocketbox container: call with (dict "values" … "name" ENV). */}}
 {{- define "rocketbox.outbox.urlEnv" -}}
@@ -92,6 +136,7 @@ optionally defaultBrokers (a list of HOST:PORT used when sidecar.brokers is empt
     {{- end }}
     {{- end }}
     - {{ printf "--shutdown-grace-ms=%d" (int $s.shutdownGraceMs) | quote }}
+    {{- include "rocketbox.sidecar.securityArgs" $s | nindent 4 }}
     {{- range $s.extraArgs }}
     - {{ . | quote }}
     {{- end }}
@@ -99,6 +144,19 @@ optionally defaultBrokers (a list of HOST:PORT used when sidecar.brokers is empt
     {{- include "rocketbox.commonEnv" $v | nindent 4 }}
     # The outbox URL by env, not as an argument: a Redis or MySQL password stays in its Secret.
     {{- include "rocketbox.outbox.urlEnv" (dict "values" $v "name" "ROCKETBOX_SIDECAR_OUTBOX") | nindent 4 }}
+    {{- with $s.security.broker.credentialsSecret }}
+    # The sidecar's own credentials for a broker with --auth, from their Secret.
+    - name: ROCKETBOX_BROKER_ACCESS_KEY
+      valueFrom:
+        secretKeyRef:
+          name: {{ . | quote }}
+          key: {{ $s.security.broker.accessKeyKey | quote }}
+    - name: ROCKETBOX_BROKER_SECRET_KEY
+      valueFrom:
+        secretKeyRef:
+          name: {{ . | quote }}
+          key: {{ $s.security.broker.secretKeyKey | quote }}
+    {{- end }}
   ports:
     - name: sidecar-grpc
       containerPort: {{ $s.port }}
@@ -114,18 +172,24 @@ optionally defaultBrokers (a list of HOST:PORT used when sidecar.brokers is empt
       containerPort: {{ $s.rocketmq.port }}
       protocol: TCP
     {{- end }}
+    {{- if $s.security.tls.existingSecret }}
+    # Plaintext grpc.health.v1 alone, for the probes (the app port speaks TLS).
+    - name: sidecar-health
+      containerPort: {{ $s.security.healthPort }}
+      protocol: TCP
+    {{- end }}
   # gRPC health "" is SERVING only while the outbox is writable: the app's containers start after
   # it first is, and the pod leaves its Services' endpoints while it is not.
   startupProbe:
     grpc:
-      port: {{ $s.port }}
+      port: {{ include "rocketbox.sidecar.probePort" $s }}
       service: ""
     periodSeconds: 2
     timeoutSeconds: 2
     failureThreshold: {{ div (add $s.startupTimeoutSeconds 1) 2 }}
   readinessProbe:
     grpc:
-      port: {{ $s.port }}
+      port: {{ include "rocketbox.sidecar.probePort" $s }}
       service: ""
     periodSeconds: 5
     timeoutSeconds: 2
@@ -143,6 +207,11 @@ optionally defaultBrokers (a list of HOST:PORT used when sidecar.brokers is empt
     - name: rocketbox-outbox
       mountPath: {{ include "rocketbox.sidecar.outboxMountPath" . }}
     {{- end }}
+    {{- range (include "rocketbox.sidecar.securityVolumes" $s | fromJsonArray) }}
+    - name: {{ index . 0 }}
+      mountPath: {{ printf "%s/%s" (include "rocketbox.sidecar.securityPath" $) (index . 2) }}
+      readOnly: true
+    {{- end }}
 {{- end -}}
 
 {{/* The claim the app's RocksDB outbox lives on. Dict: values, app. */}}
@@ -156,6 +225,13 @@ optionally defaultBrokers (a list of HOST:PORT used when sidecar.brokers is empt
 - name: rocketbox-tmp
   emptyDir:
     sizeLimit: 64Mi
+{{- range (include "rocketbox.sidecar.securityVolumes" .values.sidecar | fromJsonArray) }}
+- name: {{ index . 0 }}
+  secret:
+    secretName: {{ index . 1 | quote }}
+    # Read by the pod's fsGroup (the sidecar's non-root user), no one else.
+    defaultMode: 0440
+{{- end }}
 {{- if eq $outbox.type "rocksdb" }}
 - name: rocketbox-outbox
   {{- if $outbox.rocksdb.persistence.enabled }}
