@@ -109,7 +109,7 @@ Shell completion (bash; zsh and fish alike, with zsh_source or fish_source):
 def main(ctx: click.Context, log_level: str, log_format: str, event_loop: str) -> None:
     """rocketbox: a reliable-producer sidecar with a durable retry outbox, and its broker."""
     configure_logging(log_level, log_format)
-    ctx.obj = RunSettings(event_loop=event_loop)
+    ctx.obj = RunSettings(event_loop=event_loop, command=ctx.invoked_subcommand or "")
 
 
 @main.command(short_help="Run a broker and a sidecar in one process, for development.")
