@@ -1,4 +1,4 @@
-"""``rocketbox acl``: the broker's users and their rights, through its AclAdmin service
+"""``rocketbox acl``: the broker's users and their rights, through its AclAdminService
 (proto/rocketbox/admin/v1/acl_admin.proto; docs/security.md).
 
 A secret key is never a command-line value (``ps`` and shell histories show those): ``acl user
@@ -39,7 +39,7 @@ def _secret(secret_file: str | None) -> str:
     return raw.strip()
 
 
-@click.group()
+@click.group(short_help="Users and their rights on a broker with --auth.")
 def acl() -> None:
     """Users and their rights on a broker with --auth (PUB/SUB on topics and groups)."""
 
@@ -115,7 +115,7 @@ def _rule_options(f: Any) -> Any:
     return click.argument("access_key")(f)
 
 
-@acl.command("grant")
+@acl.command("grant", short_help="Allow (or deny) a user actions on resources.")
 @_rule_options
 @click.option("--deny", is_flag=True, help="A DENY rule (it beats an ALLOW as specific).")
 @admin_command
@@ -129,7 +129,7 @@ def grant(
 ) -> None:
     """Let (or with --deny, forbid) ACCESS_KEY the actions on each RESOURCE: Topic:NAME,
     Group:NAME, Topic:PREFIX*, Group:PREFIX* or '*'. A namespaced name: NAMESPACE%NAME."""
-    decision = apb.DENY if deny else apb.ALLOW
+    decision = apb.DECISION_DENY if deny else apb.DECISION_ALLOW
     for resource in resources:
         request = apb.GrantRequest(
             access_key=access_key,
@@ -143,7 +143,7 @@ def grant(
     echo_answer(as_json, {"access_key": access_key, "resources": list(resources)}, text)
 
 
-@acl.command("revoke")
+@acl.command("revoke", short_help="Remove a user's rules on resources.")
 @_rule_options
 @admin_command
 def revoke(
@@ -175,7 +175,7 @@ def list_rules(client: admin.AdminClient, as_json: bool, access_key: str) -> Non
             "access_key": r.access_key,
             "resource": r.resource,
             "actions": list(r.actions),
-            "decision": apb.Decision.Name(r.decision),
+            "decision": apb.Decision.Name(r.decision).removeprefix("DECISION_"),
         }
         for r in response.rules
     ]

@@ -62,7 +62,7 @@ class AdminClient:
             endpoint, options=[("grpc.max_receive_message_length", RECEIVE_MESSAGE_BYTES_MAX)]
         )
         self._stub = broker_admin_pb2_grpc.BrokerAdminStub(self._channel)
-        self.acl_stub = acl_admin_pb2_grpc.AclAdminStub(self._channel)
+        self.acl_stub = acl_admin_pb2_grpc.AclAdminServiceStub(self._channel)
 
     @property
     def deadline_s(self) -> float:

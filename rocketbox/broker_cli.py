@@ -24,7 +24,7 @@ from broker.store.config import FlushDiskType, MessageStoreConfig
 from broker.store.errors import StoreError, StoreLockedError
 from broker.topic_config import TopicMessageType
 from outbox.factory import redact
-from rocketbox.auth_options import AuthOptions, auth_options
+from rocketbox.broker_security_options import SecurityOptions, security_options
 from rocketbox.cluster_options import ClusterOptions, cluster_options
 from rocketbox.run_settings import run_async
 from rocketbox.sidecar_cli import (
@@ -105,9 +105,7 @@ LOG = logging.getLogger("rocketbox")
 @click.option("--wait-time-ms-in-send-queue", default=200, type=click.IntRange(min=1))
 @click.option("--send-queue-capacity", default=10_000, type=click.IntRange(min=1))
 @click.option("--send-workers", default=64, type=click.IntRange(min=1))
-@click.option("--tls-cert", type=click.Path(path_type=Path, exists=True, dir_okay=False))
-@click.option("--tls-key", type=click.Path(path_type=Path, exists=True, dir_okay=False))
-@auth_options
+@security_options
 @click.option(
     "--metrics-listen",
     default=None,
@@ -138,9 +136,7 @@ def broker(
     wait_time_ms_in_send_queue: int,
     send_queue_capacity: int,
     send_workers: int,
-    tls_cert: Path | None,
-    tls_key: Path | None,
-    auth: AuthOptions,
+    security: SecurityOptions,
     metrics_listen: Endpoint | None,
     cluster: ClusterOptions,
 ) -> None:
@@ -173,9 +169,7 @@ def broker(
             wait_time_ms_in_send_queue=wait_time_ms_in_send_queue,
             send_queue_capacity_max=send_queue_capacity,
             send_workers=send_workers,
-            tls_cert_file=tls_cert,
-            tls_key_file=tls_key,
-            **auth.config_fields(),
+            **security.config_fields(),
             metrics_host=metrics_listen.host if metrics_listen else None,
             metrics_port=metrics_listen.port if metrics_listen else 0,
             **cluster.config_fields(),

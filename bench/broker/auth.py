@@ -6,6 +6,7 @@ the client is a user with PUB on the topic, not an admin, so no rule is skipped)
 
 from __future__ import annotations
 
+import argparse
 import shutil
 from collections.abc import Callable
 from pathlib import Path
@@ -28,7 +29,7 @@ def _make_user(endpoint: str) -> None:
     """The bench's user, with PUB on the topic, made through the AclAdmin service."""
     signer = Signer(ADMIN)
     with grpc.insecure_channel(endpoint) as channel:
-        stub = acl_admin_pb2_grpc.AclAdminStub(channel)
+        stub = acl_admin_pb2_grpc.AclAdminServiceStub(channel)
         stub.CreateUser(
             apb.CreateUserRequest(access_key=USER[0], secret_key=USER[1]),
             metadata=signer.metadata(),
@@ -42,14 +43,15 @@ def _make_user(endpoint: str) -> None:
 
 
 def run_auth(
+    args: argparse.Namespace,
     base: Path,
-    segment_mib: int,
-    count: int,
-    window: int,
     warmup: int,
-    rounds: int,
     report: Callable[[Figure, Versus | None], None],
 ) -> None:
+    """(f): ``args.auth_rounds`` rounds of ``args.client_messages`` sends, ``args.window`` in
+    flight, each side on a fresh broker."""
+    segment_mib, count, window = args.segment_mib, args.client_messages, args.window
+    rounds = args.auth_rounds
     admin_file = base / "bench-admin.credentials"
     admin_file.write_text(f"access_key={ADMIN.access_key}\nsecret_key={ADMIN.secret_key}\n")
     for n in range(1, rounds + 1):

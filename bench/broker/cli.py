@@ -298,15 +298,7 @@ def main() -> None:
             run_e2e(args, base, warmup, nats_window, report_e2e)
             print()
         if args.only in (None, "auth"):
-            run_auth(
-                base,
-                args.segment_mib,
-                args.client_messages,
-                args.window,
-                warmup,
-                args.auth_rounds,
-                report,
-            )
+            run_auth(args, base, warmup, report)
     except (BenchError, NatsUnreachable) as e:
         print(f"\nbench failed: {e}", file=sys.stderr)
         sys.exit(1)

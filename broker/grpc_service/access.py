@@ -13,10 +13,10 @@ per-call interceptor), in this order:
    stream is authenticated once, when it opens (it may live for days), and each Settings it
    carries is authorised; a refused one ends the stream with its status.
 
-The admin services (BrokerAdmin, AclAdmin) are for admin users alone, except that any user may
-look a message up by id (the sidecar asks before resending) and gets the copies of topics it
-may PUB or SUB, and may query a topic it may PUB or SUB. They answer gRPC UNAUTHENTICATED or
-PERMISSION_DENIED. The health service stays open (probes carry no credentials).
+The admin services (BrokerAdmin, AclAdminService) are for admin users alone, except that any
+user may look a message up by id (the sidecar asks before resending) and gets the copies of
+topics it may PUB or SUB, and may query a topic it may PUB or SUB. They answer gRPC
+UNAUTHENTICATED or PERMISSION_DENIED. The health service stays open (probes carry no credentials).
 
 Refusals are logged at WARNING, rate-limited: never a secret, a signature or a token.
 """

@@ -1,5 +1,5 @@
-"""``rocketbox.admin.v1.AclAdmin``: users and their rules (proto/.../acl_admin.proto), and the
-composition of the broker's access layer (``add_guarded_servicers``).
+"""``rocketbox.admin.v1.AclAdminService``: users and their rules (proto/.../acl_admin.proto),
+and the composition of the broker's access layer (``add_guarded_servicers``).
 
 Every change is written to config/acl.json before it is answered: an answered grant survives a
 restart. Changes take effect on the next call (the table is read per call); a Telemetry stream
@@ -25,10 +25,11 @@ from rocketbox_api.admin.v1 import acl_admin_pb2 as apb
 from rocketbox_api.admin.v1 import acl_admin_pb2_grpc, broker_admin_pb2, broker_admin_pb2_grpc
 
 Context = grpc.aio.ServicerContext[Any, Any]
-_DECISIONS = {apb.ALLOW: Decision.ALLOW, apb.DENY: Decision.DENY}
+_DECISIONS = {apb.DECISION_ALLOW: Decision.ALLOW, apb.DECISION_DENY: Decision.DENY}
+_PB_DECISIONS = {v: k for k, v in _DECISIONS.items()}
 
 
-class AclAdminService(acl_admin_pb2_grpc.AclAdminServicer):  # type: ignore[misc]  # untyped generated stubs
+class AclAdminService(acl_admin_pb2_grpc.AclAdminServiceServicer):  # type: ignore[misc]  # untyped generated stubs
     def __init__(self, store: AclStore) -> None:
         self._store = store
 
@@ -120,7 +121,9 @@ class AclAdminService(acl_admin_pb2_grpc.AclAdminServicer):  # type: ignore[misc
                     access_key=key,
                     resource=str(rule.pattern),
                     actions=sorted(a.value for a in rule.actions),
-                    decision=apb.ALLOW if rule.decision is Decision.ALLOW else apb.DENY,
+                    decision=apb.DECISION_ALLOW
+                    if rule.decision is Decision.ALLOW
+                    else apb.DECISION_DENY,
                 )
                 for key in keys
                 for rule in acl.rules.get(key, ())
@@ -161,11 +164,11 @@ def add_guarded_servicers(
         ),
         server,
     )
-    acl_admin_pb2_grpc.add_AclAdminServicer_to_server(
+    acl_admin_pb2_grpc.add_AclAdminServiceServicer_to_server(
         access.admin(
             AclAdminService(store),
-            apb.DESCRIPTOR.services_by_name["AclAdmin"],
-            acl_admin_pb2_grpc.AclAdminServicer,
+            apb.DESCRIPTOR.services_by_name["AclAdminService"],
+            acl_admin_pb2_grpc.AclAdminServiceServicer,
         ),
         server,
     )

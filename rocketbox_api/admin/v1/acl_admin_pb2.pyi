@@ -10,11 +10,11 @@ DESCRIPTOR: _descriptor.FileDescriptor
 class Decision(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = ()
     DECISION_UNSPECIFIED: _ClassVar[Decision]
-    ALLOW: _ClassVar[Decision]
-    DENY: _ClassVar[Decision]
+    DECISION_ALLOW: _ClassVar[Decision]
+    DECISION_DENY: _ClassVar[Decision]
 DECISION_UNSPECIFIED: Decision
-ALLOW: Decision
-DENY: Decision
+DECISION_ALLOW: Decision
+DECISION_DENY: Decision
 
 class CreateUserRequest(_message.Message):
     __slots__ = ("access_key", "secret_key", "admin", "update")

@@ -25,7 +25,7 @@ if _version_not_supported:
     )
 
 
-class AclAdminStub:
+class AclAdminServiceStub:
     """Missing associated documentation comment in .proto file."""
 
     def __init__(self, channel):
@@ -35,38 +35,38 @@ class AclAdminStub:
             channel: A grpc.Channel.
         """
         self.CreateUser = channel.unary_unary(
-                '/rocketbox.admin.v1.AclAdmin/CreateUser',
+                '/rocketbox.admin.v1.AclAdminService/CreateUser',
                 request_serializer=rocketbox__api_dot_admin_dot_v1_dot_acl__admin__pb2.CreateUserRequest.SerializeToString,
                 response_deserializer=rocketbox__api_dot_admin_dot_v1_dot_acl__admin__pb2.CreateUserResponse.FromString,
                 _registered_method=True)
         self.DeleteUser = channel.unary_unary(
-                '/rocketbox.admin.v1.AclAdmin/DeleteUser',
+                '/rocketbox.admin.v1.AclAdminService/DeleteUser',
                 request_serializer=rocketbox__api_dot_admin_dot_v1_dot_acl__admin__pb2.DeleteUserRequest.SerializeToString,
                 response_deserializer=rocketbox__api_dot_admin_dot_v1_dot_acl__admin__pb2.DeleteUserResponse.FromString,
                 _registered_method=True)
         self.ListUsers = channel.unary_unary(
-                '/rocketbox.admin.v1.AclAdmin/ListUsers',
+                '/rocketbox.admin.v1.AclAdminService/ListUsers',
                 request_serializer=rocketbox__api_dot_admin_dot_v1_dot_acl__admin__pb2.ListUsersRequest.SerializeToString,
                 response_deserializer=rocketbox__api_dot_admin_dot_v1_dot_acl__admin__pb2.ListUsersResponse.FromString,
                 _registered_method=True)
         self.Grant = channel.unary_unary(
-                '/rocketbox.admin.v1.AclAdmin/Grant',
+                '/rocketbox.admin.v1.AclAdminService/Grant',
                 request_serializer=rocketbox__api_dot_admin_dot_v1_dot_acl__admin__pb2.GrantRequest.SerializeToString,
                 response_deserializer=rocketbox__api_dot_admin_dot_v1_dot_acl__admin__pb2.GrantResponse.FromString,
                 _registered_method=True)
         self.Revoke = channel.unary_unary(
-                '/rocketbox.admin.v1.AclAdmin/Revoke',
+                '/rocketbox.admin.v1.AclAdminService/Revoke',
                 request_serializer=rocketbox__api_dot_admin_dot_v1_dot_acl__admin__pb2.RevokeRequest.SerializeToString,
                 response_deserializer=rocketbox__api_dot_admin_dot_v1_dot_acl__admin__pb2.RevokeResponse.FromString,
                 _registered_method=True)
         self.ListRules = channel.unary_unary(
-                '/rocketbox.admin.v1.AclAdmin/ListRules',
+                '/rocketbox.admin.v1.AclAdminService/ListRules',
                 request_serializer=rocketbox__api_dot_admin_dot_v1_dot_acl__admin__pb2.ListRulesRequest.SerializeToString,
                 response_deserializer=rocketbox__api_dot_admin_dot_v1_dot_acl__admin__pb2.ListRulesResponse.FromString,
                 _registered_method=True)
 
 
-class AclAdminServicer:
+class AclAdminServiceServicer:
     """Missing associated documentation comment in .proto file."""
 
     def CreateUser(self, request, context):
@@ -110,7 +110,7 @@ class AclAdminServicer:
         raise NotImplementedError('Method not implemented!')
 
 
-def add_AclAdminServicer_to_server(servicer, server):
+def add_AclAdminServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
             'CreateUser': grpc.unary_unary_rpc_method_handler(
                     servicer.CreateUser,
@@ -144,13 +144,13 @@ def add_AclAdminServicer_to_server(servicer, server):
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
-            'rocketbox.admin.v1.AclAdmin', rpc_method_handlers)
+            'rocketbox.admin.v1.AclAdminService', rpc_method_handlers)
     server.add_generic_rpc_handlers((generic_handler,))
-    server.add_registered_method_handlers('rocketbox.admin.v1.AclAdmin', rpc_method_handlers)
+    server.add_registered_method_handlers('rocketbox.admin.v1.AclAdminService', rpc_method_handlers)
 
 
  # This class is part of an EXPERIMENTAL API.
-class AclAdmin:
+class AclAdminService:
     """Missing associated documentation comment in .proto file."""
 
     @staticmethod
@@ -167,7 +167,7 @@ class AclAdmin:
         return grpc.experimental.unary_unary(
             request,
             target,
-            '/rocketbox.admin.v1.AclAdmin/CreateUser',
+            '/rocketbox.admin.v1.AclAdminService/CreateUser',
             rocketbox__api_dot_admin_dot_v1_dot_acl__admin__pb2.CreateUserRequest.SerializeToString,
             rocketbox__api_dot_admin_dot_v1_dot_acl__admin__pb2.CreateUserResponse.FromString,
             options,
@@ -194,7 +194,7 @@ class AclAdmin:
         return grpc.experimental.unary_unary(
             request,
             target,
-            '/rocketbox.admin.v1.AclAdmin/DeleteUser',
+            '/rocketbox.admin.v1.AclAdminService/DeleteUser',
             rocketbox__api_dot_admin_dot_v1_dot_acl__admin__pb2.DeleteUserRequest.SerializeToString,
             rocketbox__api_dot_admin_dot_v1_dot_acl__admin__pb2.DeleteUserResponse.FromString,
             options,
@@ -221,7 +221,7 @@ class AclAdmin:
         return grpc.experimental.unary_unary(
             request,
             target,
-            '/rocketbox.admin.v1.AclAdmin/ListUsers',
+            '/rocketbox.admin.v1.AclAdminService/ListUsers',
             rocketbox__api_dot_admin_dot_v1_dot_acl__admin__pb2.ListUsersRequest.SerializeToString,
             rocketbox__api_dot_admin_dot_v1_dot_acl__admin__pb2.ListUsersResponse.FromString,
             options,
@@ -248,7 +248,7 @@ class AclAdmin:
         return grpc.experimental.unary_unary(
             request,
             target,
-            '/rocketbox.admin.v1.AclAdmin/Grant',
+            '/rocketbox.admin.v1.AclAdminService/Grant',
             rocketbox__api_dot_admin_dot_v1_dot_acl__admin__pb2.GrantRequest.SerializeToString,
             rocketbox__api_dot_admin_dot_v1_dot_acl__admin__pb2.GrantResponse.FromString,
             options,
@@ -275,7 +275,7 @@ class AclAdmin:
         return grpc.experimental.unary_unary(
             request,
             target,
-            '/rocketbox.admin.v1.AclAdmin/Revoke',
+            '/rocketbox.admin.v1.AclAdminService/Revoke',
             rocketbox__api_dot_admin_dot_v1_dot_acl__admin__pb2.RevokeRequest.SerializeToString,
             rocketbox__api_dot_admin_dot_v1_dot_acl__admin__pb2.RevokeResponse.FromString,
             options,
@@ -302,7 +302,7 @@ class AclAdmin:
         return grpc.experimental.unary_unary(
             request,
             target,
-            '/rocketbox.admin.v1.AclAdmin/ListRules',
+            '/rocketbox.admin.v1.AclAdminService/ListRules',
             rocketbox__api_dot_admin_dot_v1_dot_acl__admin__pb2.ListRulesRequest.SerializeToString,
             rocketbox__api_dot_admin_dot_v1_dot_acl__admin__pb2.ListRulesResponse.FromString,
             options,

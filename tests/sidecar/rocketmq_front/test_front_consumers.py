@@ -183,10 +183,12 @@ def test_a_namespaced_consumer_is_seen_by_the_broker_as_the_app(
         sent = p.send(message("Scoped", b"for tenant a")).message_id
         got = receive_all(c, 1)
         assert [m.message_id for m in got] == [sent]
+        # The broker keeps a namespaced group under its stored name, NAMESPACE%NAME.
         with AdminClient(broker.endpoint) as admin:
             wait_until(
                 lambda: (
-                    [m.client_id for m in admin.describe_group("Tenants").members] == [c.client_id]
+                    [m.client_id for m in admin.describe_group("tenant-a%Tenants").members]
+                    == [c.client_id]
                 ),
                 DEADLINE_S,
                 "the app's client id among the group's members",

@@ -1,4 +1,5 @@
-"""The broker's authentication options (docs/security.md), gathered into one ``auth`` argument.
+"""The broker's security options (docs/security.md): TLS and authentication, gathered into one
+``security`` argument.
 
 The bootstrap admin's credentials come from ``--auth-admin-file`` (rocketbox_api/credentials.py
 says its form) or from ROCKETBOX_AUTH_ADMIN_ACCESS_KEY and ROCKETBOX_AUTH_ADMIN_SECRET_KEY, never
@@ -27,7 +28,9 @@ ADMIN_SECRET_KEY_ENV = "ROCKETBOX_AUTH_ADMIN_SECRET_KEY"  # noqa: S105 - a varia
 
 
 @dataclass(frozen=True)
-class AuthOptions:
+class SecurityOptions:
+    tls_cert: Path | None = None
+    tls_key: Path | None = None
     enabled: bool = False
     key_file: Path | None = None
     clock_skew_s: int = CLOCK_SKEW_S_DEFAULT
@@ -35,6 +38,8 @@ class AuthOptions:
 
     def config_fields(self) -> dict[str, Any]:
         return {
+            "tls_cert_file": self.tls_cert,
+            "tls_key_file": self.tls_key,
             "auth_enabled": self.enabled,
             "auth_key_file": self.key_file,
             "auth_clock_skew_s": self.clock_skew_s,
@@ -43,7 +48,10 @@ class AuthOptions:
         }
 
 
+_FILE = click.Path(path_type=Path, exists=True, dir_okay=False)
 _OPTIONS = (
+    click.option("--tls-cert", type=_FILE, help="Serve TLS with this certificate (PEM)."),
+    click.option("--tls-key", type=_FILE, help="The TLS certificate's private key (PEM)."),
     click.option(
         "--auth/--no-auth",
         "auth_enabled",
@@ -71,7 +79,8 @@ _OPTIONS = (
         f"{ADMIN_ACCESS_KEY_ENV} and {ADMIN_SECRET_KEY_ENV}).",
     ),
 )
-_NAMES = ("auth_enabled", "auth_key_file", "auth_clock_skew_s", "auth_admin_file")
+_NAMES = ("tls_cert", "tls_key", "auth_enabled", "auth_key_file", "auth_clock_skew_s",
+          "auth_admin_file")  # fmt: skip
 
 
 def _admin(admin_file: Path | None) -> Credentials | None:
@@ -83,18 +92,20 @@ def _admin(admin_file: Path | None) -> Credentials | None:
         raise click.BadParameter(str(e), param_hint="--auth-admin-file") from e
 
 
-def auth_options(command: Callable[..., None]) -> Callable[..., None]:
-    """Add the options; the command receives them as one ``auth`` argument."""
+def security_options(command: Callable[..., None]) -> Callable[..., None]:
+    """Add the options; the command receives them as one ``security`` argument."""
 
     def gather(**kwargs: Any) -> None:
         fields = {name: kwargs.pop(name) for name in _NAMES}
-        auth = AuthOptions(
+        security = SecurityOptions(
+            fields["tls_cert"],
+            fields["tls_key"],
             fields["auth_enabled"],
             fields["auth_key_file"],
             fields["auth_clock_skew_s"],
             _admin(fields["auth_admin_file"]),
         )
-        command(auth=auth, **kwargs)
+        command(security=security, **kwargs)
 
     gather.__name__ = command.__name__
     gather.__doc__ = command.__doc__
