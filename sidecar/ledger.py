@@ -1,7 +1,9 @@
 """The acknowledgement ledger: the STORED and SPOOLED answers the sidecar sent, one JSON line each.
 
 ``{"message_id", "topic", "state": STORED|SPOOLED, "time_ms", "queue_id", "queue_offset",
-"durable", "cause"}``. The reconciliation (reconcile/) reads it as the senders' side of the books.
+"durable", "cause"}``; a sidecar with a ``--namespace`` writes its topics as the broker stores
+them, ``NAMESPACE%TOPIC``. The reconciliation (reconcile/) reads it as the senders' side of the
+books.
 
 What is written, when:
 
@@ -69,8 +71,14 @@ Line = tuple[int, str, str, Accepted]
 
 class AckLedger:
     def __init__(
-        self, path: Path, flush_interval_ms: int = ACK_LEDGER_FLUSH_INTERVAL_MS_DEFAULT
+        self,
+        path: Path,
+        flush_interval_ms: int = ACK_LEDGER_FLUSH_INTERVAL_MS_DEFAULT,
+        namespace: str = "",
     ) -> None:
+        """``namespace``: the sidecar's own; topics are written as the broker stores them,
+        NAMESPACE%TOPIC, so the reconciliation finds them in scope."""
+        self._topic_prefix = f"{namespace}%" if namespace else ""
         if flush_interval_ms < 0:
             raise ValueError(f"flush_interval_ms must be >= 0, got {flush_interval_ms}")
         self.flush_interval_ms = flush_interval_ms
@@ -102,7 +110,10 @@ class AckLedger:
         """Blocking: serialise and append ``lines``; a failure is logged, and they are lost."""
         if not lines:
             return
-        text = "".join(json.dumps(_line(*line), separators=(",", ":")) + "\n" for line in lines)
+        text = "".join(
+            json.dumps(_line(*line, self._topic_prefix), separators=(",", ":")) + "\n"
+            for line in lines
+        )
         data = memoryview(text.encode())
         try:
             with self._write_lock:
@@ -134,8 +145,14 @@ class AckLedger:
         self._file.close()
 
 
-def _line(time_ms: int, message_id: str, topic: str, accepted: Accepted) -> dict[str, Any]:
-    line: dict[str, Any] = {"message_id": message_id, "topic": topic, "time_ms": time_ms}
+def _line(
+    time_ms: int, message_id: str, topic: str, accepted: Accepted, topic_prefix: str
+) -> dict[str, Any]:
+    line: dict[str, Any] = {
+        "message_id": message_id,
+        "topic": topic_prefix + topic,
+        "time_ms": time_ms,
+    }
     if isinstance(accepted, Stored):
         receipt = accepted.receipt
         line |= {

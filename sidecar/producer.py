@@ -311,9 +311,11 @@ class Producer:
                     continue
                 raise classify_rpc_error(e) from e
             self._admin_offered[endpoint] = True
+            # The admin service names topics as stored: a namespaced one NAMESPACE%TOPIC.
+            stored_topic = f"{self.config.namespace}%{topic}" if self.config.namespace else topic
             for copy in response.messages:
                 # A delayed message waits under a system topic, its own in REAL_TOPIC.
-                if topic in (copy.topic, copy.system_properties.get("REAL_TOPIC")):
+                if stored_topic in (copy.topic, copy.system_properties.get("REAL_TOPIC")):
                     return StoredLookup(True, StoredCopy(copy.queue_id, copy.queue_offset))
             return NOT_STORED
         return NOT_OFFERED

@@ -185,7 +185,9 @@ class Sidecar:
             broker_log=self.broker_log,
         )
         if c.ack_ledger_path is not None:
-            self._ledger = AckLedger(c.ack_ledger_path, c.ack_ledger_flush_interval_ms)
+            self._ledger = AckLedger(
+                c.ack_ledger_path, c.ack_ledger_flush_interval_ms, c.producer.namespace
+            )
         self.service = SidecarService(
             self.intake,
             c.send_batch_entries_max,

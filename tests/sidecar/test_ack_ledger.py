@@ -10,7 +10,8 @@
 - a SendBatch the client cancelled before its answer was sent is not in it, though one of its
   messages was stored (its other one held in intake by a stopped outbox);
 - AckLedger itself: one JSON line per answer, at once at 0; at an interval, nothing until the
-  interval's write or ``close``; a negative interval is refused.
+  interval's write or ``close``; a namespaced sidecar's topics written as stored
+  (NAMESPACE%TOPIC); a negative interval is refused.
 """
 
 from __future__ import annotations
@@ -248,6 +249,14 @@ def test_at_an_interval_the_ledger_writes_on_its_beat_and_at_close(tmp_path: Pat
         ("a", "STORED"), ("b", "SPOOLED"),
     ]  # fmt: skip
     assert lines[1]["cause"] == "THROTTLED"
+
+
+def test_a_namespaced_sidecar_writes_topics_as_the_broker_stores_them(tmp_path: Path) -> None:
+    path = tmp_path / "acks.jsonl"
+    ledger = AckLedger(path, flush_interval_ms=0, namespace="shop")
+    ledger.record(1_000, [("a", "Orders", Stored(RECEIPT))])
+    ledger.close()
+    assert [line["topic"] for line in ledger_lines(path)] == ["shop%Orders"]
 
 
 def test_a_negative_flush_interval_is_refused(tmp_path: Path) -> None:

@@ -254,3 +254,28 @@ def test_a_message_the_broker_acknowledged_is_found_by_the_next_index_lookup(
         return missed
 
     assert asyncio.run(send_then_look_up()) == []
+
+
+def test_a_namespaced_sidecar_finds_its_messages_under_their_stored_topic(
+    broker: BrokerProcess,
+) -> None:
+    """The admin service names a namespaced topic as stored (NAMESPACE%TOPIC): the lookup must
+    compare with that, or every resend of a stored message would be a duplicate."""
+    ids = MessageIdGenerator()
+    messages = [OutboxMessage(TOPIC, f"n{n}".encode(), ids.next_id()) for n in range(3)]
+
+    async def send_then_look_up() -> list[bool]:
+        host, port = broker.endpoint.rsplit(":", 1)
+        config = ProducerConfig(access_points=(Endpoint(host, int(port)),), namespace="shop")
+        producer = Producer(config)
+        try:
+            for m in messages:
+                await producer.send(m)
+            return [
+                (await producer.lookup_stored(m.message_id, m.topic)).copy is not None
+                for m in messages
+            ]
+        finally:
+            await producer.close()
+
+    assert asyncio.run(send_then_look_up()) == [True, True, True]
