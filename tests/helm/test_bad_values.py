@@ -39,6 +39,9 @@ EXPECTED = {
     "unknown-nested-key": [
         "at '/outbox/rocksdb': additional properties 'persistance' not allowed",
     ],
+    "auth-clock-skew": [
+        "at '/broker/auth/clockSkewSeconds': maximum: got 500, want 449",
+    ],
     "unknown-outbox-type": [
         "at '/outbox/type': value must be one of 'rocksdb', 'redis', 'mysql'",
     ],

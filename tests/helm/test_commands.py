@@ -32,6 +32,13 @@ SECRET_URLS = {
     "redis": "redis://127.0.0.1:6379/0?prefix=rocketbox",
     "mysql": "mysql+pymysql://root@127.0.0.1:3306/test?table=rocketbox_outbox",
 }
+# What the brokers' auth Secret would hand the broker (its admin) and the sidecar.
+SECRET_CREDENTIALS = {
+    "ROCKETBOX_AUTH_ADMIN_ACCESS_KEY": "rocketbox-admin",
+    "ROCKETBOX_AUTH_ADMIN_SECRET_KEY": "stand-in-secret-key",
+    "ROCKETBOX_BROKER_ACCESS_KEY": "rocketbox-admin",
+    "ROCKETBOX_BROKER_SECRET_KEY": "stand-in-secret-key",
+}
 
 
 def parse(
@@ -41,6 +48,8 @@ def parse(
     for e in container.get("env", []):
         if "value" in e:
             monkeypatch.setenv(e["name"], e["value"])
+        elif e["name"] in SECRET_CREDENTIALS:
+            monkeypatch.setenv(e["name"], SECRET_CREDENTIALS[e["name"]])
         elif "secretKeyRef" in e["valueFrom"]:
             monkeypatch.setenv(e["name"], SECRET_URLS[outbox_type])
     args = container["args"]

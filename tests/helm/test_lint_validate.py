@@ -79,6 +79,7 @@ def test_the_defaults_render_the_broker_alone_and_validate(
     docs = parse(helm.render(CHART))
     assert sorted(f"{d['kind']}/{d['metadata']['name']}" for d in docs) == [
         "PodDisruptionBudget/rb-rocketbox-broker",
+        "Secret/rb-rocketbox-broker-auth",
         "Service/rb-rocketbox-broker",
         "Service/rb-rocketbox-broker-headless",
         "StatefulSet/rb-rocketbox-broker",

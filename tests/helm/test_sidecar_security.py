@@ -40,9 +40,22 @@ def pod_of(docs: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 def test_security_is_off_by_default(helm: Helm) -> None:
+    """The sidecar's own TLS and token are off; its broker credentials are the release's
+    brokers' admin while they run with --auth (the chart's default), and none without it."""
     pod = pod_of(parse(helm.render(CHART, sets=["exampleApp.enabled=true"])))
     sidecar = by_name(pod["initContainers"], SIDECAR)
     assert not [a for a in sidecar["args"] if a.startswith(SECURITY_FLAGS)]
+    assert {
+        (e["name"], e["valueFrom"]["secretKeyRef"]["name"])
+        for e in sidecar["env"]
+        if e["name"].startswith("ROCKETBOX_BROKER_")
+    } == {
+        ("ROCKETBOX_BROKER_ACCESS_KEY", "rb-rocketbox-broker-auth"),
+        ("ROCKETBOX_BROKER_SECRET_KEY", "rb-rocketbox-broker-auth"),
+    }
+    sets = ["exampleApp.enabled=true", "broker.auth.enabled=false"]
+    pod = pod_of(parse(helm.render(CHART, sets=sets)))
+    sidecar = by_name(pod["initContainers"], SIDECAR)
     assert not [e for e in sidecar["env"] if e["name"].startswith("ROCKETBOX_BROKER_")]
     assert not [m for m in sidecar["volumeMounts"] if m["mountPath"].startswith("/etc/rocketbox")]
     assert sidecar["startupProbe"]["grpc"]["port"] == 8980

@@ -83,11 +83,30 @@ spec:
             {{- if $root.Values.metrics.enabled }}
             - {{ printf "--metrics-listen=0.0.0.0:%d" (int $b.metricsPort) | quote }}
             {{- end }}
+            {{- if $b.auth.enabled }}
+            # Every call signed and checked against the users (docs/security.md).
+            - --auth
+            - --auth-key-file=/etc/rocketbox/acl/acl.key
+            - {{ printf "--auth-clock-skew-s=%d" (int $b.auth.clockSkewSeconds) | quote }}
+            {{- end }}
             {{- range $b.extraArgs }}
             - {{ . | quote }}
             {{- end }}
           env:
             {{- include "rocketbox.commonEnv" $root.Values | nindent 12 }}
+            {{- if $b.auth.enabled }}
+            # The bootstrap admin, made (or its secret reset) at every start.
+            - name: ROCKETBOX_AUTH_ADMIN_ACCESS_KEY
+              valueFrom:
+                secretKeyRef:
+                  name: {{ include "rocketbox.brokerAdminSecretName" $root | quote }}
+                  key: {{ $b.auth.accessKeyKey | quote }}
+            - name: ROCKETBOX_AUTH_ADMIN_SECRET_KEY
+              valueFrom:
+                secretKeyRef:
+                  name: {{ include "rocketbox.brokerAdminSecretName" $root | quote }}
+                  key: {{ $b.auth.secretKeyKey | quote }}
+            {{- end }}
             - name: POD_NAME
               valueFrom:
                 fieldRef:
@@ -142,10 +161,24 @@ spec:
               mountPath: /var/lib/rocketbox/broker
             - name: tmp
               mountPath: /tmp
+            {{- if $b.auth.enabled }}
+            - name: acl-key
+              mountPath: /etc/rocketbox/acl
+              readOnly: true
+            {{- end }}
       volumes:
         - name: tmp
           emptyDir:
             sizeLimit: 256Mi
+        {{- if $b.auth.enabled }}
+        - name: acl-key
+          secret:
+            secretName: {{ $b.auth.keySecret | default (include "rocketbox.brokerAuthSecretName" $root) | quote }}
+            defaultMode: 0440
+            items:
+              - key: acl.key
+                path: acl.key
+        {{- end }}
       {{- with $b.nodeSelector }}
       nodeSelector:
         {{- toYaml . | nindent 8 }}

@@ -194,3 +194,14 @@ listed (by name).
 {{- end -}}
 {{- toJson $topics -}}
 {{- end -}}
+
+{{/* The chart's own Secret of the brokers' auth: bootstrap admin and ACL key (broker-auth-secret.yaml). */}}
+{{- define "rocketbox.brokerAuthSecretName" -}}
+{{- printf "%s-broker-auth" (include "rocketbox.fullname" .) -}}
+{{- end -}}
+
+{{/* The Secret holding the bootstrap admin's credentials: broker.auth.adminSecret, or the chart's. */}}
+{{- define "rocketbox.brokerAdminSecretName" -}}
+{{- .Values.broker.auth.adminSecret | default (include "rocketbox.brokerAuthSecretName" .) -}}
+{{- end -}}
+

@@ -102,7 +102,9 @@ values. The schema has already checked types and names; these rules span several
 
 {{/*
 The sidecar container, as one list item for the pod's initContainers. Dict: values, app, and
-optionally defaultBrokers (a list of HOST:PORT used when sidecar.brokers is empty).
+optionally defaultBrokers (a list of HOST:PORT used when sidecar.brokers is empty) and root (the
+chart's top context: with it, the sidecar of a release whose brokers run with --auth takes their
+admin's credentials when sidecar.security.broker.credentialsSecret names none).
 */}}
 {{- define "rocketbox.sidecar.initContainer" -}}
 {{- $v := .values -}}
@@ -144,18 +146,25 @@ optionally defaultBrokers (a list of HOST:PORT used when sidecar.brokers is empt
     {{- include "rocketbox.commonEnv" $v | nindent 4 }}
     # The outbox URL by env, not as an argument: a Redis or MySQL password stays in its Secret.
     {{- include "rocketbox.outbox.urlEnv" (dict "values" $v "name" "ROCKETBOX_SIDECAR_OUTBOX") | nindent 4 }}
-    {{- with $s.security.broker.credentialsSecret }}
+    {{- $credentials := $s.security.broker.credentialsSecret }}
+    {{- $keys := list $s.security.broker.accessKeyKey $s.security.broker.secretKeyKey }}
+    {{- if and (not $credentials) .root $v.broker.enabled $v.broker.auth.enabled }}
+    {{- /* This release's brokers run with --auth and no credentials are named: their admin's. */}}
+    {{- $credentials = include "rocketbox.brokerAdminSecretName" .root }}
+    {{- $keys = list $v.broker.auth.accessKeyKey $v.broker.auth.secretKeyKey }}
+    {{- end }}
+    {{- with $credentials }}
     # The sidecar's own credentials for a broker with --auth, from their Secret.
     - name: ROCKETBOX_BROKER_ACCESS_KEY
       valueFrom:
         secretKeyRef:
           name: {{ . | quote }}
-          key: {{ $s.security.broker.accessKeyKey | quote }}
+          key: {{ index $keys 0 | quote }}
     - name: ROCKETBOX_BROKER_SECRET_KEY
       valueFrom:
         secretKeyRef:
           name: {{ . | quote }}
-          key: {{ $s.security.broker.secretKeyKey | quote }}
+          key: {{ index $keys 1 | quote }}
     {{- end }}
   ports:
     - name: sidecar-grpc
