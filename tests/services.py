@@ -84,16 +84,21 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def start_private_redis(port: int, directory: Path, *args: str) -> subprocess.Popen[bytes]:
+def start_private_redis(
+    port: int, directory: Path, *args: str, password: str | None = None
+) -> subprocess.Popen[bytes]:
     """A redis-server of the test's own on ``port`` (nothing kept on disk but in
-    ``directory``), returned once it answers PING; the caller stops it."""
+    ``directory``; ``password``: it requires one), returned once it answers PING; the caller
+    stops it."""
+    if password is not None:
+        args = (*args, "--requirepass", password)
     proc = subprocess.Popen(
         ["redis-server", "--port", str(port), "--bind", "127.0.0.1", "--save", "",
          "--appendonly", "no", "--dir", str(directory), *args],
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
     )  # fmt: skip
-    client = redis.Redis(port=port, socket_timeout=1.0)
+    client = redis.Redis(port=port, socket_timeout=1.0, password=password)
     deadline = time.monotonic() + START_DEADLINE_S
     try:
         while True:
