@@ -16,13 +16,13 @@ from typing import Any
 import pytest
 from rocketmq.grpc_protocol import Code
 
-from tests.broker.auth.test_official_clients import ADMIN, acl
+from tests.broker.auth.auth_broker import Users, auth_broker
 from tests.broker.broker_process import BrokerProcess
 from tests.node.node_script import run_node_script
 from tests.node.test_node_client import node_executable
 
 SCRIPT_DEADLINE_S = 90.0
-USERS = {
+USERS: Users = {
     "app": ("app-secret-key", [("Topic:Orders", "PUB")]),
     "reader": ("reader-secret-key", [("Topic:Orders", "SUB"), ("Group:readers", "SUB")]),
     "nosub": ("nosub-secret-key", [("Topic:Orders", "SUB")]),
@@ -35,29 +35,15 @@ USERS = {
 
 @pytest.fixture(scope="module")
 def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
-    data_dir = tmp_path_factory.mktemp("node-auth-broker")
-    admin_file = data_dir.parent / f"{data_dir.name}-admin.credentials"
-    admin_file.write_text(f"access_key={ADMIN[0]}\nsecret_key={ADMIN[1]}\n")
-    b = BrokerProcess(
-        data_dir,
-        "--auth",
-        "--auth-admin-file", str(admin_file),
+    with auth_broker(
+        tmp_path_factory.mktemp("node-auth-broker"),
+        USERS,
         "--invisible-duration-min-ms", "1000",
         "--topic", "Orders:2",
         "--topic", "shop%Orders:2",
         "--topic", "bank%Orders:2",
-    )  # fmt: skip
-    try:
-        for user, (secret, rules) in USERS.items():
-            made = acl("user", "create", user, "--secret-file", "-", "--broker", b.endpoint,
-                       stdin=secret)  # fmt: skip
-            assert made.exit_code == 0, made.output
-            for resource, actions in rules:
-                granted = acl("grant", user, resource, "--action", actions, "--broker", b.endpoint)
-                assert granted.exit_code == 0, granted.output
+    ) as b:  # fmt: skip
         yield b
-    finally:
-        b.stop()
 
 
 def node(

@@ -17,7 +17,7 @@ import pytest
 from rocketmq import ClientConfiguration, Credentials, FilterExpression, SimpleConsumer
 
 from rocketbox_api.v1 import sidecar_pb2 as api
-from tests.broker.auth.test_official_clients import ADMIN, acl
+from tests.broker.auth.auth_broker import ADMIN, auth_broker, make_user
 from tests.broker.broker_process import BrokerProcess
 from tests.sidecar.sidecar_process import SidecarProcess, message, outcome, send
 
@@ -28,28 +28,9 @@ RECEIVE_DEADLINE_S = 60.0
 
 @pytest.fixture
 def broker(tmp_path: Path) -> Iterator[BrokerProcess]:
-    admin_file = tmp_path / "admin.credentials"
-    admin_file.write_text(f"access_key={ADMIN[0]}\nsecret_key={ADMIN[1]}\n")
-    b = BrokerProcess(
-        tmp_path / "broker",
-        "--auth",
-        "--auth-admin-file", str(admin_file),
-        "--invisible-duration-min-ms", "1000",
-        "--topic", "Orders:2",
-        "--topic", "Private:2",
-    )  # fmt: skip
-    try:
+    args = ("--invisible-duration-min-ms", "1000", "--topic", "Orders:2", "--topic", "Private:2")
+    with auth_broker(tmp_path / "broker", {}, *args) as b:
         yield b
-    finally:
-        b.stop()
-
-
-def make_user(broker: BrokerProcess, user: tuple[str, str], resource: str) -> None:
-    made = acl("user", "create", user[0], "--secret-file", "-", "--broker", broker.endpoint,
-               stdin=user[1])  # fmt: skip
-    assert made.exit_code == 0, made.output
-    granted = acl("grant", user[0], resource, "--action", "PUB", "--broker", broker.endpoint)
-    assert granted.exit_code == 0, granted.output
 
 
 def sidecar_as(broker: BrokerProcess, tmp_path: Path, user: tuple[str, str]) -> SidecarProcess:
@@ -80,7 +61,7 @@ def consumed_once(broker: BrokerProcess, ids: set[str]) -> None:
 def test_a_sidecar_with_the_right_to_pub_is_stored_and_without_it_spools_forbidden(
     broker: BrokerProcess, tmp_path: Path
 ) -> None:
-    make_user(broker, SIDECAR_USER, "Topic:Orders")
+    make_user(broker, *SIDECAR_USER, [("Topic:Orders", "PUB")])
     with sidecar_as(broker, tmp_path, SIDECAR_USER) as sidecar, sidecar.client() as stub:
         stored = send(stub, message("Orders", b"allowed"))
         assert outcome(stored) == "stored", stored
@@ -101,7 +82,7 @@ def test_a_refused_sidecar_spools_unauthorized_and_drains_once_its_user_exists(
         assert [outcome(r) for r in results] == ["spooled"] * 5, results
         assert {r.spooled.cause for r in results} == {api.SPOOL_CAUSE_UNAUTHORIZED}
         # The credentials fixed (here: the user they name is made), the outbox drains itself.
-        make_user(broker, LATE_USER, "Topic:Orders")
+        make_user(broker, *LATE_USER, [("Topic:Orders", "PUB")])
         consumed_once(broker, {r.message_id for r in results})
         output = sidecar.output()
     assert LATE_USER[1] not in output

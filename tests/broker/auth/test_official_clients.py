@@ -11,32 +11,24 @@ admins alone.
 from __future__ import annotations
 
 from collections.abc import Iterator
-from contextlib import contextmanager
-from typing import Any
 
 import pytest
-from click.testing import CliRunner, Result
+from click.testing import CliRunner
 from rocketmq import (
-    ClientConfiguration,
-    Credentials,
-    FilterExpression,
     Message,
-    Producer,
-    SimpleConsumer,
-    TransactionChecker,
     TransactionResolution,
 )
 from rocketmq.grpc_protocol import Code
 
 from rocketbox.cli import main
+from tests.broker.auth.auth_broker import Users, acl, auth_broker
 from tests.broker.broker_process import BrokerProcess
-from tests.broker.grpc_service.test_consumer import receive_all
-from tests.broker.grpc_service.test_producer import DEADLINE_S, Checker, message
+from tests.broker.grpc_service.test_consumer import receive_all, simple_consumer
+from tests.broker.grpc_service.test_producer import DEADLINE_S, Checker, message, producer
 from tests.prometheus import sample, scrape
 
-ADMIN = ("root", "root-secret-key")
 # user → (secret, [(resource, actions)]) made with `rocketbox acl`.
-USERS = {
+USERS: Users = {
     "app": ("app-secret-key", [("Topic:Orders", "PUB")]),
     "reader": ("reader-secret-key", [("Topic:Orders", "SUB"), ("Group:readers", "SUB")]),
     "nosub": ("nosub-secret-key", [("Topic:Orders", "SUB")]),
@@ -45,20 +37,11 @@ USERS = {
 }
 
 
-def acl(*args: str, admin: tuple[str, str] = ADMIN, stdin: str | None = None) -> Result:
-    env = {"ROCKETBOX_ACCESS_KEY": admin[0], "ROCKETBOX_SECRET_KEY": admin[1]}
-    return CliRunner().invoke(main, ["acl", *args], env=env, input=stdin)
-
-
 @pytest.fixture(scope="module")
 def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
-    data_dir = tmp_path_factory.mktemp("auth-broker")
-    admin_file = data_dir.parent / f"{data_dir.name}-admin.credentials"
-    admin_file.write_text(f"access_key={ADMIN[0]}\nsecret_key={ADMIN[1]}\n")
-    b = BrokerProcess(
-        data_dir,
-        "--auth",
-        "--auth-admin-file", str(admin_file),
+    with auth_broker(
+        tmp_path_factory.mktemp("auth-broker"),
+        USERS,
         "--invisible-duration-min-ms", "1000",
         "--long-polling-timeout-ms", "2000",
         "--transaction-timeout-ms", "500",
@@ -67,46 +50,12 @@ def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
         "--topic", "shop%Orders:2",
         "--topic", "bank%Orders:2",
         metrics=True,
-    )  # fmt: skip
-    try:
-        for user, (secret, rules) in USERS.items():
-            made = acl("user", "create", user, "--secret-file", "-", "--broker", b.endpoint,
-                       stdin=secret)  # fmt: skip
-            assert made.exit_code == 0, made.output
-            for resource, actions in rules:
-                granted = acl("grant", user, resource, "--action", actions, "--broker", b.endpoint)
-                assert granted.exit_code == 0, granted.output
+    ) as b:  # fmt: skip
         yield b
-    finally:
-        b.stop()
 
 
-def config(endpoint: str, user: str, secret: str | None = None, namespace: str = "") -> Any:
-    return ClientConfiguration(endpoint, Credentials(user, secret or USERS[user][0]), namespace)
-
-
-@contextmanager
-def producer_as(
-    cfg: ClientConfiguration,
-    topics: tuple[str, ...] = (),
-    checker: TransactionChecker | None = None,
-) -> Iterator[Producer]:
-    p = Producer(cfg, topics, checker)
-    p.startup()
-    try:
-        yield p
-    finally:
-        p.shutdown()
-
-
-@contextmanager
-def consumer_as(cfg: ClientConfiguration, group: str, topic: str) -> Iterator[SimpleConsumer]:
-    c = SimpleConsumer(cfg, group, {topic: FilterExpression("*")}, await_duration=2)
-    c.startup()
-    try:
-        yield c
-    finally:
-        c.shutdown()
+def creds(user: str, secret: str | None = None) -> tuple[str, str]:
+    return user, secret or USERS[user][0]
 
 
 def refusal_code(error: BaseException) -> object:
@@ -116,33 +65,33 @@ def refusal_code(error: BaseException) -> object:
 def test_allowed_sends_work_refused_ones_store_nothing_and_reads_need_sub(
     broker: BrokerProcess, caplog: pytest.LogCaptureFixture
 ) -> None:
-    with producer_as(config(broker.endpoint, "app"), ("Orders",)) as p:
+    with producer(broker.endpoint, ("Orders",), credentials=creds("app")) as p:
         sent = {p.send(message("Orders", f"ok {i}".encode())).message_id for i in range(3)}
     # A wrong secret: its first call, QueryRoute, is refused UNAUTHORIZED. The Python client
     # logs the route's status and raises "failed to fetch topic route".
     with (
         pytest.raises(Exception, match="route"),
-        producer_as(config(broker.endpoint, "app", "not-the-secret")) as p,
+        producer(broker.endpoint, (), credentials=creds("app", "not-the-secret")) as p,
     ):
         p.send(message("Orders", b"wrong secret"))
     assert f"{Code.UNAUTHORIZED}, the signature of access key 'app' does not match" in caplog.text
     assert "not-the-secret" not in caplog.text + broker.output()
     # A known user with SUB alone: its route is answered, its send refused FORBIDDEN.
     with (
-        producer_as(config(broker.endpoint, "nosub"), ("Orders",)) as p,
+        producer(broker.endpoint, ("Orders",), credentials=creds("nosub")) as p,
         pytest.raises(Exception) as forbidden,  # noqa: PT011 - the client's own class
     ):
         p.send(message("Orders", b"no pub right"))
     assert refusal_code(forbidden.value) == Code.FORBIDDEN, forbidden.value
     assert "no PUB right on Topic:Orders" in str(forbidden.value)
 
-    with consumer_as(config(broker.endpoint, "reader"), "readers", "Orders") as c:
+    with simple_consumer(broker.endpoint, "readers", "Orders", 2, credentials=creds("reader")) as c:
         got = receive_all(c, len(sent))
         assert {m.message_id for m in got} == sent
         assert c.receive(32, 2) == []  # neither refused send was stored
     with (
         pytest.raises(Exception) as no_group,  # noqa: PT011 - the client's own class
-        consumer_as(config(broker.endpoint, "nosub"), "readers", "Orders") as c,
+        simple_consumer(broker.endpoint, "readers", "Orders", 2, credentials=creds("nosub")) as c,
     ):
         c.receive(32, 2)
     assert refusal_code(no_group.value) == Code.FORBIDDEN, no_group.value
@@ -153,13 +102,15 @@ def test_two_namespaces_with_the_same_topic_are_isolated(
 ) -> None:
     sent: dict[str, set[str]] = {}
     for ns in ("shop", "bank"):
-        with producer_as(config(broker.endpoint, ns, namespace=ns), ("Orders",)) as p:
+        with producer(broker.endpoint, ("Orders",), namespace=ns, credentials=creds(ns)) as p:
             sent[ns] = {
                 p.send(message("Orders", f"{ns} {i}".encode())).message_id
                 for i in range(2 + len(ns))
             }
     for ns in ("shop", "bank"):
-        with consumer_as(config(broker.endpoint, ns, namespace=ns), "readers", "Orders") as c:
+        with simple_consumer(
+            broker.endpoint, "readers", "Orders", 2, namespace=ns, credentials=creds(ns)
+        ) as c:
             got: list[Message] = receive_all(c, len(sent[ns]))
             assert {m.message_id for m in got} == sent[ns]
             assert {m.topic for m in got} == {"Orders"}  # the client's name, not the stored one
@@ -168,7 +119,7 @@ def test_two_namespaces_with_the_same_topic_are_isolated(
     # route is refused (the client logs its status and raises "failed to fetch topic route").
     with (
         pytest.raises(Exception, match="route"),
-        producer_as(config(broker.endpoint, "shop", namespace="bank")) as p,
+        producer(broker.endpoint, (), namespace="bank", credentials=creds("shop")) as p,
     ):
         p.send(message("Orders", b"trespass"))
     assert (
@@ -180,14 +131,17 @@ def test_a_namespaced_orphan_transaction_is_checked_back_under_its_own_name(
     broker: BrokerProcess,
 ) -> None:
     checker = Checker(TransactionResolution.COMMIT)
-    shop = config(broker.endpoint, "shop", namespace="shop")
-    with producer_as(shop, ("Orders",), checker) as p:
+    with producer(
+        broker.endpoint, ("Orders",), checker, namespace="shop", credentials=creds("shop")
+    ) as p:
         orphan = p.begin_transaction()
         orphan_id = p.send(message("Orders", b"decided later"), orphan).message_id
         # Neither commit nor rollback: the broker asks this producer, over its Telemetry.
         assert checker.asked_event.wait(DEADLINE_S), "the broker never checked back"
     assert checker.asked == [orphan_id]
-    with consumer_as(shop, "readers", "Orders") as c:
+    with simple_consumer(
+        broker.endpoint, "readers", "Orders", 2, namespace="shop", credentials=creds("shop")
+    ) as c:
         [got] = receive_all(c, 1)
         assert (got.message_id, got.topic, got.body) == (orphan_id, "Orders", b"decided later")
 
@@ -215,7 +169,7 @@ def test_the_acl_commands_are_for_admins_and_never_show_a_secret(broker: BrokerP
 
 
 def test_rocketbox_consume_signs_as_its_user(broker: BrokerProcess) -> None:
-    with producer_as(config(broker.endpoint, "app"), ("Orders",)) as p:
+    with producer(broker.endpoint, ("Orders",), credentials=creds("app")) as p:
         sent = p.send(message("Orders", b"for the command line")).message_id
     env = {"ROCKETBOX_ACCESS_KEY": "reader", "ROCKETBOX_SECRET_KEY": USERS["reader"][0]}
     args = ["consume", "Orders", "--group", "readers", "--count", "1", "--json"]

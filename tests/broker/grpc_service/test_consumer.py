@@ -42,12 +42,18 @@ INVISIBLE_S = 2
 
 @contextmanager
 def simple_consumer(
-    endpoint: str, group: str, topic: str, await_s: int = 3, request_timeout_s: int = 3
+    endpoint: str,
+    group: str,
+    topic: str,
+    await_s: int = 3,
+    request_timeout_s: int = 3,
+    namespace: str = "",
+    credentials: tuple[str, str] = ("", ""),
 ) -> Iterator[SimpleConsumer]:
     """``request_timeout_s``: the client's own (3 s by default), added to ``await_s`` to make a
-    receive's deadline."""
+    receive's deadline; ``credentials``: the access key and secret key it signs with."""
     c = SimpleConsumer(
-        ClientConfiguration(endpoint, Credentials(), request_timeout=request_timeout_s),
+        ClientConfiguration(endpoint, Credentials(*credentials), namespace, request_timeout_s),
         group,
         {topic: FilterExpression("*")},
         await_duration=await_s,

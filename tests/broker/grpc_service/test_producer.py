@@ -48,9 +48,11 @@ def producer(
     checker: TransactionChecker | None = None,
     namespace: str = "",
     request_timeout_s: int = 3,
+    credentials: tuple[str, str] = ("", ""),
 ) -> Iterator[Producer]:
-    """The official Producer, started; ``request_timeout_s``: the client's own (3 s default)."""
-    config = ClientConfiguration(endpoint, Credentials(), namespace, request_timeout_s)
+    """The official Producer, started; ``request_timeout_s``: the client's own (3 s default);
+    ``credentials``: the access key and secret key it signs with (none by default)."""
+    config = ClientConfiguration(endpoint, Credentials(*credentials), namespace, request_timeout_s)
     p = Producer(config, topics, checker)
     p.startup()
     try:
