@@ -27,6 +27,7 @@ from grpc_health.v1 import health, health_pb2
 from rocketmq.grpc_protocol import definition_pb2 as pb
 
 from broker.arrival import MessageArrivalNotifier
+from broker.auth.acl_store import AclStore
 from broker.background import BackgroundTasks
 from broker.cluster_topics import ClusterTopics
 from broker.config import BrokerConfig, store_host_address
@@ -151,9 +152,10 @@ class BrokerController:
         messaging = self._build_services()
         await self._start_services()
         assert self._pop is not None
-        configs = SlaveSynchronize(self.topics, self.groups, self._pop.progress, self.pull_offsets)
+        acl = self._add_servicers(server, messaging)
+        progress = (self._pop.progress, self.pull_offsets)
+        configs = SlaveSynchronize(self.topics, self.groups, *progress, acl)
         await self.replication.start(self._tasks, configs)
-        self._add_servicers(server, messaging)
         await server.start()
         if self.registration is not None:  # once it serves: routes may name it from now on
             self.registration.start(self._tasks, self.port)
@@ -272,7 +274,7 @@ class BrokerController:
         await self.pull_offsets.start(self._tasks)
         self._send_queue.start(self._tasks)
 
-    def _add_servicers(self, server: grpc.aio.Server, messaging: MessagingService) -> None:
+    def _add_servicers(self, server: grpc.aio.Server, messaging: MessagingService) -> AclStore:
         assert self._pop is not None
         admin = BrokerAdminService(
             self.store,
@@ -285,7 +287,7 @@ class BrokerController:
             self.replication.state,
         )
         refusals = self.metrics.access_refusals
-        add_guarded_servicers(server, self.config, messaging, admin, self._health, refusals)
+        return add_guarded_servicers(server, self.config, messaging, admin, self._health, refusals)
 
     # -- the cluster's seams: HA replication (broker/ha) and NameServer registration -------------
     def ha_address(self) -> str | None:

@@ -68,6 +68,9 @@ class AclStore:
         data = read_json(self.path)
         if data is None:
             return Acl()
+        return self._parse(data)
+
+    def _parse(self, data: dict[str, Any]) -> Acl:
         if data.get("version") != FORMAT_VERSION:
             raise AclFileError(f"{self.path}: version {data.get('version')!r}, expected 1")
         users: dict[str, User] = {}
@@ -119,6 +122,22 @@ class AclStore:
         async with self._write_lock:
             await asyncio.to_thread(write_json_atomic, self.path, self.snapshot())
             os.chmod(self.path, 0o600)
+
+    def replace(self, snapshot: dict[str, Any]) -> bool:
+        """Takes another store's ``snapshot`` (a slave its master's: they share the key), in
+        place, and writes it when it differs; True if it did. AclFileError if it cannot be
+        read with this store's key."""
+        incoming = self._parse(snapshot)
+        if incoming.users == self.acl.users and incoming.rules == self.acl.rules:
+            return False
+        # In place: the authenticator and the access layer hold these very dictionaries.
+        self.acl.users.clear()
+        self.acl.users.update(incoming.users)
+        self.acl.rules.clear()
+        self.acl.rules.update(incoming.rules)
+        write_json_atomic(self.path, self.snapshot())
+        os.chmod(self.path, 0o600)
+        return True
 
     def put_user(self, access_key: str, secret_key: str, admin: bool) -> None:
         validate_user(access_key, secret_key)

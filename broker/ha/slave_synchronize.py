@@ -6,6 +6,11 @@ and pull offsets, config/pull_offsets.json), and takes them: topics and groups e
 master has them, progress moved forward to the master's and never back, so that a message acked
 on the master before it died is not delivered again by the slave, and one acked on the slave
 while the master was away stays acked there.
+
+With authentication, the master's users and rules too (config/acl.json, secrets encrypted): a
+slave serving consumers while its master is away must know them. The brokers of a group share
+the ACL key (the chart mounts one Secret in all); a slave whose key cannot read its master's
+table keeps its own and says so (rate-limited).
 """
 
 from __future__ import annotations
@@ -14,10 +19,12 @@ import json
 import logging
 from typing import Any
 
+from broker.auth.acl_store import AclFileError, AclStore
 from broker.consumer_offset import ConsumerOffsetManager
 from broker.group_config import GroupConfig, GroupConfigManager
 from broker.pop_progress import PopProgress
 from broker.topic_config import TopicConfig, TopicConfigManager, TopicMessageType
+from rocketbox_api.rate_limited_log import RateLimitedLog
 
 LOG = logging.getLogger(__name__)
 
@@ -29,7 +36,10 @@ class SlaveSynchronize:
         groups: GroupConfigManager,
         pop_progress: PopProgress,
         pull_offsets: ConsumerOffsetManager,
+        acl: AclStore | None = None,
     ) -> None:
+        self._acl = acl
+        self._acl_refused = RateLimitedLog(LOG, logging.WARNING)
         self._topics = topics
         self._groups = groups
         self._pop_progress = pop_progress
@@ -46,6 +56,8 @@ class SlaveSynchronize:
             "pop_progress": self._pop_progress.saved(),
             "pull_offsets": self._pull_offsets.saved(),
         }
+        if self._acl is not None:
+            data["acl"] = self._acl.snapshot()
         return json.dumps(data, separators=(",", ":")).encode()
 
     def apply(self, payload: bytes) -> None:
@@ -67,4 +79,12 @@ class SlaveSynchronize:
         self._groups.replace_all(groups)
         self._pop_progress.sync_from(pop_progress)
         self._pull_offsets.sync_from(pull_offsets)
+        if self._acl is not None and isinstance(data.get("acl"), dict):
+            try:
+                if self._acl.replace(data["acl"]):
+                    LOG.info(
+                        "took the master's users and rules (%d users)", len(self._acl.acl.users)
+                    )
+            except AclFileError as e:
+                self._acl_refused.log("kept this slave's own users: the master's: %s", e)
         LOG.debug("synced %s topics and %s groups from the master", len(topics), len(groups))

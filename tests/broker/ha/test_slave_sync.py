@@ -5,7 +5,8 @@ Proves: a topic created on the master appears on the slave after a sync interval
 write on the slave is refused (FAILED_PRECONDITION, naming its role); consume progress acked on
 the master is on the slave after a sync, so that once the master is SIGKILLed a consumer on the
 slave receives the rest and none of the acked ones; a pull offset committed on the master is on
-the slave after a sync, and the slave serves PullMessage from there once the master is gone.
+the slave after a sync, and the slave serves PullMessage from there once the master is gone;
+with authentication, a user made on the master authenticates on the slave.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from rocketmq.grpc_protocol import Code
 from rocketmq.grpc_protocol import definition_pb2 as pb
 from rocketmq.grpc_protocol import service_pb2 as spb
 
+from tests.broker.auth.auth_broker import ADMIN, acl, make_user
 from tests.broker.broker_process import wait_until
 from tests.broker.grpc_service.test_admin import cli, cli_json, refused
 from tests.broker.grpc_service.test_consumer import receive_all, simple_consumer
@@ -119,3 +121,29 @@ def test_pull_offsets_sync_and_the_slave_serves_pulls(tmp_path: Path) -> None:
             s.stop()
         if m.running():
             m.stop()
+
+
+def test_with_auth_the_slave_takes_its_masters_users(tmp_path: Path) -> None:
+    """A user made on the master authenticates on the slave after a sync (they share the ACL
+    key, as the chart's brokers do), so consumers can read the slave while the master is away."""
+    admin_file = tmp_path / "admin.credentials"
+    admin_file.write_text(f"access_key={ADMIN[0]}\nsecret_key={ADMIN[1]}\n")
+    auth = ("--auth", f"--auth-admin-file={admin_file}", f"--auth-key-file={tmp_path / 'acl.key'}")
+    m = master(tmp_path / "broker-a-0", *auth)
+    s = None
+    try:
+        s = slave(tmp_path / "broker-a-1", ha_address(m), *auth)
+        make_user(m, "app", "app-secret-key", [("Topic:Orders", "PUB")])
+        slave_endpoint = s.endpoint
+        wait_until(
+            lambda: "app  1 rule" in acl("user", "list", "--broker", slave_endpoint).output,
+            DEADLINE_S,
+            "the master's user on the slave",
+        )
+        # Known there: authenticated, and refused only as no admin.
+        as_app = acl("user", "list", "--broker", slave_endpoint, admin=("app", "app-secret-key"))
+        assert "PERMISSION_DENIED" in as_app.output, as_app.output
+    finally:
+        if s is not None:
+            s.stop()
+        m.stop()
