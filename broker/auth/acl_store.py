@@ -2,8 +2,8 @@
 
 Secret keys are stored encrypted (Fernet: AES-128-CBC with HMAC-SHA256), never in clear and
 never hashed: verifying an HMAC signature needs the secret itself. The encryption key is its own
-file (``--auth-key-file``, by default ``config/acl.key`` beside the ACL, made with mode 0600 on
-first start); in production it comes from a Secret mounted apart from the data volume, so a copy
+file (``--auth-key-file``, by default ``config/acl.key`` beside the ACL, made with mode 0600 when
+first needed); in production it comes from a Secret mounted apart from the data volume, so a copy
 of the data alone holds no usable secret. A key that does not open the file stops the broker
 with an error naming the key file, rather than starting with users it cannot verify.
 
@@ -58,11 +58,20 @@ def load_key(path: Path) -> Fernet:
 
 
 class AclStore:
-    def __init__(self, path: Path, key: Fernet) -> None:
+    def __init__(self, path: Path, key_file: Path) -> None:
+        """``key_file`` is read (or made) when first needed: a broker that never has a user
+        (authentication off, no ``rocketbox acl``) leaves no key behind."""
         self.path = path
-        self._key = key
+        self._key_file = key_file
+        self._loaded_key: Fernet | None = None
         self._write_lock = asyncio.Lock()
         self.acl = self._read()
+
+    @property
+    def _key(self) -> Fernet:
+        if self._loaded_key is None:
+            self._loaded_key = load_key(self._key_file)
+        return self._loaded_key
 
     def _read(self) -> Acl:
         data = read_json(self.path)

@@ -16,7 +16,7 @@ from prometheus_client import Counter
 from rocketmq.grpc_protocol import service_pb2_grpc
 
 from broker.auth.acl import Decision, ResourcePattern, parse_actions
-from broker.auth.acl_store import ACL_FILE_NAME, AclStore, load_key
+from broker.auth.acl_store import ACL_FILE_NAME, AclStore
 from broker.auth.authenticator import Authenticator
 from broker.auth.errors import AclInputError
 from broker.config import BrokerConfig
@@ -133,7 +133,7 @@ class AclAdminService(acl_admin_pb2_grpc.AclAdminServiceServicer):  # type: igno
 
 def open_acl(cfg: BrokerConfig) -> AclStore:
     """The ACL table, its bootstrap admin put in (AclFileError naming the file if unreadable)."""
-    store = AclStore(cfg.config_dir / ACL_FILE_NAME, load_key(cfg.acl_key_file))
+    store = AclStore(cfg.config_dir / ACL_FILE_NAME, cfg.acl_key_file)
     if cfg.auth_admin_access_key:
         store.put_user(cfg.auth_admin_access_key, cfg.auth_admin_secret_key, admin=True)
         store.snapshot()  # encrypts now: a key that cannot is found at start
