@@ -14,8 +14,11 @@ import contextlib
 import errno
 import gc
 import socket
+import sys
 import traceback
+import types
 import warnings
+import weakref
 from collections.abc import Iterator
 from typing import Any
 
@@ -68,6 +71,8 @@ def _loops_say_where_they_were_made() -> None:
     def init(self: Any, *args: Any, **kwargs: Any) -> None:
         self._rocketbox_made_at = "".join(traceback.format_stack(limit=_LOOP_ORIGIN_FRAMES)[:-1])
         made(self, *args, **kwargs)
+        if _made_by_get_event_loop():
+            _IMPLICIT_LOOPS.add(self)
 
     def finalize(self: Any, _warn: Any = warnings.warn) -> None:
         if not self.is_closed():
@@ -78,6 +83,24 @@ def _loops_say_where_they_were_made() -> None:
 
     base.__init__ = init  # type: ignore[method-assign]  # test-only instrumentation
     base.__del__ = finalize  # type: ignore[method-assign]  # test-only instrumentation
+
+
+# Loops asyncio made by itself, in ``get_event_loop()`` on the main thread when none was set:
+# nobody's, so nobody closes them (see _close_current_loop).
+_IMPLICIT_LOOPS: weakref.WeakSet[asyncio.AbstractEventLoop] = weakref.WeakSet()
+_FRAMES_TO_THE_POLICY = 8
+
+
+def _made_by_get_event_loop() -> bool:
+    frame: types.FrameType | None = sys._getframe(2)  # past init() and its caller
+    for _ in range(_FRAMES_TO_THE_POLICY):
+        if frame is None:
+            return False
+        code = frame.f_code
+        if code.co_name == "get_event_loop" and code.co_filename == asyncio.events.__file__:
+            return True
+        frame = frame.f_back
+    return False
 
 
 _loops_say_where_they_were_made()
@@ -103,8 +126,14 @@ def _close_current_loop() -> None:
     opens streams on the main thread expecting to find a loop there. So: a running loop (that
     I/O loop, run by its own thread) stays; another is closed and dropped; and the policy may
     make a loop again, as before the first test (``asyncio.run`` and ``set_event_loop(None)``
-    forbid it: the client's next stream would fail "There is no current event loop").
+    forbid it: the client's next stream would fail "There is no current event loop"). A loop
+    asyncio made by itself that is no longer current is closed too (_IMPLICIT_LOOPS).
     """
+    # A loop asyncio made by itself and a library then replaced as current (the official client
+    # sets its I/O loop current when it opens a channel): not current, yet as much nobody's.
+    for implicit in list(_IMPLICIT_LOOPS):
+        if not implicit.is_running() and not implicit.is_closed():
+            implicit.close()
     policy = asyncio.get_event_loop_policy()
     local = getattr(policy, "_local", None)
     if local is None:
