@@ -254,7 +254,7 @@ class BrokerController:
             ClusterRoute(reg.outer_api, cfg.broker_cluster_name) if reg is not None else None,
             reg.register_broker_all if reg is not None else None,
             ClusterTopics(
-                reg.outer_api, cfg.broker_cluster_name, cfg.broker_name, cfg.admin_credentials
+                reg.outer_api, cfg.broker_cluster_name, cfg.broker_name, cfg.auth_admin
             ).create_on_peers
             if reg is not None and cfg.auto_create_topic_enable
             else None,

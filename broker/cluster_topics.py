@@ -40,7 +40,7 @@ class ClusterTopics:
         broker_name: str,
         credentials: Credentials | None = None,
     ) -> None:
-        self._signer = Signer(credentials) if credentials is not None else None
+        self._signer = Signer(credentials)
         self._outer_api = outer_api
         self._cluster_name = cluster_name
         self._broker_name = broker_name
@@ -73,7 +73,7 @@ class ClusterTopics:
                 await broker_admin_pb2_grpc.BrokerAdminStub(channel).CreateTopic(
                     request,
                     timeout=PEER_CREATE_DEADLINE_S,
-                    metadata=self._signer.metadata() if self._signer is not None else None,
+                    metadata=self._signer.metadata(),
                 )
             except grpc.aio.AioRpcError as e:
                 if e.code() is not grpc.StatusCode.ALREADY_EXISTS:

@@ -8,10 +8,10 @@ from __future__ import annotations
 import enum
 import ipaddress
 import socket
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
-from broker.auth.authenticator import CLOCK_SKEW_S_MAX
+from broker.auth.authenticator import CLOCK_SKEW_S_DEFAULT, CLOCK_SKEW_S_MAX
 from broker.errors import BrokerConfigError
 from broker.store.config import MessageStoreConfig
 from rocketbox_api.credentials import Credentials
@@ -106,11 +106,10 @@ class BrokerConfig:
     auth_key_file: Path | None = None
     # How far a request's signed date may be from the broker's clock, a time zone's whole
     # quarter hours aside (broker/auth/authenticator.py says why).
-    auth_clock_skew_s: int = 300
+    auth_clock_skew_s: int = CLOCK_SKEW_S_DEFAULT
     # An admin user made (or whose secret is reset) at start, so that a new broker with auth on
     # can be administered: from a file or the environment, never a command-line value.
-    auth_admin_access_key: str = ""
-    auth_admin_secret_key: str = field(default="", repr=False)
+    auth_admin: Credentials | None = None
 
     # Prometheus metrics over HTTP (broker/metrics.py); None: not served. Port 0: a free one.
     metrics_host: str | None = None
@@ -164,10 +163,6 @@ class BrokerConfig:
                 f"auth_clock_skew_s must be in 0..{CLOCK_SKEW_S_MAX} (under half a quarter "
                 "hour: time zones are whole quarter hours apart)",
             ),
-            (
-                bool(self.auth_admin_access_key) == bool(self.auth_admin_secret_key),
-                "the admin's access key and secret key go together",
-            ),
         ]
         for ok, why in checks:
             if not ok:
@@ -176,12 +171,6 @@ class BrokerConfig:
     @property
     def config_dir(self) -> Path:
         return self.store.store_path_root_dir / "config"
-
-    @property
-    def admin_credentials(self) -> Credentials | None:
-        if not self.auth_admin_access_key:
-            return None
-        return Credentials(self.auth_admin_access_key, self.auth_admin_secret_key)
 
     @property
     def acl_key_file(self) -> Path:

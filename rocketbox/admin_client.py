@@ -56,7 +56,7 @@ class AdminClient:
             credentials = credentials_from_env()
         except CredentialsError as e:
             raise AdminCallError(str(e), None, unreachable=False) from None
-        self._signer = Signer(credentials) if credentials is not None else None
+        self._signer = Signer(credentials)
         self._deadline_s = deadline_s
         self._channel = grpc.insecure_channel(
             endpoint, options=[("grpc.max_receive_message_length", RECEIVE_MESSAGE_BYTES_MAX)]
@@ -80,25 +80,25 @@ class AdminClient:
         request = apb.CreateTopicRequest(topic=topic, message_type=f"MESSAGE_TYPE_{message_type}")
         if queue_nums is not None:
             request.queue_nums = queue_nums
-        return self._call(self._stub.CreateTopic, request, apb.CreateTopicResponse)
+        return self.call(self._stub.CreateTopic, request, apb.CreateTopicResponse)
 
     def list_topics(self) -> apb.ListTopicsResponse:
-        return self._call(self._stub.ListTopics, apb.ListTopicsRequest(), apb.ListTopicsResponse)
+        return self.call(self._stub.ListTopics, apb.ListTopicsRequest(), apb.ListTopicsResponse)
 
     def describe_topic(self, topic: str) -> apb.DescribeTopicResponse:
-        return self._call(
+        return self.call(
             self._stub.DescribeTopic,
             apb.DescribeTopicRequest(topic=topic),
             apb.DescribeTopicResponse,
         )
 
     def delete_topic(self, topic: str) -> apb.DeleteTopicResponse:
-        return self._call(
+        return self.call(
             self._stub.DeleteTopic, apb.DeleteTopicRequest(topic=topic), apb.DeleteTopicResponse
         )
 
     def get_message(self, message_id: str) -> apb.GetMessageResponse:
-        return self._call(
+        return self.call(
             self._stub.GetMessage,
             apb.GetMessageRequest(message_id=message_id),
             apb.GetMessageResponse,
@@ -106,19 +106,19 @@ class AdminClient:
 
     def query_message(self, topic: str, key: str, max_num: int) -> apb.QueryMessageResponse:
         request = apb.QueryMessageRequest(topic=topic, key=key, max_num=max_num)
-        return self._call(self._stub.QueryMessage, request, apb.QueryMessageResponse)
+        return self.call(self._stub.QueryMessage, request, apb.QueryMessageResponse)
 
     def set_flow_control(self, on: bool, topic: str | None) -> apb.SetFlowControlResponse:
         request = apb.SetFlowControlRequest(on=on)
         if topic is not None:
             request.topic = topic
-        return self._call(self._stub.SetFlowControl, request, apb.SetFlowControlResponse)
+        return self.call(self._stub.SetFlowControl, request, apb.SetFlowControlResponse)
 
     def list_groups(self) -> apb.ListGroupsResponse:
-        return self._call(self._stub.ListGroups, apb.ListGroupsRequest(), apb.ListGroupsResponse)
+        return self.call(self._stub.ListGroups, apb.ListGroupsRequest(), apb.ListGroupsResponse)
 
     def describe_group(self, group: str) -> apb.DescribeGroupResponse:
-        return self._call(
+        return self.call(
             self._stub.DescribeGroup,
             apb.DescribeGroupRequest(group=group),
             apb.DescribeGroupResponse,
@@ -130,7 +130,7 @@ class AdminClient:
         request = apb.CreateGroupRequest(group=group, orderly=orderly, broadcast=broadcast)
         if retry_max_times is not None:
             request.retry_max_times = retry_max_times
-        return self._call(self._stub.CreateGroup, request, apb.CreateGroupResponse)
+        return self.call(self._stub.CreateGroup, request, apb.CreateGroupResponse)
 
     def reset_offset(
         self, group: str, topic: str, to: str, timestamp_ms: int | None
@@ -139,14 +139,11 @@ class AdminClient:
         request = apb.ResetOffsetRequest(group=group, topic=topic, to=f"RESET_TARGET_{to}")
         if timestamp_ms is not None:
             request.timestamp_ms = timestamp_ms
-        return self._call(self._stub.ResetOffset, request, apb.ResetOffsetResponse)
+        return self.call(self._stub.ResetOffset, request, apb.ResetOffsetResponse)
 
     def call(self, rpc: Callable[..., Any], request: Any, response_type: type[R]) -> R:
         """``rpc`` (a method of one of the stubs) with the deadline and the credentials."""
-        return self._call(rpc, request, response_type)
-
-    def _call(self, rpc: Callable[..., Any], request: Any, response_type: type[R]) -> R:
-        metadata = self._signer.metadata() if self._signer is not None else None
+        metadata = self._signer.metadata()
         try:
             response = rpc(request, timeout=self._deadline_s, metadata=metadata)
         except grpc.RpcError as e:

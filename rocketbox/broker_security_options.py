@@ -8,6 +8,7 @@ from a command-line value.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -16,12 +17,7 @@ from typing import Any
 import click
 
 from broker.auth.authenticator import CLOCK_SKEW_S_DEFAULT, CLOCK_SKEW_S_MAX
-from rocketbox_api.credentials import (
-    Credentials,
-    CredentialsError,
-    credentials_from_env,
-    read_credentials_file,
-)
+from rocketbox_api.credentials import Credentials, CredentialsError, read_credentials
 
 ADMIN_ACCESS_KEY_ENV = "ROCKETBOX_AUTH_ADMIN_ACCESS_KEY"
 ADMIN_SECRET_KEY_ENV = "ROCKETBOX_AUTH_ADMIN_SECRET_KEY"  # noqa: S105 - a variable's name
@@ -43,8 +39,7 @@ class SecurityOptions:
             "auth_enabled": self.enabled,
             "auth_key_file": self.key_file,
             "auth_clock_skew_s": self.clock_skew_s,
-            "auth_admin_access_key": self.admin.access_key if self.admin else "",
-            "auth_admin_secret_key": self.admin.secret_key if self.admin else "",
+            "auth_admin": self.admin,
         }
 
 
@@ -62,8 +57,8 @@ _OPTIONS = (
         "--auth-key-file",
         type=click.Path(path_type=Path, dir_okay=False),
         default=None,
-        help="The key users' secrets are encrypted with at rest (made if absent; default: "
-        "DATA_DIR/config/acl.key).",
+        help="The key users' secrets are encrypted with at rest (made when first needed; "
+        "default: DATA_DIR/config/acl.key).",
     ),
     click.option(
         "--auth-clock-skew-s",
@@ -85,9 +80,7 @@ _NAMES = ("tls_cert", "tls_key", "auth_enabled", "auth_key_file", "auth_clock_sk
 
 def _admin(admin_file: Path | None) -> Credentials | None:
     try:
-        if admin_file is not None:
-            return read_credentials_file(admin_file)
-        return credentials_from_env(None, ADMIN_ACCESS_KEY_ENV, ADMIN_SECRET_KEY_ENV)
+        return read_credentials(admin_file, ADMIN_ACCESS_KEY_ENV, ADMIN_SECRET_KEY_ENV)
     except CredentialsError as e:
         raise click.BadParameter(str(e), param_hint="--auth-admin-file") from e
 
@@ -95,6 +88,8 @@ def _admin(admin_file: Path | None) -> Credentials | None:
 def security_options(command: Callable[..., None]) -> Callable[..., None]:
     """Add the options; the command receives them as one ``security`` argument."""
 
+    # wraps: keeps the name, the docstring and the options already added to ``command``.
+    @functools.wraps(command)
     def gather(**kwargs: Any) -> None:
         fields = {name: kwargs.pop(name) for name in _NAMES}
         security = SecurityOptions(
@@ -107,10 +102,6 @@ def security_options(command: Callable[..., None]) -> Callable[..., None]:
         )
         command(security=security, **kwargs)
 
-    gather.__name__ = command.__name__
-    gather.__doc__ = command.__doc__
-    # Options declared below this decorator (click keeps them on the function) stay the command's.
-    gather.__click_params__ = list(getattr(command, "__click_params__", []))  # type: ignore[attr-defined]  # click's own attribute
     for option in reversed(_OPTIONS):
         gather = option(gather)
     return gather

@@ -33,6 +33,7 @@ from rocketbox.admin_render import format_time_ms
 from rocketbox.broker_admin_cli import BrokerUnreachableError, check_endpoint
 from rocketbox.exit_codes import FAILED_EXIT_CODE
 from rocketbox_api.credentials import CredentialsError, credentials_from_env
+from rocketbox_api.names import namespaced
 
 CONSUME_ERROR_EXIT_CODE = FAILED_EXIT_CODE
 DEFAULT_BROKER = "127.0.0.1:8081"
@@ -197,10 +198,11 @@ def consume_command(
         credentials = credentials_from_env()
     except CredentialsError as e:
         raise click.ClickException(str(e)) from e
-    stored = (lambda name: f"{namespace}%{name}") if namespace else (lambda name: name)
     try:
         with admin.AdminClient(endpoint) as client:
-            where = place_group(client, stored(group), stored(topic), start.upper())
+            where = place_group(
+                client, namespaced(namespace, group), namespaced(namespace, topic), start.upper()
+            )
     except admin.AdminCallError as e:
         if e.code is not grpc.StatusCode.PERMISSION_DENIED:
             raise _admin_error(e) from e

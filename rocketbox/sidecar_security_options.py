@@ -21,12 +21,7 @@ from typing import Any
 
 import click
 
-from rocketbox_api.credentials import (
-    Credentials,
-    CredentialsError,
-    credentials_from_env,
-    read_credentials_file,
-)
+from rocketbox_api.credentials import Credentials, CredentialsError, read_credentials
 from sidecar.channels import Endpoint
 from sidecar.security import TOKEN_ENV, SecurityConfigError, read_token
 
@@ -130,12 +125,10 @@ def app_security(kwargs: dict[str, Any], health: bool) -> AppSecurity:
 def broker_security(kwargs: dict[str, Any]) -> BrokerSecurity:
     """Pops the broker options from ``kwargs``; reads the credentials."""
     credentials_file: Path | None = kwargs.pop("broker_credentials_file")
-    credentials: Credentials | None
     try:
-        if credentials_file is not None:
-            credentials = read_credentials_file(credentials_file)
-        else:
-            credentials = credentials_from_env(None, BROKER_ACCESS_KEY_ENV, BROKER_SECRET_KEY_ENV)
+        credentials = read_credentials(
+            credentials_file, BROKER_ACCESS_KEY_ENV, BROKER_SECRET_KEY_ENV
+        )
     except CredentialsError as e:
         raise click.UsageError(str(e)) from e
     ca_file: Path | None = kwargs.pop("broker_tls_ca")

@@ -85,12 +85,13 @@ def credentials_from_env(
 
 
 class Signer:
-    """The signed metadata of a request made now: date and authorization, recomputed once a
-    second (the signature covers only the date)."""
+    """The dated metadata of a request made now: ``x-mq-date-time``, and with credentials its
+    ``authorization``, recomputed once a second (the signature covers only the date, so a call
+    within the second pays nothing for it). Without credentials: the date alone."""
 
-    def __init__(self, credentials: Credentials) -> None:
+    def __init__(self, credentials: Credentials | None) -> None:
         self._credentials = credentials
-        self._secret = credentials.secret_key.encode()
+        self._secret = credentials.secret_key.encode() if credentials is not None else b""
         self._second = -1
         self._metadata: tuple[tuple[str, str], ...] = ()
 
@@ -98,12 +99,18 @@ class Signer:
         second = int(time.time())
         if second != self._second:
             date = datetime.datetime.fromtimestamp(second, datetime.UTC).strftime(DATE_TIME_FORMAT)
-            self._metadata = (
-                (DATE_TIME_HEADER, date),
-                (
-                    AUTHORIZATION_HEADER,
-                    authorization_value(self._credentials.access_key, self._secret, date),
-                ),
-            )
+            self._metadata = ((DATE_TIME_HEADER, date),)
+            if self._credentials is not None:
+                signed = authorization_value(self._credentials.access_key, self._secret, date)
+                self._metadata += ((AUTHORIZATION_HEADER, signed),)
             self._second = second
         return self._metadata
+
+
+def read_credentials(
+    path: Path | None, access_key_var: str, secret_key_var: str
+) -> Credentials | None:
+    """From the file at ``path`` when given, else from the two variables (None: neither set)."""
+    if path is not None:
+        return read_credentials_file(path)
+    return credentials_from_env(None, access_key_var, secret_key_var)

@@ -30,6 +30,17 @@ NAME_PATTERN = re.compile(f"[{NAME_CHARACTERS}]+")
 STORED_TOPIC_PATTERN = re.compile(f"[{STORED_TOPIC_CHARACTERS}]+")
 
 
+# A namespaced topic or group is stored as NAMESPACE%NAME (RocketMQ's proxy's rule); the
+# broker's edge (broker/grpc_service/namespaces.py) adds it, and the sidecar and the CLI name
+# what the broker's admin service and the reconciliation see.
+NAMESPACE_SEPARATOR = "%"
+
+
+def namespaced(namespace: str, name: str) -> str:
+    """``name`` as the broker stores it in ``namespace`` ("": not namespaced)."""
+    return f"{namespace}{NAMESPACE_SEPARATOR}{name}" if namespace else name
+
+
 def is_topic_name(name: str) -> bool:
     """A topic name a client may use (system prefixes are the caller's to refuse)."""
     return len(name) <= TOPIC_LENGTH_MAX and NAME_PATTERN.fullmatch(name) is not None

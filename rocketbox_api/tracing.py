@@ -107,6 +107,16 @@ def with_trace(properties: dict[str, str], trace_context: Mapping[str, str]) -> 
             properties.setdefault(name, value)
 
 
+def traced_properties(
+    user_properties: Mapping[str, str], trace_context: Mapping[str, str] | None
+) -> dict[str, str]:
+    """A message's properties: the app's, with the call's trace context (``with_trace``)."""
+    properties = dict(user_properties)
+    if trace_context is not None:
+        with_trace(properties, trace_context)
+    return properties
+
+
 class MessageSpans:
     """Spans of one part of rocketbox (``scope``: its instrumentation scope name)."""
 

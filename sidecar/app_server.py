@@ -33,14 +33,10 @@ def server_tls(config: SidecarConfig) -> grpc.ServerCredentials | None:
     return tls.credentials()
 
 
-def app_server(
-    config: SidecarConfig,
-    service: SidecarService,
-    admin: OutboxAdminService,
-    health_servicer: health.aio.HealthServicer,
-) -> grpc.aio.Server:
-    """SidecarService, OutboxAdminService, health and reflection on a server not yet bound."""
-    server = grpc.aio.server(
+def app_facing_server(config: SidecarConfig) -> grpc.aio.Server:
+    """An empty server for apps' calls (rocketbox.v1's, the RocketMQ front's): the guard, the
+    message size limit and the pending-calls bound both listeners share."""
+    return grpc.aio.server(
         # Malformed requests and handler faults: INVALID_ARGUMENT / INTERNAL and a
         # rate-limited line, never UNKNOWN with a traceback per call.
         interceptors=[ServerGuard()],
@@ -51,6 +47,16 @@ def app_server(
             ("grpc.server.max_pending_requests_hard_limit", config.pending_calls_max),
         ),
     )
+
+
+def app_server(
+    config: SidecarConfig,
+    service: SidecarService,
+    admin: OutboxAdminService,
+    health_servicer: health.aio.HealthServicer,
+) -> grpc.aio.Server:
+    """SidecarService, OutboxAdminService, health and reflection on a server not yet bound."""
+    server = app_facing_server(config)
     guarded_service, guarded_admin = service, admin
     if config.api_token is not None:
         guard = TokenGuard(config.api_token)

@@ -8,25 +8,17 @@ changes, once a second, with it, and a call pays nothing for it.
 
 from __future__ import annotations
 
-import datetime
 import ipaddress
 import itertools
 import os
 import socket
-import time
 import uuid
 from dataclasses import dataclass
 
 import grpc
 from rocketmq.grpc_protocol import definition_pb2, service_pb2_grpc
 
-from rocketbox_api.credentials import Credentials
-from rocketbox_api.signing import (
-    AUTHORIZATION_HEADER,
-    DATE_TIME_FORMAT,
-    DATE_TIME_HEADER,
-    authorization_value,
-)
+from rocketbox_api.credentials import Credentials, Signer
 
 CLIENT_VERSION = "rocketbox-0.1.0"
 # Options of every channel: keepalive finds a dead broker between sends; the message size limit
@@ -85,8 +77,7 @@ class Channels:
         key the requests are signed with (None: unsigned)."""
         self._namespace = namespace
         self._tls = tls
-        self._credentials = credentials
-        self._secret_key = credentials.secret_key.encode() if credentials else b""
+        self._signer = Signer(credentials)
         self._stubs: dict[Endpoint, service_pb2_grpc.MessagingServiceStub] = {}
         self._channels: dict[Endpoint, grpc.aio.Channel] = {}
         self.client_id = f"{socket.gethostname()}@{os.getpid()}@0@{uuid.uuid4().hex[:12]}"
@@ -99,9 +90,6 @@ class Channels:
         )
         self._request_prefix = f"{uuid.uuid4().hex[:16]}-"
         self._request_ids = itertools.count()
-        self._date_second = 0
-        # The date's metadata, with its signature when signed: recomputed once a second.
-        self._dated: tuple[tuple[str, str], ...] = ()
 
     def channel(self, endpoint: Endpoint) -> grpc.aio.Channel:
         channel = self._channels.get(endpoint)
@@ -122,24 +110,13 @@ class Channels:
         return stub
 
     def metadata(self) -> tuple[tuple[str, str], ...]:
-        # Built per call but cheaply: the date changes once a second, and a request id need
-        # only be unique per client (it is for logs), so a counter does.
-        second = int(time.time())
-        if second != self._date_second:
-            self._date_second = second
-            self._dated = self._dated_metadata(second)
+        # Built per call but cheaply: the date (and its signature) changes once a second, and a
+        # request id need only be unique per client (it is for logs), so a counter does.
         return (
             *self._fixed_metadata,
-            *self._dated,
+            *self._signer.metadata(),
             ("x-mq-request-id", f"{self._request_prefix}{next(self._request_ids)}"),
         )
-
-    def _dated_metadata(self, second: int) -> tuple[tuple[str, str], ...]:
-        date = datetime.datetime.fromtimestamp(second, datetime.UTC).strftime(DATE_TIME_FORMAT)
-        if self._credentials is None:
-            return ((DATE_TIME_HEADER, date),)
-        signed = authorization_value(self._credentials.access_key, self._secret_key, date)
-        return (DATE_TIME_HEADER, date), (AUTHORIZATION_HEADER, signed)
 
     async def close(self) -> None:
         for channel in self._channels.values():

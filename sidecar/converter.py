@@ -13,7 +13,7 @@ from google.rpc import code_pb2, error_details_pb2, status_pb2
 from grpc_status import rpc_status
 
 from outbox.entry import OutboxMessage, SpoolCause
-from rocketbox_api.tracing import with_trace
+from rocketbox_api.tracing import traced_properties
 from rocketbox_api.v1 import sidecar_pb2 as api
 from sidecar.errors import SendRejectedError
 from sidecar.intake import Accepted, Stored
@@ -48,9 +48,6 @@ def to_outbox_message(
         t = m.delivery_time
         validate_timestamp("delivery_time", t.seconds, t.nanos)
         delivery_timestamp_ms = t.ToMilliseconds()
-    properties = dict(m.user_properties)
-    if trace is not None:
-        with_trace(properties, trace)
     return OutboxMessage(
         topic=m.topic,
         body=m.body,
@@ -59,7 +56,7 @@ def to_outbox_message(
         keys=tuple(m.keys),
         message_group=m.message_group if m.HasField("message_group") else None,
         delivery_timestamp_ms=delivery_timestamp_ms,
-        properties=properties,
+        properties=traced_properties(m.user_properties, trace),
         born_timestamp_ms=now_ms,
     )
 

@@ -52,6 +52,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import IO, Any
 
+from rocketbox_api.names import namespaced
 from rocketbox_api.rate_limited_log import RateLimitedLog
 from sidecar.intake import Accepted, Stored
 
@@ -78,7 +79,7 @@ class AckLedger:
     ) -> None:
         """``namespace``: the sidecar's own; topics are written as the broker stores them,
         NAMESPACE%TOPIC, so the reconciliation finds them in scope."""
-        self._topic_prefix = f"{namespace}%" if namespace else ""
+        self._topic_prefix = namespaced(namespace, "")
         if flush_interval_ms < 0:
             raise ValueError(f"flush_interval_ms must be >= 0, got {flush_interval_ms}")
         self.flush_interval_ms = flush_interval_ms

@@ -33,6 +33,7 @@ from rocketmq.grpc_protocol import definition_pb2, service_pb2
 from outbox.entry import OutboxMessage, SpoolCause
 from rocketbox_api.admin.v1 import broker_admin_pb2, broker_admin_pb2_grpc
 from rocketbox_api.credentials import Credentials
+from rocketbox_api.names import namespaced
 from sidecar.channels import Channels, Endpoint
 from sidecar.clock import now_ms
 from sidecar.errors import SendFailedError, SendRejectedError, SidecarError
@@ -312,7 +313,7 @@ class Producer:
                 raise classify_rpc_error(e) from e
             self._admin_offered[endpoint] = True
             # The admin service names topics as stored: a namespaced one NAMESPACE%TOPIC.
-            stored_topic = f"{self.config.namespace}%{topic}" if self.config.namespace else topic
+            stored_topic = namespaced(self.config.namespace, topic)
             for copy in response.messages:
                 # A delayed message waits under a system topic, its own in REAL_TOPIC.
                 if stored_topic in (copy.topic, copy.system_properties.get("REAL_TOPIC")):

@@ -170,6 +170,12 @@ class Acl:
                 best = rule
         return best is not None and best.decision is Decision.ALLOW
 
+    def allows_any(
+        self, user: User, resource_type: ResourceType, name: str, actions: Iterable[Action]
+    ) -> bool:
+        """Whether any one of ``actions`` is allowed (QueryRoute: PUB or SUB)."""
+        return any(self.allows(user, resource_type, name, a) for a in actions)
+
     def put_user(self, user: User) -> None:
         if user.access_key not in self.users and len(self.users) >= USERS_MAX:
             raise AclInputError(f"users: at most USERS_MAX={USERS_MAX}")

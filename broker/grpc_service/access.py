@@ -47,8 +47,6 @@ from rocketbox_api.rate_limited_log import LOG_INTERVAL_S_DEFAULT, RateLimitedLo
 LOG = logging.getLogger(__name__)
 Context = Any  # grpc.aio.ServicerContext
 MESSAGING = spb.DESCRIPTOR.services_by_name["MessagingService"]
-# Admin calls any authenticated user may make (see the module docstring).
-OPEN_ADMIN_METHODS = frozenset({"GetMessage", "QueryMessage"})
 
 
 def _metadata(context: Context) -> dict[str, str]:
@@ -102,7 +100,7 @@ class Access:
         if user.admin:
             return
         for resource_type, name, actions in needs:
-            if name and not any(self._acl.allows(user, resource_type, name, a) for a in actions):
+            if name and not self._acl.allows_any(user, resource_type, name, actions):
                 wanted = " or ".join(a.value for a in actions)
                 raise ForbiddenError(
                     f"user {user.access_key!r} has no {wanted} right on "
@@ -225,7 +223,7 @@ class Access:
         return behaviour
 
     def _may_see(self, user: User, topic: str) -> bool:
-        return any(self._acl.allows(user, ResourceType.TOPIC, topic, a) for a in PUB_OR_SUB)
+        return self._acl.allows_any(user, ResourceType.TOPIC, topic, PUB_OR_SUB)
 
 
 def _real_topic(message: Any) -> str:

@@ -134,8 +134,8 @@ class AclAdminService(acl_admin_pb2_grpc.AclAdminServiceServicer):  # type: igno
 def open_acl(cfg: BrokerConfig) -> AclStore:
     """The ACL table, its bootstrap admin put in (AclFileError naming the file if unreadable)."""
     store = AclStore(cfg.config_dir / ACL_FILE_NAME, cfg.acl_key_file)
-    if cfg.auth_admin_access_key:
-        store.put_user(cfg.auth_admin_access_key, cfg.auth_admin_secret_key, admin=True)
+    if cfg.auth_admin is not None:
+        store.put_user(cfg.auth_admin.access_key, cfg.auth_admin.secret_key, admin=True)
         store.snapshot()  # encrypts now: a key that cannot is found at start
     return store
 

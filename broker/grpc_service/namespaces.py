@@ -22,9 +22,9 @@ from rocketmq.grpc_protocol import definition_pb2 as pb
 
 from broker.grpc_service.protocol import Code, ProtocolError, shown
 from broker.grpc_service.request_limits import RESOURCE_NAMESPACE_LENGTH_MAX
+from rocketbox_api.names import namespaced
 
 NAMESPACE_HEADER = "x-mq-namespace"
-SEPARATOR = "%"
 NAMESPACE_LENGTH_MAX = RESOURCE_NAMESPACE_LENGTH_MAX
 NAMESPACE_PATTERN = re.compile(r"[A-Za-z0-9_-]+")
 SYSTEM_PREFIXES = ("%RETRY%", "%DLQ%")
@@ -48,15 +48,14 @@ def wrap_name(namespace: str, name: str) -> str:
     for prefix in SYSTEM_PREFIXES:
         if name.startswith(prefix):
             return prefix + wrap_name(namespace, name[len(prefix) :])
-    stem = namespace + SEPARATOR
-    return name if name.startswith(stem) else stem + name
+    return name if name.startswith(namespaced(namespace, "")) else namespaced(namespace, name)
 
 
 def unwrap_name(namespace: str, name: str) -> str:
     for prefix in SYSTEM_PREFIXES:
         if name.startswith(prefix):
             return prefix + unwrap_name(namespace, name[len(prefix) :])
-    stem = namespace + SEPARATOR
+    stem = namespaced(namespace, "")
     return name[len(stem) :] if name.startswith(stem) else name
 
 

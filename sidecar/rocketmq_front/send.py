@@ -53,7 +53,7 @@ from rocketmq.grpc_protocol import Code, definition_pb2
 from rocketmq.grpc_protocol import service_pb2 as spb
 
 from outbox.entry import OutboxMessage
-from rocketbox_api.tracing import with_trace
+from rocketbox_api.tracing import traced_properties
 from sidecar.clock import now_ms
 from sidecar.errors import SendRejectedError
 from sidecar.intake import Stored
@@ -193,9 +193,6 @@ def to_outbox_message(
         t = sp.born_timestamp
         validate_timestamp("born_timestamp", t.seconds, t.nanos)
         born_ms = t.ToMilliseconds()
-    properties = dict(m.user_properties)
-    if trace is not None:
-        with_trace(properties, trace)
     return OutboxMessage(
         topic=m.topic.name,
         body=decoded_body(m.body, sp.body_encoding),
@@ -204,7 +201,7 @@ def to_outbox_message(
         keys=tuple(sp.keys),
         message_group=group,
         delivery_timestamp_ms=delivery_ms,
-        properties=properties,
+        properties=traced_properties(m.user_properties, trace),
         born_timestamp_ms=born_ms,
     )
 

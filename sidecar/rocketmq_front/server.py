@@ -5,7 +5,7 @@ from __future__ import annotations
 import grpc
 from prometheus_client import Counter
 
-from rocketbox_api.server_guard import ServerGuard
+from sidecar.app_server import app_facing_server
 from sidecar.channels import Endpoint
 from sidecar.config import SidecarConfig
 from sidecar.producer import Producer
@@ -44,14 +44,6 @@ def front_server(
         "NotifyClientTermination": forwarder.lifecycle("NotifyClientTermination"),
         "EndTransaction": forwarder.unary("EndTransaction"),
     }
-    server = grpc.aio.server(
-        interceptors=[ServerGuard()],
-        options=(
-            ("grpc.max_receive_message_length", config.grpc_receive_bytes_max),
-            ("grpc.so_reuseport", 0),
-            ("grpc.server.max_pending_requests", config.pending_calls_max),
-            ("grpc.server.max_pending_requests_hard_limit", config.pending_calls_max),
-        ),
-    )
+    server = app_facing_server(config)
     server.add_generic_rpc_handlers((front_handler(forwarder, own),))
     return server

@@ -25,7 +25,7 @@ from outbox import EntryState, OutboxMessage
 from rocketbox_api import tracing
 from sidecar.intake import Spooled, Stored
 from tests.otel_spans import TRACEPARENT, TRACESTATE, linked, named, recorded_spans, the_producer
-from tests.sidecar.in_process import FAST_RESEND, RETRY_TIMES_WHEN_SEND_FAILED, core, message
+from tests.sidecar.in_process import FAST_RESEND, RETRY_TIMES_WHEN_SEND_FAILED, Core, core, message
 from tests.sidecar.in_process import wait_for as wait_in_process
 from tests.sidecar.scripted_broker import Answer
 
@@ -71,16 +71,21 @@ def test_a_spool_write_links_each_message_and_names_the_cause() -> None:
     asyncio.run(run())
 
 
+async def spooled_then_resent(c: Core) -> OutboxMessage:
+    """A traced message the broker refuses at every attempt (so spooled), then delivered by
+    the running resend pool."""
+    c.broker.answer_next(*[Answer.BROKER_ERROR] * EVERY_ATTEMPT)
+    m = traced(1, TRACED)
+    assert isinstance(await c.intake.accept(m), Spooled)
+    await wait_in_process(lambda: c.pool.totals["DELIVERED"] == 1, "the resend delivered")
+    return m
+
+
 def test_a_resend_links_its_messages_and_its_broker_call_is_its_child() -> None:
     async def run() -> None:
         with recorded_spans() as spans:
             async with core(pool_running=True) as c:
-                c.broker.answer_next(*[Answer.BROKER_ERROR] * EVERY_ATTEMPT)
-                m = traced(1, TRACED)
-                assert isinstance(await c.intake.accept(m), Spooled)
-                await wait_in_process(
-                    lambda: c.pool.totals["DELIVERED"] == 1, "the resend delivered"
-                )
+                m = await spooled_then_resent(c)
             finished = spans.get_finished_spans()
             [resend] = named(finished, "rocketbox.resend")
             [send] = named(finished, "rocketbox.resend.send")
@@ -152,12 +157,7 @@ def test_without_opentelemetry_spans_are_no_ops(monkeypatch: pytest.MonkeyPatch)
     async def run() -> None:
         with recorded_spans() as spans:
             async with core(pool_running=True) as c:
-                c.broker.answer_next(*[Answer.BROKER_ERROR] * EVERY_ATTEMPT)
-                m = traced(1, TRACED)
-                assert isinstance(await c.intake.accept(m), Spooled)
-                await wait_in_process(
-                    lambda: c.pool.totals["DELIVERED"] == 1, "the resend delivered"
-                )
+                m = await spooled_then_resent(c)
             assert spans.get_finished_spans() == ()
             assert c.broker.stored[m.message_id]
 
