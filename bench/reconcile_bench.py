@@ -48,14 +48,11 @@ from typing import Any
 
 from pyspark.sql import SparkSession
 
-from reconcile.commitlog_source import (
-    commitlog_dir,
-    list_segments,
-    scan_commitlog,
-    stats_accumulator,
-)
-from reconcile.job import JobConfig, run
-from reconcile.session import SparkSettings, quiet_pyspark, spark_session
+from reconcile.commitlog_source import scan_commitlog, stats_accumulator
+from reconcile.config import JobConfig, SparkSettings
+from reconcile.job import run
+from reconcile.segment_scan import commitlog_dir, list_segments
+from reconcile.session import quiet_pyspark, spark_session
 from tests.reconcile.testdata import (
     BulkShape,
     bulk_record_bytes,

@@ -17,9 +17,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from reconcile.commitlog_source import Segment, SegmentStats, commitlog_dir, list_segments
 from reconcile.errors import InputError
-from reconcile.summary import commitlog_summary
+from reconcile.figures import commitlog_summary
+from reconcile.segment_scan import Segment, SegmentStats, commitlog_dir, list_segments
 
 # Directories one run may read: a cluster's groups times (1 + slaves), with room to spare.
 COMMITLOG_SOURCES_MAX = 256

@@ -29,7 +29,7 @@ from typing import Any
 import plotly.graph_objects as go
 import plotly.offline
 
-from reconcile.classify import OUTCOMES
+from reconcile.outcomes import OUTCOMES
 from reconcile.report_charts import (
     CATEGORY_ORDER,
     CHART_HEIGHT_PX,

@@ -16,14 +16,12 @@ from __future__ import annotations
 
 import logging
 import os
-import re
 import sys
 import tempfile
 import warnings
 import zipfile
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
 from pathlib import Path
 
 from py4j.protocol import Py4JError
@@ -31,10 +29,9 @@ from pyspark import SparkContext
 from pyspark.errors import PySparkException
 from pyspark.sql import SparkSession
 
+from reconcile.config import LOCAL_MASTER, SparkSettings
 from reconcile.errors import JobError, ReconcileError
 
-APP_NAME = "rocketbox-reconcile"
-MASTER_DEFAULT = "local[*]"
 # Shuffle partitions per local core: enough to spread a skewed id range, few enough that AQE
 # has little to coalesce.
 SHUFFLE_PARTITIONS_PER_CORE = 4
@@ -42,7 +39,6 @@ SHUFFLE_PARTITIONS_PER_CORE = 4
 LOCAL_DRIVER_MEMORY = "2g"
 JVM_STOP_DEADLINE_S = 30.0
 _DRIVER_JAVA_OPTIONS = "spark.driver.extraJavaOptions"
-_LOCAL_MASTER = re.compile(r"^local(\[(\*|\d+)(,\d+)?\])?$")
 # Spark's own logging at ERROR from the first line (the default prints INFO and WARN; PySpark
 # sets the root logger to the level of the class that starts the JVM, hence those too).
 _LOG4J2 = """\
@@ -63,24 +59,8 @@ logger.submit.level = error
 _PANDAS_WARNING = "PySpark does not yet fully support pandas"
 
 
-@dataclass(frozen=True, slots=True)
-class SparkSettings:
-    master: str = MASTER_DEFAULT
-    app_name: str = APP_NAME
-    shuffle_partitions: int | None = None  # None: 4 per core locally, Spark's default otherwise
-    conf: tuple[tuple[str, str], ...] = ()  # any other Spark setting, applied last
-
-    def __post_init__(self) -> None:
-        if self.shuffle_partitions is not None and self.shuffle_partitions < 1:
-            raise ValueError("shuffle_partitions must be >= 1")
-
-    @property
-    def local(self) -> bool:
-        return bool(_LOCAL_MASTER.match(self.master))
-
-
 def local_cores(master: str) -> int:
-    match = _LOCAL_MASTER.match(master)
+    match = LOCAL_MASTER.match(master)
     assert match, f"not a local master: {master}"
     threads = match.group(2)
     if threads is None:

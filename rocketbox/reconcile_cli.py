@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -23,7 +25,7 @@ from rocketbox.up_layout import up_ack_ledger, up_broker_dir, up_broker_stores, 
 from rocketbox.wording import plural
 
 if TYPE_CHECKING:
-    from reconcile.job import JobConfig
+    from reconcile.config import JobConfig
 
 EXIT_LOST = 1
 OUTBOX_EXPORT_NAME = "outbox.parquet"
@@ -77,6 +79,22 @@ def _spark_conf(
     help="An acknowledgement ledger (JSON lines, the sidecar's --ack-ledger); repeatable.",
 )
 @click.option(
+    "--engine",
+    type=click.Choice(["auto", "spark", "in-process"]),
+    default="auto",
+    show_default=True,
+    help="in-process: Arrow in this process, no JVM, seconds on small data; spark: any size, "
+    "any --master; auto: in process up to --in-process-records-max records with a local "
+    "master, else Spark.",
+)
+@click.option(
+    "--in-process-records-max",
+    default=2_000_000,
+    show_default=True,
+    type=click.IntRange(min=1),
+    help="Commitlog records auto takes in process (held in memory) before it runs Spark.",
+)
+@click.option(
     "--master", default="local[*]", help="Spark master: local[*], local[N], spark://host:port …"
 )
 @click.option(
@@ -113,6 +131,8 @@ def reconcile_command(
     commitlogs: tuple[Path, ...],
     outbox_source: str | None,
     ledgers: tuple[Path, ...],
+    engine: str,
+    in_process_records_max: int,
     master: str,
     out_dir: Path,
     bucket_minutes: int,
@@ -125,10 +145,13 @@ def reconcile_command(
     lost, duplicated, recovered, unexpected, pending and dead messages per topic and bucket.
     Exits 1 when anything acknowledged was lost."""
     _check_reconcile_extra()
-    # Spark and plotly load only for this command, not for every rocketbox command.
-    from reconcile.job import JobConfig, run  # noqa: PLC0415 - PySpark loads only for this command
-    from reconcile.report import write_outputs  # noqa: PLC0415 - PySpark loads only for this command
-    from reconcile.session import SparkSettings  # noqa: PLC0415 - PySpark loads only for this command
+    # The job's libraries (pyarrow, plotly; PySpark when Spark runs) load only for this command.
+    from reconcile.config import (  # noqa: PLC0415 - the reconcile extra loads only for this command
+        JobConfig,
+        SparkSettings,
+    )
+    from reconcile.job import run  # noqa: PLC0415 - the reconcile extra loads only for this command
+    from reconcile.report import write_outputs  # noqa: PLC0415 - the reconcile extra loads only here
 
     if data_dir is not None:
         commitlogs, outbox_source, ledgers = _up_inputs(
@@ -144,6 +167,8 @@ def reconcile_command(
             outbox=outbox_path,
             out_dir=out_dir,
             ledgers=ledgers,
+            engine=engine,
+            in_process_records_max=in_process_records_max,
             spark=SparkSettings(
                 master=master, shuffle_partitions=shuffle_partitions, conf=spark_conf
             ),
@@ -151,7 +176,7 @@ def reconcile_command(
             drill_down_ids_max=drill_down_ids_max,
             extra={"outbox_source": redact(outbox_source)},
         )
-        summary = run(config)
+        summary = run(config, progress=_progress())
         summary_path, report_path = write_outputs(summary, out_dir)
     except ReconcileError as e:
         click.echo(f"reconcile: {e}", err=True)
@@ -254,9 +279,27 @@ def summary_text(
     )
     lines.append(
         f"written: {report_path}, {summary_path}, {summary['details']['messages']} "
-        f"({summary['elapsed_s']} s on {config.spark.master})"
+        f"({summary['elapsed_s']} s {_engine_text(summary)})"
     )
     return "\n".join(lines)
+
+
+def _engine_text(summary: dict[str, Any]) -> str:
+    inputs = summary["inputs"]
+    if summary["engine"] == "spark":
+        return f"with Spark on {inputs['master']}"
+    return "in process (no Spark: a small commitlog)" if "records_max" in inputs else "in process"
+
+
+def _progress() -> Callable[[str], None] | None:
+    """Progress lines on stderr while the job runs, when stderr is a terminal."""
+    if not sys.stderr.isatty():
+        return None
+
+    def say(line: str) -> None:
+        click.echo(f"reconcile: {line}", err=True)
+
+    return say
 
 
 def _sources_text(c: dict[str, Any]) -> list[str]:

@@ -10,7 +10,8 @@ from collections.abc import Iterator
 import pytest
 from pyspark.sql import SparkSession
 
-from reconcile.session import SparkSettings, spark_session
+from reconcile.config import SparkSettings
+from reconcile.session import spark_session
 
 TEST_SPARK = SparkSettings(master="local[2]", app_name="rocketbox-reconcile-tests")
 

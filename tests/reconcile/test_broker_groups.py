@@ -9,9 +9,10 @@ directory). Planted: ok messages in both groups, a message resent to the other g
 by both at phy_offset 0 in the same millisecond (only the store host tells the two records
 apart), a message stored twice by group a, and an acknowledged message no group holds.
 
-Proves: the slave's copy adds no duplicate and no message (the totals equal those of the masters
-alone, and of the slave in its master's place) and is counted as slave copies; the resend
-across groups and the one within a group are still duplicates; the loss is still found; the
+Proves, for both engines: the slave's copy adds no duplicate and no message (the totals equal
+those of the masters alone, and of the slave in its master's place) and is counted as slave
+copies; the resend across groups and the one within a group are still duplicates; the loss is
+still found; the
 summary names every directory with its records and store hosts; ``--data-dir`` of the cluster
 layout finds all three stores (the process exits 1 and says what it read, report.html too); a
 directory given twice is refused; IPv4 and IPv6 store hosts read right.
@@ -31,8 +32,9 @@ from pyspark.sql import SparkSession
 from broker.store.codec.encode import encode_message, finish_record
 from broker.store.codec.message import MessageExtBrokerInner
 from reconcile.commitlog_sources import read_sources
+from reconcile.config import ENGINE_IN_PROCESS, ENGINE_SPARK, JobConfig
 from reconcile.errors import InputError
-from reconcile.job import JobConfig, run
+from reconcile.job import run
 from reconcile.store_hosts import store_hosts
 from rocketbox.up_layout import up_broker_stores, up_cluster_broker_dir
 from tests.reconcile.planted import SEGMENT_BYTES, T0, counts
@@ -129,15 +131,19 @@ def test_data_dir_of_a_cluster_reads_every_store(cluster: Cluster, tmp_path: Pat
     assert all(str(s / "commitlog") in report for s in (a0, a1, b0))
 
 
-def reconciled(spark: SparkSession, cluster: Cluster, out: Path, *stores: Path) -> dict[str, Any]:
+def reconciled(
+    spark: SparkSession, cluster: Cluster, out: Path, *stores: Path, engine: str = ENGINE_SPARK
+) -> dict[str, Any]:
     config = JobConfig(
-        commitlogs=stores, outbox=cluster.outbox, out_dir=out, ledgers=(cluster.acks,)
-    )
+        commitlogs=stores, outbox=cluster.outbox, out_dir=out, ledgers=(cluster.acks,),
+        engine=engine,
+    )  # fmt: skip
     return run(config, spark)
 
 
+@pytest.mark.parametrize("engine", [ENGINE_SPARK, ENGINE_IN_PROCESS])
 def test_a_slaves_copy_is_no_duplicate(
-    spark: SparkSession, cluster: Cluster, tmp_path: Path
+    spark: SparkSession, cluster: Cluster, tmp_path: Path, engine: str
 ) -> None:
     a0, a1, b0 = (
         cluster.store("broker-a", 0),
@@ -145,10 +151,10 @@ def test_a_slaves_copy_is_no_duplicate(
         cluster.store("broker-b", 0),
     )
 
-    with_slave = reconciled(spark, cluster, tmp_path / "with", a0, a1, b0)
-    masters = reconciled(spark, cluster, tmp_path / "masters", a0, b0)
+    with_slave = reconciled(spark, cluster, tmp_path / "with", a0, a1, b0, engine=engine)
+    masters = reconciled(spark, cluster, tmp_path / "masters", a0, b0, engine=engine)
     # After a failover the slave's copy is group a's store: it proves the same.
-    slave_for_master = reconciled(spark, cluster, tmp_path / "slave", a1, b0)
+    slave_for_master = reconciled(spark, cluster, tmp_path / "slave", a1, b0, engine=engine)
 
     assert with_slave["totals"] == masters["totals"] == expected_totals()
     assert slave_for_master["totals"] == expected_totals()
@@ -160,6 +166,7 @@ def test_a_slaves_copy_is_no_duplicate(
     }  # fmt: skip
     assert [r["message_id"] for r in drill["lost"]] == [LOST_ID]
     assert with_slave["verdict"] == "LOST"
+    assert with_slave["engine"] == engine
 
 
 def test_the_summary_names_each_directory(

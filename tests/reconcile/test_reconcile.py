@@ -37,8 +37,9 @@ import pyarrow.parquet as pq
 import pytest
 from pyspark.sql import SparkSession
 
-from reconcile.classify import FINDINGS, OUTCOMES
-from reconcile.job import JobConfig, run
+from reconcile.config import ENGINE_SPARK, JobConfig
+from reconcile.job import run
+from reconcile.outcomes import FINDINGS, OUTCOMES
 from reconcile.report import CATEGORY_ORDER, CHART_IDS, COLOURS, COUNTERS, write_outputs
 from reconcile.report_charts import (
     CHART_HEIGHT_PX,
@@ -76,6 +77,7 @@ def reconcile(spark: SparkSession, p: Planted, out: Path, **kw: Any) -> dict[str
         out_dir=out,
         ledgers=kw.pop("ledgers", (p.acks,)),
         drill_down_ids_max=50,
+        engine=ENGINE_SPARK,
         **kw,
     )
     summary = run(config, spark)

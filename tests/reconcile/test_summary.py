@@ -12,8 +12,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from broker.store.codec.scan import ScanEndKind
-from reconcile.commitlog_source import UNREADABLE, Segment, SegmentStats
-from reconcile.summary import commitlog_summary
+from reconcile.figures import commitlog_summary
+from reconcile.segment_scan import UNREADABLE, Segment, SegmentStats
 
 SIZE = 1024
 

@@ -18,7 +18,7 @@ from broker import timer_message, topic_config, transaction_message
 from broker.store.config import KIB, MessageStoreConfig
 from broker.store.message_store import DefaultMessageStore
 from outbox.export import EXPORT_SCHEMA
-from reconcile import commitlog_source
+from reconcile import segment_scan
 from reconcile.outbox_source import OUTBOX_COLUMNS
 from tests.reconcile.testdata import (
     BulkShape,
@@ -81,8 +81,8 @@ def test_the_broker_recovers_a_generated_log_and_cuts_its_torn_tail(tmp_path: Pa
 
 
 def test_the_scan_knows_the_brokers_system_and_parking_topics() -> None:
-    assert commitlog_source.SYSTEM_TOPIC_PREFIXES == topic_config.SYSTEM_TOPIC_PREFIXES
-    assert commitlog_source.PARKING_TOPICS == (
+    assert segment_scan.SYSTEM_TOPIC_PREFIXES == topic_config.SYSTEM_TOPIC_PREFIXES
+    assert segment_scan.PARKING_TOPICS == (
         timer_message.SCHEDULE_TOPIC,
         transaction_message.HALF_TOPIC,
     )

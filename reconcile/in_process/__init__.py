@@ -1,0 +1,1 @@
+"""The in-process engine: the reconciliation in Arrow and numpy, without a JVM (config.py)."""

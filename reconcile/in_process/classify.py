@@ -1,0 +1,255 @@
+"""The in-process classification: every message id once, with its evidence and its outcome.
+
+The same definitions as the Spark engine's classify.py (outcomes.py states them): each input is
+aggregated by message id (Arrow's hash aggregation), the three are joined (a full outer join on
+the id), and the outcome and the derived columns are computed over whole columns. The result has
+the columns of the Spark engine's ``details/messages``.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import numpy.typing as npt
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from reconcile.outcomes import BUCKET_MS_DEFAULT
+
+_ID = "message_id"
+_OUTBOX_FIELDS = (
+    "topic", "state", "cause", "maybe_stored", "attempts", "last_error", "created_ms",
+    "delivered_ms",
+)  # fmt: skip
+
+
+def classify(
+    records: pa.Table,
+    acks: pa.Table | None,
+    outbox: pa.Table,
+    scope_topics: list[str],
+    bucket_ms: int = BUCKET_MS_DEFAULT,
+    fold_copies: bool = False,
+) -> pa.Table:
+    """One row per message id (records: segment_scan's columns; acks and outbox: inputs.py's)."""
+    assert bucket_ms > 0
+    per_id = _from_log(records, fold_copies)
+    if acks is not None:
+        per_id = per_id.join(_from_ledgers(acks), _ID, join_type="full outer")
+    per_id = per_id.join(_from_outbox(outbox), _ID, join_type="full outer")
+    return _classified(per_id, scope_topics, bucket_ms)
+
+
+def _from_log(records: pa.Table, fold: bool) -> pa.Table:
+    """copies, parked_copies, folded_copies, the topic, the first and last store time and
+    phy_offset. Folding (several logs) counts a record found in two logs once: the same
+    (store host, phy_offset, store timestamp)."""
+    keys = [_ID, "parked", "topic", "store_host", "phy_offset", "store_timestamp_ms"]
+    if fold:
+        distinct = records.group_by(keys).aggregate([(_ID, "count", pc.CountOptions("all"))])
+        read = distinct[f"{_ID}_count"]
+    else:
+        distinct = records.select(keys)
+        read = pa.chunked_array([np.ones(records.num_rows, np.int64)], pa.int64())
+    parked = distinct["parked"]
+    table = pa.table(
+        {
+            _ID: distinct[_ID],
+            "c_topic": distinct["topic"],
+            "store_ts": distinct["store_timestamp_ms"],
+            "phy": distinct["phy_offset"],
+            "copy": pc.cast(pc.invert(parked), pa.int64()),
+            "parked_copy": pc.cast(parked, pa.int64()),
+            "read": read,
+        }
+    )
+    agg = table.group_by(_ID).aggregate(
+        [
+            ("copy", "sum"), ("parked_copy", "sum"), ("read", "sum"), ("c_topic", "min"),
+            ("store_ts", "min"), ("store_ts", "max"), ("phy", "min"), ("phy", "max"),
+        ]
+    )  # fmt: skip
+    copies, parked_copies = agg["copy_sum"], agg["parked_copy_sum"]
+    folded = pc.subtract(pc.subtract(agg["read_sum"], copies), parked_copies)
+    return pa.table(
+        {
+            _ID: agg[_ID],
+            "copies": copies,
+            "parked_copies": parked_copies,
+            "folded_copies": folded,
+            "c_topic": agg["c_topic_min"],
+            "first_store_timestamp_ms": agg["store_ts_min"],
+            "last_store_timestamp_ms": agg["store_ts_max"],
+            "first_phy_offset": agg["phy_min"],
+            "last_phy_offset": agg["phy_max"],
+        }
+    )
+
+
+def _from_ledgers(acks: pa.Table) -> pa.Table:
+    good = acks.filter(pc.invert(acks["malformed"]))
+    state = good["state"]
+    spooled = pc.equal(state, "SPOOLED")
+    ambiguous = pc.fill_null(pc.and_kleene(spooled, pc.equal(good["cause"], "AMBIGUOUS")), False)
+    table = pa.table(
+        {
+            _ID: good[_ID],
+            "stored": pc.equal(state, "STORED"),
+            "spooled": spooled,
+            "ambiguous": ambiguous,
+            "time_ms": good["time_ms"],
+            "spooled_ms": pc.if_else(spooled, good["time_ms"], pa.scalar(None, pa.int64())),
+            "topic": good["topic"],
+            "cause": good["cause"],
+        }
+    )
+    agg = table.group_by(_ID).aggregate(
+        [
+            ("stored", "count"), ("stored", "any"), ("spooled", "any"), ("ambiguous", "any"),
+            ("time_ms", "min"), ("spooled_ms", "min"), ("topic", "min"), ("cause", "min"),
+        ]
+    )  # fmt: skip
+    return pa.table(
+        {
+            _ID: agg[_ID],
+            "ack_lines": agg["stored_count"],
+            "acked_stored": agg["stored_any"],
+            "acked_spooled": agg["spooled_any"],
+            "ack_ambiguous": agg["ambiguous_any"],
+            "first_ack_ms": agg["time_ms_min"],
+            "first_spooled_ms": agg["spooled_ms_min"],
+            "l_topic": agg["topic_min"],
+            "ack_cause": agg["cause_min"],
+        }
+    )
+
+
+def _from_outbox(outbox: pa.Table) -> pa.Table:
+    """Per id: its entries, and the latest one's fields (should an export hold an id twice,
+    as two outboxes exported as one may)."""
+    good = outbox.filter(pc.invert(outbox["malformed"]))
+    order = pc.coalesce(good["state_changed_ms"], good["created_ms"], pa.scalar(0, pa.int64()))
+    good = good.append_column("o_order", order)
+    ranked = good.take(pc.sort_indices(good, [(_ID, "ascending"), ("o_order", "ascending")]))
+    ids = ranked[_ID].to_numpy(zero_copy_only=False)
+    last = np.ones(len(ids), np.bool_)
+    last[:-1] = ids[1:] != ids[:-1]
+    entries = np.diff(np.concatenate([[-1], np.flatnonzero(last)]))
+    latest = ranked.filter(pa.array(last))
+    return pa.table(
+        {
+            _ID: latest[_ID],
+            "outbox_entries": pa.array(entries, pa.int64()),
+            **{f"o_{name}": latest[name] for name in _OUTBOX_FIELDS},
+        }
+    )
+
+
+def _yes(column: pa.ChunkedArray) -> npt.NDArray[np.bool_]:
+    return np.asarray(pc.fill_null(column, False).to_numpy(zero_copy_only=False), np.bool_)
+
+
+def _zero(table: pa.Table, name: str) -> npt.NDArray[np.int64]:
+    if name not in table.column_names:
+        return np.zeros(table.num_rows, np.int64)
+    return np.asarray(pc.fill_null(table[name], 0).to_numpy(zero_copy_only=False), np.int64)
+
+
+def _column(table: pa.Table, name: str, kind: pa.DataType) -> pa.ChunkedArray:
+    """``name``, or nulls when no input brought it (no ledgers: no ledger columns)."""
+    if name in table.column_names:
+        return table[name]
+    return pa.chunked_array([pa.nulls(table.num_rows, kind)])
+
+
+def _classified(t: pa.Table, scope_topics: list[str], bucket_ms: int) -> pa.Table:
+    i64, text = pa.int64(), pa.string()
+    copies, parked_copies = _zero(t, "copies"), _zero(t, "parked_copies")
+    first_store = _column(t, "first_store_timestamp_ms", i64)
+    first_ack = _column(t, "first_ack_ms", i64)
+    o_state, o_created = _column(t, "o_state", text), _column(t, "o_created_ms", i64)
+    topic = pc.coalesce(_column(t, "c_topic", text), _column(t, "l_topic", text), t["o_topic"])
+
+    stored = (copies + parked_copies) > 0
+    pending, dead = _yes(pc.equal(o_state, "PENDING")), _yes(pc.equal(o_state, "DEAD"))
+    acked_stored = _yes(_column(t, "acked_stored", pa.bool_()))
+    outcome = _outcome(t, topic, scope_topics, stored, acked_stored, pending, dead)
+    event_time = pc.coalesce(first_ack, o_created, first_store)
+    failed_at = pc.coalesce(o_created, _column(t, "first_spooled_ms", i64))
+    waited = pc.max_element_wise(
+        pc.subtract(first_store, failed_at), pa.scalar(0, i64), skip_nulls=False
+    )
+    latency = pc.if_else(pa.array(stored), waited, pa.scalar(None, i64))
+    ack_state = np.select(
+        [acked_stored, _yes(_column(t, "acked_spooled", pa.bool_()))], ["STORED", "SPOOLED"], ""
+    )
+    return pa.table(
+        {
+            "message_id": t["message_id"],
+            "topic": topic,
+            "bucket_start_ms": _bucket_start(event_time, bucket_ms),
+            "event_time_ms": event_time,
+            "duplicated": pa.array(copies > 1),
+            "duplicate_copies": pa.array(np.maximum(copies - 1, 0)),
+            "resend_pending": pa.array(stored & pending),
+            "parked_only": pa.array((copies == 0) & (parked_copies > 0)),
+            "copies": pa.array(copies),
+            "parked_copies": pa.array(parked_copies),
+            "folded_copies": pa.array(_zero(t, "folded_copies")),
+            "first_store_timestamp_ms": first_store,
+            "last_store_timestamp_ms": _column(t, "last_store_timestamp_ms", i64),
+            "first_phy_offset": _column(t, "first_phy_offset", i64),
+            "last_phy_offset": _column(t, "last_phy_offset", i64),
+            "ack_state": pa.array(ack_state, text, mask=ack_state == ""),
+            "ack_cause": _column(t, "ack_cause", text),
+            "first_ack_ms": first_ack,
+            "ack_lines": pa.array(_zero(t, "ack_lines")),
+            "outbox_state": o_state,
+            "outbox_cause": t["o_cause"],
+            "maybe_stored": t["o_maybe_stored"],
+            "attempts": t["o_attempts"],
+            "last_error": t["o_last_error"],
+            "spooled_ms": o_created,
+            "delivered_ms": t["o_delivered_ms"],
+            "delivery_latency_ms": latency,
+            "outcome": pa.array(outcome, text),
+        }
+    )
+
+
+def _outcome(
+    t: pa.Table,
+    topic: pa.ChunkedArray,
+    scope_topics: list[str],
+    stored: npt.NDArray[np.bool_],
+    acked_stored: npt.NDArray[np.bool_],
+    pending: npt.NDArray[np.bool_],
+    dead: npt.NDArray[np.bool_],
+) -> npt.NDArray[np.str_]:
+    """Each message's outcome: the first of outcomes.py's rules that applies."""
+    ambiguous = (
+        _yes(_column(t, "ack_ambiguous", pa.bool_()))
+        | _yes(t["o_maybe_stored"])
+        | _yes(pc.equal(t["o_cause"], "AMBIGUOUS"))
+    )
+    known = (_zero(t, "ack_lines") > 0) | (_zero(t, "outbox_entries") > 0)
+    in_scope = _yes(pc.is_in(topic, value_set=pa.array(scope_topics, pa.string())))
+    return np.select(
+        [
+            stored & (ambiguous | pending | dead),
+            stored & known,
+            stored & in_scope,
+            stored,
+            acked_stored,
+            pending,
+            dead,
+        ],
+        ["recovered", "ok", "unexpected", "unchecked", "lost", "pending", "dead"],
+        "lost",
+    )
+
+
+def _bucket_start(event_time: pa.ChunkedArray, bucket_ms: int) -> pa.Array:
+    """The start of the event time's bucket: buckets aligned to the epoch (floor, as pmod)."""
+    missing = np.asarray(pc.is_null(event_time).to_numpy(zero_copy_only=False), np.bool_)
+    ms = np.asarray(pc.fill_null(event_time, 0).to_numpy(zero_copy_only=False), np.int64)
+    return pa.array(ms - np.mod(ms, bucket_ms), pa.int64(), mask=missing)

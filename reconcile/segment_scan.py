@@ -1,0 +1,290 @@
+"""One commitlog segment scanned into Arrow batches: what both engines read the log with.
+
+The segment is mapped read-only and walked by ``broker.store.codec.scan.SegmentScanner`` (the
+codec's layout, the recovery walk's stopping rules); its records leave as Arrow record batches of
+at most ``batch_records_max`` rows, and ``SegmentStats`` says what the scan found. The Spark
+engine runs it in a task per segment (commitlog_source.py); the in-process engine in a loop.
+
+What each segment scan keeps, and what it only counts:
+
+- records of application topics with a message id (``UNIQ_KEY``): kept;
+- records parked under ``SCHEDULE_TOPIC_XXXX`` (delayed, not yet due) or
+  ``RMQ_SYS_TRANS_HALF_TOPIC`` (half messages): kept with ``parked`` set and their REAL_TOPIC as
+  topic; the copy a delayed message gets in its real topic when due carries the same id, so a
+  parked copy proves the message stored and is not a duplicate of it;
+- records of other system topics (``%RETRY%``, ``%DLQ%``, ``RMQ_SYS_*``, ``rmq_sys_*``): copies
+  made by consumers and by the broker itself, counted only;
+- records without a message id: counted only (nothing can be joined on them);
+- blank padding: skipped; zeros: the end of what was written;
+- a torn or damaged record: the scan of that segment ends there and says so (kind CORRUPT, its
+  phy_offset and the reason). Valid-looking records after it are not read: the broker's recovery
+  cuts the log at the same place.
+
+Each kept record also carries its store host (store_hosts.py), which tells a slave's copy of a
+record from a resend when several commitlogs are read (commitlog_sources.py).
+"""
+
+from __future__ import annotations
+
+import itertools
+import mmap
+import os
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import numpy.typing as npt
+import pyarrow as pa
+
+from broker.store.codec.decode import decode_message
+from broker.store.codec.layout import END_FILE_MIN_BLANK_LENGTH, FILE_NAME_DIGITS
+from broker.store.codec.message import PROPERTY_REAL_TOPIC
+from broker.store.codec.scan import ScanEndKind, SegmentScanner
+from broker.store.codec.scan_columns import RecordColumns
+from reconcile.errors import InputError
+from reconcile.store_hosts import store_hosts
+
+# broker/topic_config.py's SYSTEM_TOPIC_PREFIXES and the parking topics of broker/timer_message.py
+# and broker/transaction_message.py. The reconciliation reads only broker.store (DESIGN §1), so
+# they are repeated here; tests/reconcile holds them equal to the broker's.
+SYSTEM_TOPIC_PREFIXES = ("%RETRY%", "%DLQ%", "rmq_sys_", "RMQ_SYS_", "SCHEDULE_TOPIC")
+PARKING_TOPICS = ("SCHEDULE_TOPIC_XXXX", "RMQ_SYS_TRANS_HALF_TOPIC")
+# Rows per Arrow batch a scan task hands to Spark: about 6 MiB of columns.
+SCAN_BATCH_RECORDS_MAX = 65_536
+# A scan end other than the scanner's: the segment could not be opened or mapped.
+UNREADABLE = "UNREADABLE"
+
+# The columns of the kept records, as every engine reads them.
+COMMITLOG_ARROW_SCHEMA = pa.schema(
+    [
+        pa.field("message_id", pa.string(), False),
+        pa.field("topic", pa.string(), False),
+        pa.field("parked", pa.bool_(), False),
+        pa.field("queue_id", pa.int32(), False),
+        pa.field("queue_offset", pa.int64(), False),
+        pa.field("phy_offset", pa.int64(), False),
+        pa.field("store_timestamp_ms", pa.int64(), False),
+        pa.field("born_timestamp_ms", pa.int64(), False),
+        pa.field("body_size_bytes", pa.int32(), False),
+        pa.field("store_host", pa.string(), False),
+    ]
+)
+
+
+@dataclass(frozen=True, slots=True)
+class Segment:
+    path: Path
+    file_from_offset: int
+    size_bytes: int
+    source: int = 0  # the index of its directory among the commitlogs read
+
+
+@dataclass(slots=True)
+class SegmentStats:
+    """What one segment scan found (summary.json's ``commitlog.segments``)."""
+
+    segment: str
+    file_from_offset: int
+    source: int = 0  # the index of its directory among the commitlogs read
+    size_bytes: int = 0
+    records: int = 0  # valid records read, of every kind
+    kept_records: int = 0  # handed to the job: application topics with an id, parked ones too
+    parked_records: int = 0
+    system_topic_records: int = 0
+    records_without_id: int = 0
+    blank_bytes: int = 0
+    start_position: int = 0  # where in the segment the scan began (a record boundary)
+    scanned_bytes: int = 0  # from the segment's start to where the scan stopped
+    end_kind: str = ""  # ScanEndKind, or UNREADABLE
+    end_phy_offset: int = 0
+    end_reason: str = ""
+    first_store_timestamp_ms: int | None = None
+    last_store_timestamp_ms: int | None = None
+    # The brokers that stored its kept records (a master's address; a slave's copy has it too).
+    store_hosts: list[str] = field(default_factory=list)
+
+    @property
+    def stopped_early(self) -> bool:
+        return self.end_kind in (ScanEndKind.CORRUPT, UNREADABLE)
+
+    @property
+    def written(self) -> bool:
+        """Anything at all in it: an empty segment may be one the broker prepared ahead."""
+        return bool(self.records) or self.end_kind != ScanEndKind.END or self.scanned_bytes > 0
+
+    @property
+    def ends_early(self) -> bool:
+        """Zeros before the end of a segment that later segments continue: a recovery walking
+        through here would stop and cut everything after it."""
+        return (
+            self.end_kind == ScanEndKind.END
+            and self.size_bytes - self.scanned_bytes >= END_FILE_MIN_BLANK_LENGTH
+        )
+
+
+def commitlog_dir(path: Path) -> Path:
+    """The directory of segment files: ``path`` itself, or the ``commitlog/`` of a store root."""
+    if (path / "commitlog").is_dir():
+        return path / "commitlog"
+    if path.is_dir():
+        return path
+    raise InputError(f"commitlog directory {path} does not exist")
+
+
+def list_segments(directory: Path, source: int = 0) -> list[Segment]:
+    """The segment files in phy_offset order (names and sizes only: no record is read here);
+    ``source`` is the directory's index among the commitlogs read."""
+    try:
+        names = sorted(p for p in directory.iterdir() if _is_segment_name(p.name))
+        segments = [Segment(p, int(p.name), p.stat().st_size, source) for p in names]
+    except OSError as e:
+        raise InputError(f"cannot list commitlog segments in {directory}: {e}") from e
+    if not segments:
+        raise InputError(f"no commitlog segment files (20-digit names) in {directory}")
+    return segments
+
+
+def segment_gaps(segments: list[Segment]) -> list[dict[str, int]]:
+    """Ranges of phy_offsets no segment covers between the first and the last: deleted files.
+
+    Retention deletes from the oldest end only, so any gap is damage the summary reports."""
+    return [
+        {"from_phy_offset": a.file_from_offset + a.size_bytes, "to_phy_offset": b.file_from_offset}
+        for a, b in itertools.pairwise(segments)
+        if a.file_from_offset + a.size_bytes < b.file_from_offset
+    ]
+
+
+def scan_segment(
+    path: Path, found: SegmentStats, batch_records_max: int, start_position: int = 0
+) -> Iterator[pa.RecordBatch]:
+    """The kept records of one segment as Arrow batches; fills ``found`` as it goes.
+    ``start_position``: a record boundary in the segment to begin at (where an earlier scan
+    stopped: an incremental run resumes there)."""
+    found.start_position = start_position
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError as e:
+        found.end_kind, found.end_reason = UNREADABLE, str(e)
+        return
+    try:
+        size = os.fstat(fd).st_size
+        found.size_bytes = size
+        if size == 0:
+            found.end_kind = ScanEndKind.END
+            found.end_phy_offset = found.file_from_offset
+            return
+        with mmap.mmap(fd, size, access=mmap.ACCESS_READ) as buf:
+            # Read ahead generously: the scan reads the file once, front to back.
+            buf.madvise(mmap.MADV_SEQUENTIAL)
+            scanner = SegmentScanner(buf, found.file_from_offset, size)
+            scanner.position = start_position
+            topics: dict[str, int] = {}
+            for cols in scanner.batches(batch_records_max):
+                found.records += len(cols)
+                _note_times(found, cols)
+                out = _kept(cols, topics, buf, found)
+                found.kept_records += out.num_rows
+                if out.num_rows:
+                    yield out
+            end = scanner.end
+            assert end is not None
+            found.end_kind, found.end_reason = end.kind, end.reason
+            found.end_phy_offset = found.file_from_offset + end.position
+            found.scanned_bytes = end.position
+            found.blank_bytes = scanner.blank_bytes
+    except (OSError, ValueError) as e:
+        # Deleted or truncated under us (retention on a live broker), or not mappable.
+        found.end_kind, found.end_reason = UNREADABLE, str(e)
+    finally:
+        os.close(fd)
+
+
+_USER, _PARKED, _SYSTEM = 0, 1, 2
+
+
+def topic_kind(topic: str) -> int:
+    if topic in PARKING_TOPICS:
+        return _PARKED
+    if topic.startswith(SYSTEM_TOPIC_PREFIXES):
+        return _SYSTEM
+    return _USER
+
+
+def is_system_topic(topic: str) -> bool:
+    return topic.startswith(SYSTEM_TOPIC_PREFIXES)
+
+
+def _note_times(found: SegmentStats, cols: RecordColumns) -> None:
+    if not len(cols):
+        return
+    # Store timestamps never decrease in log order (commit_log.py): first and last suffice.
+    if found.first_store_timestamp_ms is None:
+        found.first_store_timestamp_ms = int(cols.store_timestamp_ms[0])
+    found.last_store_timestamp_ms = int(cols.store_timestamp_ms[-1])
+
+
+def _kept(
+    cols: RecordColumns, topics: dict[str, int], buf: mmap.mmap, found: SegmentStats
+) -> pa.RecordBatch:
+    """The batch as Arrow, without what is only counted and with parked copies resolved."""
+    kinds = [topics.get(t) for t in cols.topic]
+    if None in kinds:
+        for t in set(cols.topic):
+            topics[t] = topic_kind(t)
+        kinds = [topics[t] for t in cols.topic]
+    if not any(kinds) and None not in cols.message_id:
+        return _to_arrow(cols, np.zeros(len(cols), np.bool_), buf, found)
+    keep: list[int] = []
+    for i, (kind, message_id) in enumerate(zip(kinds, cols.message_id, strict=True)):
+        if kind == _SYSTEM:
+            found.system_topic_records += 1
+        elif message_id is None:
+            found.records_without_id += 1
+        else:
+            if kind == _PARKED:
+                found.parked_records += 1
+                # Rare: decode the whole record with the codec to learn its real topic.
+                msg = decode_message(buf, int(cols.phy_offset[i]) - found.file_from_offset)
+                cols.topic[i] = msg.properties.get(PROPERTY_REAL_TOPIC, cols.topic[i])
+            keep.append(i)
+    index = np.asarray(keep, dtype=np.int64)
+    kept = RecordColumns(
+        message_id=[cols.message_id[i] for i in keep],
+        topic=[cols.topic[i] for i in keep],
+        queue_id=cols.queue_id[index],
+        queue_offset=cols.queue_offset[index],
+        phy_offset=cols.phy_offset[index],
+        store_timestamp_ms=cols.store_timestamp_ms[index],
+        born_timestamp_ms=cols.born_timestamp_ms[index],
+        body_size_bytes=cols.body_size_bytes[index],
+    )
+    parked = np.asarray([kinds[i] == _PARKED for i in keep], np.bool_)
+    return _to_arrow(kept, parked, buf, found)
+
+
+def _to_arrow(
+    cols: RecordColumns, parked: npt.NDArray[np.bool_], buf: mmap.mmap, found: SegmentStats
+) -> pa.RecordBatch:
+    hosts = store_hosts(buf, cols.phy_offset - found.file_from_offset)
+    found.store_hosts = sorted(set(found.store_hosts).union(hosts))
+    return pa.RecordBatch.from_arrays(
+        [
+            pa.array(cols.message_id, pa.string()),
+            pa.array(cols.topic, pa.string()),
+            pa.array(parked, pa.bool_()),
+            pa.array(cols.queue_id, pa.int32()),
+            pa.array(cols.queue_offset, pa.int64()),
+            pa.array(cols.phy_offset, pa.int64()),
+            pa.array(cols.store_timestamp_ms, pa.int64()),
+            pa.array(cols.born_timestamp_ms, pa.int64()),
+            pa.array(cols.body_size_bytes, pa.int32()),
+            pa.array(hosts, pa.string()),
+        ],
+        schema=COMMITLOG_ARROW_SCHEMA,
+    )
+
+
+def _is_segment_name(name: str) -> bool:
+    return len(name) == FILE_NAME_DIGITS and name.isdigit()

@@ -1,0 +1,169 @@
+"""The two engines (reconcile/config.py) on the same data: every count, every finding the same.
+
+Proves, with one Spark session (local[2]) for the module, on tests/reconcile/planted.py's data
+(planted losses, duplicates, recovered, unexpected, unchecked, pending and dead messages, parked
+copies, a torn tail and a torn ledger line):
+- the in-process engine's summary equals the Spark engine's in every figure (totals, per topic,
+  per bucket, per topic and bucket, delivery latency, the commitlog's scan, the ledgers, the
+  outbox, the drill-down), and its ``details/messages`` holds the same rows, column for column;
+  with the JSON lines export, the Parquet one, and no ledger;
+- ledger and outbox lines Spark's permissive reader calls malformed (not JSON, a field of the
+  wrong type, an unknown state, no id) are malformed in process too, with the same text kept;
+- ``auto`` runs in process below its record limit and hands over to Spark above it, with the same
+  result; a run in process imports no PySpark (so starts no JVM).
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pyarrow.parquet as pq
+import pytest
+from pyspark.sql import SparkSession
+
+from reconcile.config import ENGINE_AUTO, ENGINE_IN_PROCESS, ENGINE_SPARK, JobConfig
+from reconcile.job import run
+from tests.reconcile.planted import Planted, counts, planted
+from tests.rocketbox_process import REPO_ROOT
+
+# What may differ between two runs: how and where they ran, and how long they took.
+_HOW_IT_RAN = ("engine", "inputs", "details", "phases_s", "elapsed_s")
+# The import check runs the job in a fresh interpreter: well within this on 2 cores.
+IMPORT_CHECK_DEADLINE_S = 120
+
+
+@pytest.fixture(scope="module")
+def plants(tmp_path_factory: pytest.TempPathFactory) -> Planted:
+    return planted(tmp_path_factory.mktemp("planted"))
+
+
+def config(p: Planted, out: Path, engine: str, **kw: Any) -> JobConfig:
+    return JobConfig(
+        commitlogs=(p.store,),
+        outbox=kw.pop("outbox", p.outbox_jsonl),
+        out_dir=out,
+        ledgers=kw.pop("ledgers", (p.acks,)),
+        drill_down_ids_max=50,
+        engine=engine,
+        **kw,
+    )
+
+
+def what_was_found(summary: dict[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in summary.items() if k not in _HOW_IT_RAN}
+
+
+def detail_rows(summary: dict[str, Any]) -> list[dict[str, Any]]:
+    rows = pq.read_table(summary["details"]["messages"]).to_pylist()
+    return sorted(rows, key=lambda r: r["message_id"])
+
+
+@pytest.mark.parametrize("inputs", ["jsonl", "parquet", "no ledger"])
+def test_both_engines_find_the_same(
+    spark: SparkSession, plants: Planted, tmp_path: Path, inputs: str
+) -> None:
+    variants: dict[str, dict[str, Any]] = {
+        "jsonl": {},
+        "parquet": {"outbox": plants.outbox_parquet},
+        "no ledger": {"ledgers": ()},
+    }
+    kw = variants[inputs]
+
+    local = run(config(plants, tmp_path / "local", ENGINE_IN_PROCESS, **dict(kw)))
+    with_spark = run(config(plants, tmp_path / "spark", ENGINE_SPARK, **dict(kw)), spark)
+
+    assert (local["engine"], with_spark["engine"]) == (ENGINE_IN_PROCESS, ENGINE_SPARK)
+    assert what_was_found(local) == what_was_found(with_spark)
+    assert detail_rows(local) == detail_rows(with_spark)
+    if inputs != "no ledger":
+        assert local["totals"] == counts(plants.plants)
+        assert local["drill_down"]["malformed_ledger_lines"]
+    assert local["delivery_latency"]["messages"] == 10
+
+
+def test_malformed_lines_are_malformed_in_both(
+    spark: SparkSession, plants: Planted, tmp_path: Path
+) -> None:
+    good = {"message_id": "M-1", "topic": "Orders", "state": "STORED", "time_ms": 5}
+    lines = [
+        json.dumps(good),
+        "",  # a blank line is no line
+        json.dumps({**good, "message_id": "M-2", "time_ms": "5"}),  # a number as text
+        json.dumps({**good, "message_id": "M-3", "topic": 7}),  # a string field takes a number
+        json.dumps({**good, "message_id": "M-4", "state": "stored"}),
+        json.dumps({**good, "message_id": ""}),
+        json.dumps({**good, "message_id": "M-5", "time_ms": 2**63}),  # beyond a long
+        json.dumps([1, 2]),
+        json.dumps({**good, "message_id": "M-6", "durable": "yes"}),  # a column not read
+        json.dumps({**good, "message_id": "M-7", "cause": None, "extra": {"a": 1}}),
+        json.dumps({**good, "message_id": "M-8", "time_ms": 5.0}),
+        json.dumps({**good, "message_id": "M-9", "time_ms": True}),
+        '{"message_id":"TORN',
+    ]
+    ledger = tmp_path / "acks.jsonl"
+    ledger.write_text("\n".join(lines) + "\n")
+    outbox = tmp_path / "outbox.jsonl"
+    entry = {"message_id": "M-1", "topic": "Orders", "state": "DELIVERED", "created_ms": 1}
+    outbox.write_text(
+        "\n".join([json.dumps(entry), json.dumps({**entry, "state": "GONE"}), "{not json"]) + "\n"
+    )
+    kw = {"ledgers": (ledger,), "outbox": outbox}
+
+    local = run(config(plants, tmp_path / "local", ENGINE_IN_PROCESS, **dict(kw)))
+    with_spark = run(config(plants, tmp_path / "spark", ENGINE_SPARK, **dict(kw)), spark)
+
+    assert local["ledgers"] == with_spark["ledgers"]
+    assert local["ledgers"]["malformed"] == 8
+    assert local["outbox"] == with_spark["outbox"] == {
+        "entries": 3, "malformed": 2, "pending": 0, "delivered": 1, "dead": 0,
+    }  # fmt: skip
+    drill = local["drill_down"]["malformed_ledger_lines"]
+    assert drill == with_spark["drill_down"]["malformed_ledger_lines"]
+    assert {r["line"] for r in drill} >= {'{"message_id":"TORN', "[1, 2]"}
+    # A line with one field of the wrong type keeps the fields that read (Spark's partial result).
+    [m2] = [r for r in drill if r["message_id"] == "M-2"]
+    assert (m2["state"], m2["time_ms"]) == ("STORED", None)
+    assert what_was_found(local) == what_was_found(with_spark)
+
+
+def test_auto_runs_in_process_below_its_limit_and_spark_above(
+    spark: SparkSession, plants: Planted, tmp_path: Path
+) -> None:
+    small = run(config(plants, tmp_path / "small", ENGINE_AUTO))
+    big = run(config(plants, tmp_path / "big", ENGINE_AUTO, in_process_records_max=10), spark)
+
+    assert small["engine"] == ENGINE_IN_PROCESS
+    assert small["inputs"]["records_max"] == 2_000_000
+    assert big["engine"] == ENGINE_SPARK
+    assert big["inputs"]["master"] == "local[2]"
+    assert what_was_found(small) == what_was_found(big)
+
+
+def test_a_run_in_process_imports_no_pyspark(plants: Planted, tmp_path: Path) -> None:
+    script = f"""
+import sys
+from pathlib import Path
+from reconcile.config import JobConfig
+from reconcile.job import run
+from reconcile.report import write_outputs
+summary = run(JobConfig(commitlogs=(Path({str(plants.store)!r}),),
+                        outbox=Path({str(plants.outbox_jsonl)!r}), out_dir=Path({str(tmp_path)!r}),
+                        ledgers=(Path({str(plants.acks)!r}),)))
+write_outputs(summary, Path({str(tmp_path)!r}))
+print(summary["engine"], summary["totals"]["lost"], "pyspark" in sys.modules, "py4j" in sys.modules)
+"""
+    done = subprocess.run(
+        [sys.executable, "-c", script],
+        cwd=REPO_ROOT,
+        capture_output=True,
+        text=True,
+        timeout=IMPORT_CHECK_DEADLINE_S,
+        check=False,
+    )
+
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.split() == [ENGINE_IN_PROCESS, "5", "False", "False"]
