@@ -6,6 +6,7 @@ Two engines classify by the same definitions (outcomes.py) and write the same su
 - ``in-process`` (in_process/): Arrow and numpy in this process, no JVM. Seconds on small data,
   but everything is held in this process's memory, hence a limit on the records it takes.
 
+Incremental runs (a checkpoint, incremental.py) run in process, on what is new since the last.
 ``auto`` (the default) starts in process and hands over to Spark when the commitlog holds more
 than ``in_process_records_max`` records: the scan that found out is then wasted, at most that
 many records' worth (about 1.5 µs each), against a JVM's start of 10 s and more.
@@ -27,6 +28,10 @@ ENGINES = (ENGINE_AUTO, ENGINE_SPARK, ENGINE_IN_PROCESS)
 # Commitlog records the in-process engine takes (auto hands more to Spark): its tables of a
 # million records with ledger lines hold about 400 MB.
 IN_PROCESS_RECORDS_MAX_DEFAULT = 2_000_000
+# An incremental run settles a message once nothing about it was seen for this long before the
+# latest time seen: evidence of one message (its record, its answer, its outbox entry) is
+# assumed to arrive within it.
+SETTLE_MS_DEFAULT = 60 * 60 * 1000
 DRILL_DOWN_IDS_MAX_DEFAULT = 100
 SUMMARY_ROWS_MAX_DEFAULT = 10_000
 LOCAL_MASTER = re.compile(r"^local(\[(\*|\d+)(,\d+)?\])?$")
@@ -64,16 +69,24 @@ class JobConfig:
     summary_rows_max: int = SUMMARY_ROWS_MAX_DEFAULT
     scan_batch_records_max: int = SCAN_BATCH_RECORDS_MAX
     extra: dict[str, str] = field(default_factory=dict)  # echoed into the summary's inputs
+    # Incremental runs (incremental.py): the checkpoint directory, or None for a whole run;
+    # ``full`` starts the checkpoint over.
+    checkpoint: Path | None = None
+    full: bool = False
+    settle_ms: int = SETTLE_MS_DEFAULT
 
     def __post_init__(self) -> None:
         if self.engine not in ENGINES:
             raise ValueError(f"engine must be one of {', '.join(ENGINES)}, not {self.engine!r}")
+        if self.checkpoint is not None and self.engine == ENGINE_SPARK:
+            raise ValueError("incremental runs (a checkpoint) run in process, not with Spark")
         for name in (
             "in_process_records_max",
             "bucket_ms",
             "drill_down_ids_max",
             "summary_rows_max",
             "scan_batch_records_max",
+            "settle_ms",
         ):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1")

@@ -23,6 +23,14 @@ DRILL_DOWN_COLUMNS = (
 MALFORMED_LEDGER_COLUMNS = ("source", "line", "message_id", "state", "time_ms")
 
 
+def verdict_lost(summary: dict[str, Any]) -> int:
+    """The losses a run's verdict counts: all it found, or an incremental run's settled ones
+    (an open message's loss is provisional: its evidence may still be arriving)."""
+    incremental = summary.get("incremental")
+    counted = incremental["settled"] if incremental else summary["totals"]
+    return int(counted["lost"])
+
+
 def no_ledger() -> dict[str, Any]:
     return {"lines": 0, "malformed": 0, "stored": 0, "spooled": 0, "spooled_ambiguous": 0,
             "topics": []}  # fmt: skip

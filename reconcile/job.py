@@ -17,6 +17,7 @@ from reconcile.commitlog_sources import CommitlogSource, read_sources
 from reconcile.config import ENGINE_AUTO, ENGINE_IN_PROCESS, ENGINE_SPARK, JobConfig
 from reconcile.in_process.engine import TooManyRecordsError
 from reconcile.in_process.engine import reconcile as reconcile_in_process
+from reconcile.incremental import reconcile_incremental
 from reconcile.input_formats import check_ledgers, export_kind
 from reconcile.summary_document import Found, summary
 
@@ -39,7 +40,9 @@ def run(
     config.out_dir.mkdir(parents=True, exist_ok=True)
     sources = read_sources(config.commitlogs)
     found = None
-    if config.engine == ENGINE_IN_PROCESS:
+    if config.checkpoint is not None:
+        found = reconcile_incremental(config, sources, progress)
+    elif config.engine == ENGINE_IN_PROCESS:
         found = reconcile_in_process(config, sources, None, progress)
     elif config.engine == ENGINE_AUTO and config.spark.local:
         try:

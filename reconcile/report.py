@@ -85,7 +85,7 @@ def render(summary: dict[str, Any]) -> str:
         _figure_html(latency_chart(summary), CHART_IDS[3]),
     ]
     totals = summary["totals"]
-    lost = totals["lost"]
+    lost = summary["verdict_lost"]
     verdict = (
         f"{lost:,} acknowledged message{'s' if lost != 1 else ''} LOST"
         if lost

@@ -16,7 +16,7 @@ from typing import Any
 from reconcile.commitlog_sources import CommitlogSource, sources_summary
 from reconcile.config import JobConfig
 from reconcile.errors import InputError
-from reconcile.figures import counts_only, with_bucket, with_key
+from reconcile.figures import counts_only, verdict_lost, with_bucket, with_key
 from reconcile.segment_scan import SegmentStats
 
 LOG = logging.getLogger(__name__)
@@ -59,6 +59,7 @@ class Found:
     details: dict[str, str]
     slave_copies: int | None = None  # only when several commitlogs were read
     phases: Phases = field(default_factory=Phases)
+    incremental: dict[str, Any] | None = None  # an incremental run's own figures
 
 
 def split_scope(ledger: dict[str, Any]) -> tuple[dict[str, Any], list[str]]:
@@ -76,6 +77,7 @@ def summary(
     limit = config.summary_rows_max
     done: dict[str, Any] = {
         "verdict": "",
+        "verdict_lost": 0,
         "engine": found.engine,
         "inputs": {
             "commitlogs": [str(s.directory) for s in sources],
@@ -105,6 +107,9 @@ def summary(
     }
     if found.slave_copies is not None:
         done["commitlog"]["slave_copies"] = found.slave_copies
-    done["verdict"] = "LOST" if done["totals"]["lost"] else "NOTHING_LOST"
+    if found.incremental is not None:
+        done["incremental"] = found.incremental
+    done["verdict_lost"] = verdict_lost(done)
+    done["verdict"] = "LOST" if done["verdict_lost"] else "NOTHING_LOST"
     done["elapsed_s"] = round(time.monotonic() - started, 3)
     return done

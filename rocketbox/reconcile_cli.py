@@ -12,7 +12,7 @@ import json
 import sys
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import click
 
@@ -23,9 +23,6 @@ from reconcile.errors import InputError, ReconcileError
 from rocketbox.outbox_session import open_for_reading
 from rocketbox.up_layout import up_ack_ledger, up_broker_dir, up_broker_stores, up_outbox_dir
 from rocketbox.wording import plural
-
-if TYPE_CHECKING:
-    from reconcile.config import JobConfig
 
 EXIT_LOST = 1
 OUTBOX_EXPORT_NAME = "outbox.parquet"
@@ -104,6 +101,27 @@ def _spark_conf(
     type=click.Path(path_type=Path, file_okay=False),
     help="Output directory: summary.json, report.html, details/ (Parquet).",
 )
+@click.option(
+    "--checkpoint",
+    type=click.Path(path_type=Path, file_okay=False),
+    default=None,
+    help="Run incrementally: read only what is new since the run that left this checkpoint "
+    "directory, settle what it left open, and leave a new one (in process).",
+)
+@click.option(
+    "--full",
+    is_flag=True,
+    help="With --checkpoint: recompute everything from the inputs' start and start the "
+    "checkpoint over.",
+)
+@click.option(
+    "--settle-minutes",
+    default=60,
+    show_default=True,
+    type=click.IntRange(1, 7 * 24 * 60),
+    help="With --checkpoint: a message settles once nothing about it was seen for this long "
+    "before the latest time seen.",
+)
 @click.option("--bucket-minutes", default=10, type=click.IntRange(1, 7 * 24 * 60))
 @click.option(
     "--drill-down-ids-max",
@@ -135,6 +153,9 @@ def reconcile_command(
     in_process_records_max: int,
     master: str,
     out_dir: Path,
+    checkpoint: Path | None,
+    full: bool,
+    settle_minutes: int,
     bucket_minutes: int,
     drill_down_ids_max: int,
     shuffle_partitions: int | None,
@@ -157,6 +178,7 @@ def reconcile_command(
         commitlogs, outbox_source, ledgers = _up_inputs(
             data_dir, commitlogs, outbox_source, ledgers
         )
+    _check_incremental_options(checkpoint, full, engine)
     if not commitlogs or outbox_source is None:
         missing = "--commitlog" if not commitlogs else "--outbox"
         raise click.UsageError(f"Missing option '{missing}' (or --data-dir of a `rocketbox up`)")
@@ -169,6 +191,9 @@ def reconcile_command(
             ledgers=ledgers,
             engine=engine,
             in_process_records_max=in_process_records_max,
+            checkpoint=checkpoint,
+            full=full,
+            settle_ms=settle_minutes * 60_000,
             spark=SparkSettings(
                 master=master, shuffle_partitions=shuffle_partitions, conf=spark_conf
             ),
@@ -184,9 +209,16 @@ def reconcile_command(
     if as_json:
         click.echo(json.dumps(summary, indent=2))
     else:
-        click.echo(summary_text(summary, config, summary_path, report_path))
-    if summary["totals"]["lost"]:
+        click.echo(summary_text(summary, summary_path, report_path))
+    if summary["verdict"] == "LOST":
         raise SystemExit(EXIT_LOST)
+
+
+def _check_incremental_options(checkpoint: Path | None, full: bool, engine: str) -> None:
+    if full and checkpoint is None:
+        raise click.UsageError("--full starts a checkpoint over: give --checkpoint DIR")
+    if checkpoint is not None and engine == "spark":
+        raise click.UsageError("--checkpoint runs in process: not with --engine spark")
 
 
 def _up_inputs(
@@ -238,14 +270,13 @@ def _outbox_export(source: str, out_dir: Path) -> Path:
     return path
 
 
-def summary_text(
-    summary: dict[str, Any], config: JobConfig, summary_path: Path, report_path: Path
-) -> str:
+def summary_text(summary: dict[str, Any], summary_path: Path, report_path: Path) -> str:
     t = summary["totals"]
     c = summary["commitlog"]
     ledger = summary["ledgers"]
     outbox = summary["outbox"]
-    verdict = f"{t['lost']:,} LOST" if t["lost"] else "NOTHING LOST"
+    lost = summary["verdict_lost"]
+    verdict = f"{lost:,} LOST" if lost else "NOTHING LOST"
     lines = [
         f"reconcile: {verdict}: {plural(t['messages'], 'message', grouped=True)}: "
         f"ok {t['ok']:,}, lost {t['lost']:,}, duplicated {t['duplicated']:,} "
@@ -258,6 +289,7 @@ def summary_text(
         f"({c['system_topic_records']:,} in system topics, {c['records_without_id']:,} without "
         f"id, {c['parked_records']:,} parked)",
     ]
+    lines += _incremental_text(summary)
     lines += _sources_text(c)
     several = len(c["sources"]) > 1
     lines += [
@@ -300,6 +332,28 @@ def _progress() -> Callable[[str], None] | None:
         click.echo(f"reconcile: {line}", err=True)
 
     return say
+
+
+def _incremental_text(summary: dict[str, Any]) -> list[str]:
+    """What an incremental run read and settled, and the count since the checkpoint began."""
+    run = summary.get("incremental")
+    if run is None:
+        return []
+    since = run["cumulative"]["totals"]
+    return [
+        f"incremental: run {run['run']:,}{' (started over)' if run['started_over'] else ''}: "
+        f"{plural(run['new_records'], 'new record', grouped=True)}, "
+        f"{plural(run['new_ledger_lines'], 'new ledger line', grouped=True)}; settled "
+        f"{run['settled']['messages']:,} ({run['settled']['lost']:,} lost), open "
+        f"{run['open']['messages']:,} ({run['open']['lost']:,} lost so far, provisionally: "
+        f"they settle {run['settle_ms'] // 60_000} min after the watermark "
+        f"{run['watermark'] or 'none yet'})",
+        f"incremental: since the checkpoint began: "
+        f"{plural(since['messages'], 'message', grouped=True)}: ok {since['ok']:,}, "
+        f"lost {since['lost']:,}, duplicated {since['duplicated']:,}, recovered "
+        f"{since['recovered']:,}, unexpected {since['unexpected']:,}, pending "
+        f"{since['pending']:,}, dead {since['dead']:,}, unchecked {since['unchecked']:,}",
+    ]
 
 
 def _sources_text(c: dict[str, Any]) -> list[str]:

@@ -16,10 +16,14 @@ import pyarrow.compute as pc
 
 from reconcile.figures import DRILL_DOWN_COLUMNS, MALFORMED_LEDGER_COLUMNS, latency_document
 from reconcile.input_formats import ENTRY_STATES
-from reconcile.outcomes import FINDINGS, LATENCY_BIN_EDGES_MS, LATENCY_PERCENTILES, OUTCOMES
+from reconcile.outcomes import (
+    COUNT_NAMES,
+    FINDINGS,
+    LATENCY_BIN_EDGES_MS,
+    LATENCY_PERCENTILES,
+    OUTCOMES,
+)
 
-# The summed indicator columns of a counts row, after ``messages``.
-_SUMMED = (*OUTCOMES, "duplicated", "duplicate_copies", "resend_pending", "parked_only")
 # details/counts' grouping levels, as the Spark engine's cube numbers them.
 LEVEL_TOPIC_BUCKET, LEVEL_TOPIC, LEVEL_BUCKET, LEVEL_TOTAL = 0, 1, 2, 3
 
@@ -27,11 +31,16 @@ LEVEL_TOPIC_BUCKET, LEVEL_TOPIC, LEVEL_BUCKET, LEVEL_TOTAL = 0, 1, 2, 3
 def counts(classified: pa.Table) -> pa.Table:
     """The outcome counts per (topic, bucket), per topic, per bucket and in total, with
     ``level`` (LEVEL_*): the Spark engine's ``details/counts``."""
+    return roll_up(cells(classified))
+
+
+def cells(classified: pa.Table) -> pa.Table:
+    """The outcome counts per (topic, bucket): the cells every other level sums."""
     outcome = classified["outcome"]
     indicators: dict[str, Any] = {o: pc.cast(pc.equal(outcome, o), pa.int64()) for o in OUTCOMES}
     for name in ("duplicated", "resend_pending", "parked_only"):
         indicators[name] = pc.cast(classified[name], pa.int64())
-    indicators["duplicate_copies"] = classified["duplicate_copies"]
+    indicators["duplicate_copies"] = pc.cast(classified["duplicate_copies"], pa.int64())
     table = pa.table(
         {
             "topic": classified["topic"],
@@ -40,26 +49,42 @@ def counts(classified: pa.Table) -> pa.Table:
             **indicators,
         }
     )
-    sums = [("messages", "sum"), *((n, "sum") for n in _SUMMED)]
+    return _summed(table, ["topic", "bucket_start_ms"])
+
+
+def roll_up(cells_table: pa.Table) -> pa.Table:
+    """Cells (rows of topic, bucket and counts, a pair possibly in several rows: two runs'
+    cells) summed into every level, with ``level``; no total row without messages, as Spark's
+    cube of nothing."""
+    parts = []
     levels = [
         (LEVEL_TOPIC_BUCKET, ["topic", "bucket_start_ms"]),
         (LEVEL_TOPIC, ["topic"]),
         (LEVEL_BUCKET, ["bucket_start_ms"]),
         (LEVEL_TOTAL, []),
     ]
-    parts = []
     for level, keys in levels:
-        grouped = table.group_by(keys).aggregate(sums) if table.num_rows or keys else None
-        if grouped is None:
-            continue  # no messages: no total row either, as Spark's cube of nothing
-        grouped = grouped.rename_columns([*(n.removesuffix("_sum") for n in grouped.column_names)])
+        if not keys and not cells_table.num_rows:
+            continue
+        grouped = _summed(cells_table, keys)
         rows = grouped.num_rows
         for key, kind in (("topic", pa.string()), ("bucket_start_ms", pa.int64())):
             if key not in keys:
                 grouped = grouped.append_column(key, pa.nulls(rows, kind))
         grouped = grouped.append_column("level", pa.array([level] * rows, pa.int32()))
-        parts.append(grouped.select(["topic", "bucket_start_ms", "level", "messages", *_SUMMED]))
+        parts.append(grouped.select(["topic", "bucket_start_ms", "level", *COUNT_NAMES]))
+    if not parts:
+        return (
+            _summed(cells_table, ["topic", "bucket_start_ms"])
+            .append_column("level", pa.array([], pa.int32()))
+            .select(["topic", "bucket_start_ms", "level", *COUNT_NAMES])
+        )
     return pa.concat_tables(parts)
+
+
+def _summed(table: pa.Table, keys: list[str]) -> pa.Table:
+    grouped = table.group_by(keys).aggregate([(n, "sum") for n in COUNT_NAMES])
+    return grouped.rename_columns([n.removesuffix("_sum") for n in grouped.column_names])
 
 
 def level_rows(

@@ -42,10 +42,17 @@ _LEDGER_READ = pa.schema(
 )
 
 
-def read_ledgers(paths: tuple[Path, ...]) -> pa.Table:
-    """Every line of every ledger: the columns the classification reads, ``malformed``, ``line``
-    (a malformed line's text, cut) and ``source`` (the file, as a URI)."""
-    tables = [_with_source(read_json_lines(p, _LEDGER_READ), p) for p in paths]
+def read_ledgers(
+    paths: tuple[Path, ...], byte_ranges: tuple[tuple[int, int | None], ...] | None = None
+) -> pa.Table:
+    """Every line of every ledger (or of its byte range: an incremental run reads what is new):
+    the columns the classification reads, ``malformed``, ``line`` (a malformed line's text,
+    cut) and ``source`` (the file, as a URI)."""
+    ranges = byte_ranges or tuple((0, None) for _ in paths)
+    tables = [
+        _with_source(read_json_lines(p, _LEDGER_READ, start, end), p)
+        for p, (start, end) in zip(paths, ranges, strict=True)
+    ]
     raw = pa.concat_tables(tables)
     bad = pc.or_kleene(pc.is_valid(raw["line"]), _missing(raw["message_id"]))
     bad = pc.or_kleene(bad, pc.is_null(raw["topic"]))
@@ -84,12 +91,17 @@ def read_outbox(path: Path) -> pa.Table:
     )
 
 
-def read_json_lines(path: Path, schema: pa.Schema) -> pa.Table:
+def read_json_lines(
+    path: Path, schema: pa.Schema, start_byte: int = 0, end_byte: int | None = None
+) -> pa.Table:
     """The lines of ``path`` as ``schema``'s columns and ``line`` (null, or the text of a line
-    that could not be read as the schema, cut to MALFORMED_TEXT_CHARS_MAX)."""
+    that could not be read as the schema, cut to MALFORMED_TEXT_CHARS_MAX). With a byte range,
+    the lines from ``start_byte`` (a line's start) to ``end_byte`` (a line's end, or the file's)."""
     try:
         with path.open("rb") as f:
-            tables = [_parse_chunk(chunk, schema) for chunk in _line_chunks(f)]
+            f.seek(start_byte)
+            limit = None if end_byte is None else end_byte - start_byte
+            tables = [_parse_chunk(chunk, schema) for chunk in _line_chunks(f, limit)]
     except OSError as e:
         raise InputError(f"cannot read {path}: {e}") from e
     if not tables:
@@ -97,10 +109,14 @@ def read_json_lines(path: Path, schema: pa.Schema) -> pa.Table:
     return pa.concat_tables(tables)
 
 
-def _line_chunks(f: io.BufferedReader) -> Iterator[bytes]:
-    """The file in chunks of about JSON_CHUNK_BYTES that end at a line's end (or the file's)."""
+def _line_chunks(f: io.BufferedReader, limit: int | None) -> Iterator[bytes]:
+    """The file from where it stands, ``limit`` bytes of it (or all), in chunks of about
+    JSON_CHUNK_BYTES that end at a line's end (or the range's)."""
     rest = b""
-    while block := f.read(JSON_CHUNK_BYTES):
+    left = limit
+    while block := f.read(JSON_CHUNK_BYTES if left is None else min(JSON_CHUNK_BYTES, left)):
+        if left is not None:
+            left -= len(block)
         block = rest + block
         cut = block.rfind(b"\n") + 1
         if cut == 0:
