@@ -25,7 +25,9 @@ What is written, when:
 
 What a crash (SIGKILL) loses: the answers sent in its last moment. With 0, those whose call had
 finished but whose record had not yet run (the same event-loop turn); with N, up to the last N ms
-of answers. Its last line may be torn; the reconciliation counts it as malformed.
+of answers. Its last line may be torn; the reconciliation counts it as malformed. The next
+sidecar to open the ledger ends that line first, so its own first answer is a line of its own
+and not joined to the torn one.
 
 So the ledger proves what is in it, not what is missing from it:
 
@@ -47,6 +49,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import os
 import threading
 from collections.abc import Sequence
 from pathlib import Path
@@ -70,6 +73,18 @@ SentAnswer = tuple[str, str, Accepted]
 Line = tuple[int, str, str, Accepted]
 
 
+def _end_a_torn_line(path: Path, file: IO[bytes]) -> None:
+    """A ledger that does not end in a newline ends in a line a crash tore: end it."""
+    with path.open("rb") as f:
+        size = f.seek(0, os.SEEK_END)
+        if not size:
+            return
+        f.seek(size - 1)
+        torn = f.read(1) != b"\n"
+    if torn:
+        file.write(b"\n")
+
+
 class AckLedger:
     def __init__(
         self,
@@ -87,6 +102,7 @@ class AckLedger:
         # Unbuffered: a line is in the file once write returns, and a failed write leaves
         # nothing behind in a buffer to fail again at close.
         self._file: IO[bytes] = path.open("ab", buffering=0)
+        _end_a_torn_line(path, self._file)
         self._lines: list[Line] = []
         self._errors = RateLimitedLog(LOG, logging.ERROR, LEDGER_ERROR_LOG_INTERVAL_S)
         # The writer thread and a back-pressured ``record`` must not interleave their lines.

@@ -11,7 +11,8 @@
   messages was stored (its other one held in intake by a stopped outbox);
 - AckLedger itself: one JSON line per answer, at once at 0; at an interval, nothing until the
   interval's write or ``close``; a namespaced sidecar's topics written as stored
-  (NAMESPACE%TOPIC); a negative interval is refused.
+  (NAMESPACE%TOPIC); a negative interval is refused; a ledger a crash left with a torn last
+  line is reopened with that line ended, so the first new answer is a line of its own.
 """
 
 from __future__ import annotations
@@ -262,3 +263,17 @@ def test_a_namespaced_sidecar_writes_topics_as_the_broker_stores_them(tmp_path: 
 def test_a_negative_flush_interval_is_refused(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="flush_interval_ms must be >= 0, got -1"):
         AckLedger(tmp_path / "acks.jsonl", flush_interval_ms=-1)
+
+
+def test_a_torn_last_line_is_ended_before_new_answers(tmp_path: Path) -> None:
+    path = tmp_path / "acks.jsonl"
+    path.write_text('{"message_id":"a","topic":"Orders","state":"STORED","time_ms":1}\n{"mess')
+    ledger = AckLedger(path, flush_interval_ms=0)
+    ledger.record(1_000, [("b", "Orders", Stored(RECEIPT))])
+    ledger.close()
+    lines = path.read_text().splitlines()
+    assert lines[1] == '{"mess'
+    assert json.loads(lines[2])["message_id"] == "b"
+    # A ledger that ends well is not touched.
+    AckLedger(path, flush_interval_ms=0).close()
+    assert len(path.read_text().splitlines()) == 3
