@@ -53,6 +53,14 @@ EXPECTED = {
         "reconcile with outbox.type=rocksdb",
         "reconcile.outboxExport.existingClaim",
     ],
+    "reconcile-incremental-master": [
+        "reconcile.master runs whole runs on a Spark cluster",
+        "reconcile.incremental.enabled=false",
+    ],
+    "reconcile-incremental-ephemeral": [
+        "reconcile.incremental keeps its checkpoint on the reports volume",
+        "reconcile.reports.persistence",
+    ],
     "reconcile-brokers": [
         "reconcile.commitlog.source=brokerVolume reads broker-0's store only",
         "broker.replicas > 1",

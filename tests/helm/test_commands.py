@@ -112,6 +112,9 @@ def test_the_reconcile_command_line_is_rocketboxs(
     assert p["outbox_source"] == (url or p["outbox_source"])
     assert p["outbox_source"], "an outbox source in every outbox choice"
     assert str(p["out_dir"]) == "/tmp/r"
+    # Incremental by default: a checkpoint the wrapper's pruning passes by, and a settle window.
+    assert str(p["checkpoint"]) == "/var/lib/rocketbox/reports/.checkpoint"
+    assert p["settle_minutes"] == rendered.values["reconcile"]["incremental"]["settleMinutes"]
 
 
 FAKE_ROCKETBOX = """#!/bin/sh
@@ -144,6 +147,7 @@ def test_the_reconcile_wrapper_keeps_the_newest_reports_and_the_exit_status(
     old = ["20000101T000000Z", "20000102T000000Z", "20000103T000000Z"]
     for name in old:
         (reports / name).mkdir(parents=True)
+    (reports / ".checkpoint").mkdir()
     env = {"PATH": f"{bin_dir}:/usr/bin:/bin", "KEEP": "2", "FAKE_STATUS": "1"}
     # What the kubelet would pass: $(RECONCILE_OUTBOX) expanded from the Secret.
     args = [a.replace("$(RECONCILE_OUTBOX)", "redis://r:6379/0") for a in c["args"]]
@@ -152,7 +156,8 @@ def test_the_reconcile_wrapper_keeps_the_newest_reports_and_the_exit_status(
     )
     # reconcile's "lost" exit status is the Job's; the newest KEEP=2 reports stay.
     assert done.returncode == 1, done.stderr
-    kept = sorted(p.name for p in reports.iterdir())
+    assert (reports / ".checkpoint").is_dir()  # an incremental run's checkpoint stays
+    kept = sorted(p.name for p in reports.iterdir() if p.name != ".checkpoint")
     assert len(kept) == 2
     assert kept[0] == old[-1]
     assert re.fullmatch(r"\d{8}T\d{6}Z", kept[1])
