@@ -29,9 +29,10 @@ ENGINES = (ENGINE_AUTO, ENGINE_SPARK, ENGINE_IN_PROCESS)
 # million records with ledger lines hold about 400 MB.
 IN_PROCESS_RECORDS_MAX_DEFAULT = 2_000_000
 # An incremental run settles a message once nothing about it was seen for this long before the
-# latest time seen: evidence of one message (its record, its answer, its outbox entry) is
-# assumed to arrive within it.
-SETTLE_MS_DEFAULT = 60 * 60 * 1000
+# latest time seen: evidence of one message (its record, its answer, a slave's copy) is assumed
+# to arrive within it, as it does within milliseconds to seconds; a message the outbox holds
+# stays open however long its outage lasts.
+SETTLE_MS_DEFAULT = 10 * 60 * 1000
 DRILL_DOWN_IDS_MAX_DEFAULT = 100
 SUMMARY_ROWS_MAX_DEFAULT = 10_000
 LOCAL_MASTER = re.compile(r"^local(\[(\*|\d+)(,\d+)?\])?$")

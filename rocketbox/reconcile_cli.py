@@ -116,7 +116,7 @@ def _spark_conf(
 )
 @click.option(
     "--settle-minutes",
-    default=60,
+    default=10,
     show_default=True,
     type=click.IntRange(1, 7 * 24 * 60),
     help="With --checkpoint: a message settles once nothing about it was seen for this long "
