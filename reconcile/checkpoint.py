@@ -4,14 +4,14 @@ A checkpoint directory holds generations, one per run, and ``CURRENT`` naming th
 one (replaced atomically once the generation is written, so a run killed half-way leaves the
 previous checkpoint in force; older generations are removed afterwards)::
 
-    CURRENT                        "run-000042"
-    run-000042/state.json          positions, the watermark, cumulative figures (below)
-    run-000042/open_records.parquet  the commitlog rows of messages not yet settled
-    run-000042/open_acks.parquet     their ledger lines
-    run-000042/settled_cells.parquet the outcome counts per (topic, bucket) of every message
-                                      settled so far, summed over the runs
-    run-000042/settled_outbox_ids.parquet  settled messages the outbox export still holds, whose
-                                      entries the next run leaves out (they were counted)
+    CURRENT                             "run-000042-0000" (run 42 after its first chunk)
+    run-000042-0000/state.json          positions, the watermark, cumulative figures (below)
+    run-000042-0000/open_records.parquet  the commitlog rows of messages not yet settled
+    run-000042-0000/open_acks.parquet     their ledger lines
+    run-000042-0000/settled_cells.parquet the outcome counts per (topic, bucket) of every message
+                                          settled so far, summed over the runs
+    run-000042-0000/settled_outbox_ids.parquet  settled messages the outbox export still holds,
+                                          whose entries later runs leave out (they were counted)
 
 ``state.json``: the format version; the run number; the commitlog directories it was made for
 and per directory the byte position reached in each segment; per ledger its path, the byte
@@ -61,6 +61,7 @@ class State:
     bucket_ms: int
     scope_topics: list[str]
     ledger_figures: dict[str, int]  # figures.summarise_ledger's counts over consumed lines
+    chunk: int = 0  # the chunks a run caught up in, saved after each
     version: int = CHECKPOINT_VERSION
 
 
@@ -105,7 +106,7 @@ def load(directory: Path) -> Checkpoint | None:
 
 def save(directory: Path, checkpoint: Checkpoint) -> Path:
     """Write a new generation, make it current, remove the older ones; returns its path."""
-    name = f"{GENERATION_PREFIX}{checkpoint.state.run:06d}"
+    name = f"{GENERATION_PREFIX}{checkpoint.state.run:06d}-{checkpoint.state.chunk:04d}"
     generation = directory / name
     try:
         if generation.exists():  # a run that died before making it current

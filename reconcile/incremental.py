@@ -14,8 +14,10 @@ PENDING or DEAD (its fate is open) or its acknowledgement is a ledger's last, un
 The others stay open, reported as they stand and carried to the next run. A settled message's
 outbox entry, still in later exports, is left out of later runs: it was counted.
 
-Order: the ledgers are read before the commitlog. The sidecar writes STORED only after the broker
-stored the record, so the log scanned after holds the record of every STORED answer read.
+A run catches up in chunks of about ``--in-process-records-max`` records (incremental_inputs.py
+says how they are cut), saving the checkpoint after each: however much was written since the
+last run, its memory stays bounded, and a run stopped half-way resumes from its last chunk. A
+chunk settles by the time before which its scan is complete, the last by the watermark.
 
 What an incremental run reports (summary.json): its own messages (those settled by it and those
 open now) as every run does, and ``incremental``: the positions it started from, what it read,
@@ -28,35 +30,34 @@ A ledger's unfinished last line is read by every run until finished, counted onc
 
 from __future__ import annotations
 
+import shutil
 from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
+import pyarrow.parquet as pq
 
 from reconcile import checkpoint as checkpoints
-from reconcile.checkpoint import Checkpoint, LedgerPosition, State
+from reconcile.checkpoint import Checkpoint, State
 from reconcile.commitlog_sources import CommitlogSource
 from reconcile.config import JobConfig
 from reconcile.errors import InputError
-from reconcile.figures import counts_only, iso_utc, summarise_ledger, with_bucket, with_key
+from reconcile.figures import summarise_ledger
 from reconcile.in_process import figures
-from reconcile.in_process.engine import (
-    RECORDS_SCHEMA,
-    Inputs,
-    Progress,
-    TooManyRecordsError,
-    find,
-    ledger_summary,
-    scan,
+from reconcile.in_process.classify import classify
+from reconcile.in_process.engine import RECORDS_SCHEMA, Progress
+from reconcile.in_process.inputs import read_outbox
+from reconcile.incremental_figures import LEDGER_COUNTS, RunFigures, incremental_block
+from reconcile.incremental_inputs import (
+    Chunk,
+    ledger_starts,
+    pending_segments,
+    read_chunk,
 )
-from reconcile.in_process.inputs import read_ledgers, read_outbox
-from reconcile.segment_scan import UNREADABLE, SegmentStats
-from reconcile.summary_document import Found, Phases
+from reconcile.segment_scan import UNREADABLE
+from reconcile.summary_document import Found, Phases, split_scope
 
-# Bytes read back from a ledger's end at a time, looking for its last line's end.
-_TAIL_BLOCK_BYTES = 64 * 1024
-_LEDGER_COUNTS = ("lines", "malformed", "stored", "spooled", "spooled_ambiguous")
 _OPEN_OUTBOX_STATES = ("PENDING", "DEAD")
 
 
@@ -67,90 +68,127 @@ def reconcile_incremental(
     previous = None if config.full else checkpoints.load(config.checkpoint)
     if previous is not None:
         _check_made_for(previous.state, config, sources)
+    book = previous or _empty(config, sources)
+    run_number = book.state.run + 1
     phase = Phases()
-    done_acks, tail_acks, ledger_positions, new_records, segments, outbox = _read(
-        config, previous, sources, phase, progress
-    )
-    carried = previous.open_records if previous else RECORDS_SCHEMA.empty_table()
-    records = pa.concat_tables([carried, new_records])
-    ledgers_done = _concat(previous.open_acks if previous else None, done_acks)
-    acks = _concat(ledgers_done, tail_acks)
-    settled_ids = (
-        previous.settled_outbox_ids["message_id"] if previous else pa.array([], pa.string())
-    )
-    counted = pc.is_in(outbox["message_id"], value_set=settled_ids)
-    this_run = summarise_ledger(figures.ledger_rows(_concat(done_acks, tail_acks)))
-    scope = sorted(set(previous.state.scope_topics if previous else []) | set(this_run["topics"]))
-    inputs = Inputs(
-        records, segments, acks,
-        outbox.filter(pc.invert(pc.fill_null(counted, False))), {**this_run, "topics": scope},
+    with phase("outbox_read"):
+        outbox = read_outbox(config.outbox)
+    with phase("plan"):
+        pending = pending_segments(sources, _starts(book.state, sources))
+    starts = ledger_starts(config.ledgers, book.state.ledgers)
+    details = _fresh_details(config.out_dir)
+    run = RunFigures(config.drill_down_ids_max)
+    fold = len(sources) > 1
+    while True:
+        with phase("scan"):
+            chunk, pending = read_chunk(
+                pending, config.ledgers, starts, config.in_process_records_max,
+                config.scan_batch_records_max, progress,
+            )  # fmt: skip
+        with phase("classify"):
+            book, settled, still_open, tail_figures = _settle(
+                config, book, chunk, outbox, run_number, fold
+            )
+        run.chunks += 1
+        run.segments += chunk.scanned
+        run.new_records += chunk.records.num_rows
+        run.new_ledger_lines += chunk.done_acks.num_rows if chunk.done_acks is not None else 0
+        run.add_lines(chunk.done_acks, _ledger(chunk.done_acks))
+        run.add_lines(chunk.tail_acks, tail_figures)
+        run.add(settled, settled=True)
+        _write_part(details["messages"], run.chunks, settled)
+        starts = chunk.ledgers
+        if chunk.complete_before_ms is None:
+            break
+        checkpoints.save(config.checkpoint, book)  # a run stopped later resumes from here
+        if progress is not None:
+            progress(f"caught up to {chunk.complete_before_ms}: {run.new_records:,} records")
+    run.unfinished_ledger_lines = chunk.tail_acks.num_rows if chunk.tail_acks is not None else 0
+    run.add(still_open, settled=False)
+    _write_part(details["messages"], run.chunks + 1, still_open)
+    saved = checkpoints.save(config.checkpoint, book)
+    scope = book.state.scope_topics
+    found, counts = run.found(
+        config, scope, figures.outbox_stats(outbox), {k: str(v) for k, v in details.items()},
+        phase, fold,
     )  # fmt: skip
-    found, classified = find(config, len(sources) > 1, inputs, phase)
-    watermark = _watermark(previous, new_records, _concat(done_acks, tail_acks))
-    is_open = _open(classified, watermark, config.settle_ms, tail_acks)
-    settled, still_open = classified.filter(pc.invert(is_open)), classified.filter(is_open)
-    state = State(
-        run=(previous.state.run if previous else 0) + 1,
-        commitlogs=[str(s.directory) for s in sources],
-        segment_positions=_positions(previous, sources, segments),
-        ledgers=ledger_positions,
-        watermark_ms=watermark,
-        settle_ms=config.settle_ms,
-        bucket_ms=config.bucket_ms,
-        scope_topics=scope,
-        ledger_figures=_add_counts(
-            previous.state.ledger_figures if previous else {},
-            ledger_summary(done_acks) if done_acks is not None else {},
-        ),
+    _write_part(details["counts"], 0, counts)
+    found.incremental = incremental_block(
+        config, book.state, saved, run, still_open, book.settled_cells, tail_figures
     )
-    open_ids = still_open["message_id"]
-    settled_cells = figures.cells(settled)
-    if previous is not None:
-        settled_cells = pa.concat_tables([previous.settled_cells, settled_cells])
-    saved = checkpoints.save(
-        config.checkpoint,
-        Checkpoint(
-            state=state,
-            open_records=records.filter(pc.is_in(records["message_id"], value_set=open_ids)),
-            open_acks=_open_acks(ledgers_done, open_ids),
-            settled_cells=settled_cells,
-            settled_outbox_ids=_settled_outbox_ids(previous, settled, outbox),
-        ),
-    )
-    found.incremental = _incremental_figures(
-        config, state, saved, (new_records, done_acks, tail_acks), settled, still_open,
-        settled_cells, ledger_summary(tail_acks) if tail_acks is not None else {},
-    )  # fmt: skip
     return found
 
 
-def _read(
-    config: JobConfig,
-    previous: Checkpoint | None,
-    sources: list[CommitlogSource],
-    phase: Phases,
-    progress: Progress | None,
-) -> tuple[
-    pa.Table | None, pa.Table | None, list[LedgerPosition], pa.Table, list[SegmentStats], pa.Table
-]:
-    """What is new: the ledgers' finished and unfinished lines and where they end, the log's
-    records and scans, and the outbox (whole: it is a snapshot, not a log)."""
-    with phase("ledger_parse"):
-        done_acks, tail_acks, ledger_positions = _read_new_lines(config, previous)
-    with phase("scan"):
-        try:
-            new_records, segments = scan(
-                sources, _starts(previous, sources), config.scan_batch_records_max,
-                config.in_process_records_max, progress,
-            )  # fmt: skip
-        except TooManyRecordsError as e:
-            raise InputError(
-                f"{e} since the last incremental run: run more often, raise "
-                "--in-process-records-max, or reconcile this once without a checkpoint"
-            ) from e
-    with phase("outbox_read"):
-        outbox = read_outbox(config.outbox)
-    return done_acks, tail_acks, ledger_positions, new_records, segments, outbox
+def _settle(
+    config: JobConfig, book: Checkpoint, chunk: Chunk, outbox: pa.Table, run_number: int, fold: bool
+) -> tuple[Checkpoint, pa.Table, pa.Table, dict[str, Any]]:
+    """Classify the chunk with what was open; the next checkpoint, the settled messages, the
+    open ones, and the figures of the unfinished ledger lines."""
+    state = book.state
+    done = _concat(book.open_acks, chunk.done_acks)
+    acks = _concat(done, chunk.tail_acks)
+    records = pa.concat_tables([book.open_records, chunk.records])
+    read = _concat(chunk.done_acks, chunk.tail_acks)
+    scope = sorted(set(state.scope_topics) | set(_ledger(read).get("topics", [])))
+    split_scope({"topics": scope})  # the scope's limit, as a whole run has it
+    counted = pc.is_in(outbox["message_id"], value_set=book.settled_outbox_ids["message_id"])
+    unsettled = outbox.filter(pc.invert(pc.fill_null(counted, False)))
+    classified = classify(records, acks, unsettled, scope, config.bucket_ms, fold)
+    seen = _latest(state.watermark_ms, chunk.records, read)
+    settle_by = seen if chunk.complete_before_ms is None else chunk.complete_before_ms
+    is_open = _open(classified, settle_by, config.settle_ms, chunk.tail_acks)
+    settled, still_open = classified.filter(pc.invert(is_open)), classified.filter(is_open)
+    open_ids = still_open["message_id"]
+    next_state = State(
+        run=run_number,
+        commitlogs=state.commitlogs,
+        segment_positions=_positions(state, chunk),
+        ledgers=chunk.ledgers,
+        watermark_ms=seen,
+        settle_ms=config.settle_ms,
+        bucket_ms=config.bucket_ms,
+        scope_topics=scope,
+        ledger_figures=_add(state.ledger_figures, _ledger(chunk.done_acks)),
+        chunk=state.chunk + 1 if state.run == run_number else 0,
+    )
+    ids = _settled_outbox_ids(book.settled_outbox_ids["message_id"], settled, outbox)
+    return (
+        Checkpoint(
+            state=next_state,
+            open_records=records.filter(pc.is_in(records["message_id"], value_set=open_ids)),
+            open_acks=_open_acks(done, open_ids),
+            settled_cells=_summed_cells(book.settled_cells, figures.cells(settled)),
+            settled_outbox_ids=pa.table({"message_id": ids}),
+        ),
+        settled,
+        still_open,
+        _ledger(chunk.tail_acks),
+    )
+
+
+def _empty(config: JobConfig, sources: list[CommitlogSource]) -> Checkpoint:
+    nothing = figures.cells(
+        classify(RECORDS_SCHEMA.empty_table(), None, _no_outbox(), [], config.bucket_ms)
+    )
+    return Checkpoint(
+        state=State(
+            run=0, commitlogs=[str(s.directory) for s in sources],
+            segment_positions=[{} for _ in sources], ledgers=[], watermark_ms=None,
+            settle_ms=config.settle_ms, bucket_ms=config.bucket_ms, scope_topics=[],
+            ledger_figures=dict.fromkeys(LEDGER_COUNTS, 0),
+        ),
+        open_records=RECORDS_SCHEMA.empty_table(),
+        open_acks=None,
+        settled_cells=nothing,
+        settled_outbox_ids=pa.table({"message_id": pa.array([], pa.string())}),
+    )  # fmt: skip
+
+
+def _no_outbox() -> pa.Table:
+    from reconcile.input_formats import OUTBOX_ARROW_SCHEMA  # noqa: PLC0415 - one use
+
+    empty = OUTBOX_ARROW_SCHEMA.empty_table()
+    return empty.append_column("malformed", pa.array([], pa.bool_()))
 
 
 def _check_made_for(state: State, config: JobConfig, sources: list[CommitlogSource]) -> None:
@@ -167,102 +205,47 @@ def _check_made_for(state: State, config: JobConfig, sources: list[CommitlogSour
         )
 
 
-def _starts(
-    previous: Checkpoint | None, sources: list[CommitlogSource]
-) -> dict[tuple[int, str], int]:
-    if previous is None:
-        return {}
+def _starts(state: State, sources: list[CommitlogSource]) -> dict[tuple[int, str], int]:
     return {
         (source.index, name): position
-        for source, positions in zip(sources, previous.state.segment_positions, strict=True)
+        for source, positions in zip(sources, state.segment_positions, strict=True)
         for name, position in positions.items()
     }
 
 
-def _positions(
-    previous: Checkpoint | None, sources: list[CommitlogSource], scanned: list[SegmentStats]
-) -> list[dict[str, int]]:
-    """Where the next run starts in each segment: where this scan stopped (an unreadable one
-    where this scan would have started). Segments retention deleted are forgotten."""
-    starts = _starts(previous, sources)
-    positions: list[dict[str, int]] = [{} for _ in sources]
-    for found in scanned:
-        start = starts.get((found.source, found.segment), 0)
-        reached = start if found.end_kind == UNREADABLE else found.scanned_bytes
-        positions[found.source][found.segment] = reached
+def _positions(state: State, chunk: Chunk) -> list[dict[str, int]]:
+    """Where the next read starts in each segment: where this chunk's scan stopped (where it
+    started, for one that could not be read); the others as they were."""
+    positions = [dict(p) for p in state.segment_positions]
+    for found in chunk.scanned:
+        if found.end_kind != UNREADABLE:
+            positions[found.source][found.segment] = found.scanned_bytes
     return positions
 
 
-def _read_new_lines(
-    config: JobConfig, previous: Checkpoint | None
-) -> tuple[pa.Table | None, pa.Table | None, list[LedgerPosition]]:
-    """The ledgers' lines since the last run: the finished ones, the unfinished last ones (read
-    again next time) and where the next run starts."""
-    if not config.ledgers:
-        return None, None, []
-    before = {p.path: p for p in previous.state.ledgers} if previous else {}
-    done_ranges: list[tuple[int, int | None]] = []
-    tail_ranges: list[tuple[int, int | None]] = []
-    positions: list[LedgerPosition] = []
-    for path in config.ledgers:
-        try:
-            stat = path.stat()
-            last = before.get(str(path))
-            same_file = last is not None and last.inode == stat.st_ino
-            start = (
-                last.position_bytes
-                if same_file and last and stat.st_size >= last.position_bytes
-                else 0
-            )
-            finished = _last_line_end(path, start, stat.st_size)
-        except OSError as e:
-            raise InputError(f"cannot read acknowledgement ledger {path}: {e}") from e
-        done_ranges.append((start, finished))
-        tail_ranges.append((finished, stat.st_size))
-        positions.append(LedgerPosition(str(path), finished, stat.st_ino))
-    done = read_ledgers(config.ledgers, tuple(done_ranges))
-    tail = read_ledgers(config.ledgers, tuple(tail_ranges))
-    return done, tail, positions
-
-
-def _last_line_end(path: Path, start: int, size: int) -> int:
-    """The position just past the last newline in [start, size), or ``start`` if none."""
-    with path.open("rb") as f:
-        end = size
-        while end > start:
-            begin = max(start, end - _TAIL_BLOCK_BYTES)
-            f.seek(begin)
-            block = f.read(end - begin)
-            at = block.rfind(b"\n")
-            if at >= 0:
-                return begin + at + 1
-            end = begin
-    return start
-
-
-def _watermark(previous: Checkpoint | None, records: pa.Table, acks: pa.Table | None) -> int | None:
-    times = [previous.state.watermark_ms if previous else None]
+def _latest(before: int | None, records: pa.Table, lines: pa.Table | None) -> int | None:
+    """The watermark: the latest store or answer time seen so far."""
+    times = [before]
     times.append(pc.max(records["store_timestamp_ms"]).as_py() if records.num_rows else None)
-    if acks is not None and acks.num_rows:
-        good = acks.filter(pc.invert(acks["malformed"]))
+    if lines is not None and lines.num_rows:
+        good = lines.filter(pc.invert(lines["malformed"]))
         times.append(pc.max(good["time_ms"]).as_py() if good.num_rows else None)
     known = [t for t in times if t is not None]
     return max(known) if known else None
 
 
 def _open(
-    classified: pa.Table, watermark: int | None, settle_ms: int, tail_acks: pa.Table | None
+    classified: pa.Table, settle_by: int | None, settle_ms: int, tail_acks: pa.Table | None
 ) -> pa.ChunkedArray:
     """Which messages stay open (module docstring); the others settle."""
     evidence = pc.max_element_wise(
         classified["last_store_timestamp_ms"], classified["first_ack_ms"],
         classified["spooled_ms"], classified["delivered_ms"],
     )  # fmt: skip
-    recent = (
-        pc.greater_equal(evidence, watermark - settle_ms)
-        if watermark is not None
-        else pa.chunked_array([pa.nulls(classified.num_rows, pa.bool_())])
-    )
+    if settle_by is None:
+        recent = pa.chunked_array([pa.nulls(classified.num_rows, pa.bool_())])
+    else:
+        recent = pc.greater_equal(evidence, settle_by - settle_ms)
     held = pc.is_in(classified["outbox_state"], value_set=pa.array(_OPEN_OUTBOX_STATES))
     is_open = pc.or_(pc.fill_null(recent, False), pc.fill_null(held, False))
     if tail_acks is not None and tail_acks.num_rows:
@@ -279,15 +262,29 @@ def _open_acks(acks: pa.Table | None, open_ids: pa.ChunkedArray) -> pa.Table | N
     return good.filter(pc.is_in(good["message_id"], value_set=open_ids))
 
 
-def _settled_outbox_ids(
-    previous: Checkpoint | None, settled: pa.Table, outbox: pa.Table
-) -> pa.Table:
+def _settled_outbox_ids(before: pa.ChunkedArray, settled: pa.Table, outbox: pa.Table) -> pa.Array:
     """Settled messages with an outbox entry, while the outbox still holds them."""
-    ids = settled.filter(pc.is_valid(settled["outbox_state"]))["message_id"]
-    if previous is not None:
-        ids = pa.chunked_array([*previous.settled_outbox_ids["message_id"].chunks, *ids.chunks])
-    still = pc.is_in(ids, value_set=outbox["message_id"])
-    return pa.table({"message_id": pc.unique(ids.filter(still))})
+    now = settled.filter(pc.is_valid(settled["outbox_state"]))["message_id"]
+    ids = pa.chunked_array([*before.chunks, *now.chunks], pa.string())
+    still = pc.fill_null(pc.is_in(ids, value_set=outbox["message_id"]), False)
+    return pc.unique(ids.filter(still))
+
+
+def _summed_cells(before: pa.Table, now: pa.Table) -> pa.Table:
+    """The settled counts per (topic, bucket), one row each."""
+    both = figures.roll_up(pa.concat_tables([before, now]))
+    level = both.filter(pc.equal(both["level"], figures.LEVEL_TOPIC_BUCKET))
+    return level.drop_columns(["level"])
+
+
+def _ledger(lines: pa.Table | None) -> dict[str, Any]:
+    if lines is None:
+        return dict.fromkeys(LEDGER_COUNTS, 0)
+    return summarise_ledger(figures.ledger_rows(lines))
+
+
+def _add(a: dict[str, int], b: dict[str, Any]) -> dict[str, int]:
+    return {name: int(a.get(name, 0)) + int(b.get(name, 0)) for name in LEDGER_COUNTS}
 
 
 def _concat(a: pa.Table | None, b: pa.Table | None) -> pa.Table | None:
@@ -296,57 +293,17 @@ def _concat(a: pa.Table | None, b: pa.Table | None) -> pa.Table | None:
     return pa.concat_tables([a, b.select(a.column_names).cast(a.schema)])
 
 
-def _add_counts(a: dict[str, int], b: dict[str, Any]) -> dict[str, int]:
-    return {name: int(a.get(name, 0)) + int(b.get(name, 0)) for name in _LEDGER_COUNTS}
-
-
-def _incremental_figures(
-    config: JobConfig,
-    state: State,
-    saved: Path,
-    read: tuple[pa.Table, pa.Table | None, pa.Table | None],
-    settled: pa.Table,
-    still_open: pa.Table,
-    settled_cells: pa.Table,
-    tail_figures: dict[str, Any],
-) -> dict[str, Any]:
-    new_records, done_acks, tail_acks = read
-    limit = config.summary_rows_max
-    cumulative = figures.roll_up(pa.concat_tables([settled_cells, figures.cells(still_open)]))
-
-    def level(number: int, order: list[str]) -> list[dict[str, Any]]:
-        return figures.level_rows(cumulative, number, order, limit)
-
-    total = level(figures.LEVEL_TOTAL, [])
-    return {
-        "run": state.run,
-        "checkpoint": str(saved),
-        "started_over": config.full,
-        "settle_ms": config.settle_ms,
-        "watermark_ms": state.watermark_ms,
-        "watermark": iso_utc(state.watermark_ms) if state.watermark_ms is not None else None,
-        "new_records": new_records.num_rows,
-        "new_ledger_lines": (done_acks.num_rows if done_acks is not None else 0),
-        "unfinished_ledger_lines": (tail_acks.num_rows if tail_acks is not None else 0),
-        "settled": counts_only(_total(settled)),
-        "open": counts_only(_total(still_open)),
-        "cumulative": {
-            "totals": counts_only(total[0] if total else {}),
-            "per_topic": [with_key(r, "topic") for r in level(figures.LEVEL_TOPIC, ["topic"])][
-                :limit
-            ],
-            "per_bucket": [
-                with_bucket(r) for r in level(figures.LEVEL_BUCKET, ["bucket_start_ms"])
-            ][:limit],
-            "per_topic_bucket": [
-                with_bucket(r, "topic")
-                for r in level(figures.LEVEL_TOPIC_BUCKET, ["bucket_start_ms", "topic"])
-            ][:limit],
-            "ledgers": _add_counts(state.ledger_figures, tail_figures),
-        },
+def _fresh_details(out_dir: Path) -> dict[str, Path]:
+    details = {
+        "messages": out_dir / "details" / "messages",
+        "counts": out_dir / "details" / "counts",
     }
+    for directory in details.values():
+        if directory.exists():
+            shutil.rmtree(directory)
+        directory.mkdir(parents=True)
+    return details
 
 
-def _total(classified: pa.Table) -> dict[str, Any]:
-    rows = figures.level_rows(figures.counts(classified), figures.LEVEL_TOTAL, [], 1)
-    return rows[0] if rows else {}
+def _write_part(directory: Path, number: int, table: pa.Table) -> None:
+    pq.write_table(table, directory / f"part-{number:05d}.parquet")

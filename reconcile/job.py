@@ -52,7 +52,7 @@ def run(
             if progress is not None:
                 progress(f"{e}: starting Spark")
     if found is None:
-        found = _reconcile_with_spark(config, sources, spark)
+        found = _reconcile_with_spark(config, sources, spark, progress)
     return summary(config, sources, found, started)
 
 
@@ -64,7 +64,10 @@ def check_inputs(config: JobConfig) -> None:
 
 
 def _reconcile_with_spark(
-    config: JobConfig, sources: list[CommitlogSource], spark: SparkSession | None
+    config: JobConfig,
+    sources: list[CommitlogSource],
+    spark: SparkSession | None,
+    progress: Progress | None,
 ) -> Found:
     # PySpark (and its JVM) only when Spark runs: a run in process never imports it.
     from reconcile import spark_engine  # noqa: PLC0415 - PySpark loads only for the Spark engine
@@ -73,10 +76,14 @@ def _reconcile_with_spark(
         spark_session,
         translate_errors,
     )
+    from reconcile.spark_progress import (  # noqa: PLC0415 - PySpark loads only for the Spark engine
+        reporting,
+    )
 
     assert config.engine in (ENGINE_AUTO, ENGINE_SPARK)
     with translate_errors(), quiet_pyspark():
         if spark is not None:
-            return spark_engine.reconcile(spark, config, sources)
-        with spark_session(config.spark) as own:
+            with reporting(spark, progress):
+                return spark_engine.reconcile(spark, config, sources)
+        with spark_session(config.spark) as own, reporting(own, progress):
             return spark_engine.reconcile(own, config, sources)

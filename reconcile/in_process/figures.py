@@ -142,6 +142,22 @@ def drill_down(
     return out
 
 
+def drill_candidates(classified: pa.Table, ids_max: int) -> pa.Table:
+    """The rows any drill-down list of these messages could name, each once: the first
+    ``ids_max`` of each finding and of the duplicated. Candidates of several tables, put
+    together, give the drill-down of all of them."""
+    numbered = classified.append_column("_row", pa.array(np.arange(classified.num_rows)))
+    rows: list[Any] = []
+    for finding in FINDINGS:
+        found = numbered.filter(pc.equal(numbered["outcome"], finding))
+        found = _sorted(found, [("event_time_ms", "ascending"), ("message_id", "ascending")])
+        rows += found["_row"].to_pylist()[:ids_max]
+    duplicated = numbered.filter(numbered["duplicated"])
+    duplicated = _sorted(duplicated, [("copies", "descending"), ("message_id", "ascending")])
+    rows += duplicated["_row"].to_pylist()[:ids_max]
+    return classified.take(pa.array(sorted(set(rows)), pa.int64()))
+
+
 def ledger_rows(acks: pa.Table) -> list[dict[str, Any]]:
     """Lines per (malformed, topic, state, ambiguous), as figures.summarise_ledger takes them."""
     good = pc.invert(acks["malformed"])

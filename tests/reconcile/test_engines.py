@@ -10,7 +10,8 @@ copies, a torn tail and a torn ledger line):
 - ledger and outbox lines Spark's permissive reader calls malformed (not JSON, a field of the
   wrong type, an unknown state, no id) are malformed in process too, with the same text kept;
 - ``auto`` runs in process below its record limit and hands over to Spark above it, with the same
-  result; a run in process imports no PySpark (so starts no JVM).
+  result, saying so; both report progress (segments scanned; Spark's stages and tasks); a run in
+  process imports no PySpark (so starts no JVM).
 """
 
 from __future__ import annotations
@@ -25,7 +26,9 @@ import pyarrow.parquet as pq
 import pytest
 from pyspark.sql import SparkSession
 
+from reconcile import spark_progress
 from reconcile.config import ENGINE_AUTO, ENGINE_IN_PROCESS, ENGINE_SPARK, JobConfig
+from reconcile.in_process import engine
 from reconcile.job import run
 from tests.reconcile.planted import Planted, counts, planted
 from tests.rocketbox_process import REPO_ROOT
@@ -131,16 +134,31 @@ def test_malformed_lines_are_malformed_in_both(
 
 
 def test_auto_runs_in_process_below_its_limit_and_spark_above(
-    spark: SparkSession, plants: Planted, tmp_path: Path
+    spark: SparkSession, plants: Planted, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    small = run(config(plants, tmp_path / "small", ENGINE_AUTO))
-    big = run(config(plants, tmp_path / "big", ENGINE_AUTO, in_process_records_max=10), spark)
+    # Progress at every chance: a line per segment scanned, the Spark stages polled often.
+    monkeypatch.setattr(engine, "PROGRESS_INTERVAL_S", 0.0)
+    monkeypatch.setattr(spark_progress, "PROGRESS_INTERVAL_S", 0.01)
+    said: list[str] = []
+    small = run(config(plants, tmp_path / "small", ENGINE_AUTO), progress=said.append)
+    segments = len(small["commitlog"]["per_segment"])
+    assert said[segments - 1] == f"scanned {segments} of {segments} segments: 127 records"
+    said.clear()
+    big = run(
+        config(plants, tmp_path / "big", ENGINE_AUTO, in_process_records_max=10),
+        spark,
+        progress=said.append,
+    )
 
     assert small["engine"] == ENGINE_IN_PROCESS
     assert small["inputs"]["records_max"] == 2_000_000
     assert big["engine"] == ENGINE_SPARK
     assert big["inputs"]["master"] == "local[2]"
     assert what_was_found(small) == what_was_found(big)
+    assert said[0] == (
+        "the commitlog holds more than 10 records, the in-process engine's limit: starting Spark"
+    )
+    assert any(line.startswith("Spark: stage ") and " tasks" in line for line in said[1:]), said
 
 
 def test_a_run_in_process_imports_no_pyspark(plants: Planted, tmp_path: Path) -> None:

@@ -15,6 +15,9 @@ Proves:
 - each run reads only what is new: the records and ledger lines summed over the runs are the
   whole run's; a run with nothing new reads nothing and changes no cumulative figure;
 - ``--full`` with the checkpoint recomputes the whole and starts the checkpoint over;
+- a run with more to read than its record limit catches up in chunks, and finds what a whole
+  run finds, each message once in its details; a ledger is cut at the first line timed after a
+  time by bisection, past a line that does not parse;
 - the command line runs incrementally and says so; a checkpoint made for other commitlogs, or
   for other buckets, is refused (exit 3) naming ``--full``; a half-written generation (a run
   killed before making it current) is not read.
@@ -29,12 +32,14 @@ import shutil
 from pathlib import Path
 from typing import Any
 
+import pyarrow.parquet as pq
 import pytest
 
 from broker.store.codec.scan import SegmentScanner
 from reconcile.checkpoint import CURRENT, load
 from reconcile.config import ENGINE_IN_PROCESS, JobConfig
 from reconcile.errors import InputError
+from reconcile.incremental_inputs import _first_line_after
 from reconcile.job import run
 from reconcile.outcomes import COUNT_NAMES
 from tests.reconcile.planted import BUCKET_MS, T0, Planted, planted
@@ -261,3 +266,43 @@ def test_the_command_line_runs_incrementally(plants: Planted, tmp_path: Path) ->
     other = reconcile(*args[:1], str(plants.store), *args[2:], out=tmp_path / "other")
     assert other.code == EXIT_INPUT
     assert "start over with --full" in other.stderr
+
+
+def test_a_run_catches_up_in_chunks(plants: Planted, tmp_path: Path) -> None:
+    live = Live(plants, tmp_path / "live")
+    live.at(None)
+    whole = job(plants, live.store, live.acks, tmp_path / "whole")
+
+    caught = job(
+        plants, live.store, live.acks, tmp_path / "out", checkpoint=tmp_path / "checkpoint",
+        in_process_records_max=20,
+    )  # fmt: skip
+
+    inc = caught["incremental"]
+    assert inc["chunks"] >= 4
+    for name in _FIGURES:
+        assert inc["cumulative"][name] == whole[name], name
+        assert caught[name] == whole[name], name
+    assert added(inc["settled"], inc["open"]) == whole["totals"]
+    assert caught["commitlog"]["records"] == whole["commitlog"]["records"]
+    assert {k: caught["drill_down"][k] for k in ("lost", "duplicated", "recovered")} == {
+        k: whole["drill_down"][k] for k in ("lost", "duplicated", "recovered")
+    }
+    assert caught["delivery_latency"] == whole["delivery_latency"]
+    rows = pq.read_table(caught["details"]["messages"]).column("message_id").to_pylist()
+    assert len(rows) == len(set(rows)) == whole["totals"]["messages"]
+
+
+@pytest.mark.parametrize("after_ms", [0, 1, 2, 3, 4, 5, 7, 8, 9])
+def test_a_ledger_is_cut_at_the_first_line_after_a_time(tmp_path: Path, after_ms: int) -> None:
+    times = [1, 2, 2, 3, None, 5, 8, 8]  # None: a line that does not parse
+    path = tmp_path / "acks.jsonl"
+    lines = [
+        b"{torn\n" if t is None else json.dumps({"time_ms": t}).encode() + b"\n" for t in times
+    ]
+    path.write_bytes(b"".join(lines))
+    starts = [sum(len(x) for x in lines[:i]) for i in range(len(lines) + 1)]
+    first = next((i for i, t in enumerate(times) if t is not None and t > after_ms), len(times))
+
+    assert _first_line_after(path, 0, starts[-1], after_ms) == starts[first]
+    assert _first_line_after(path, starts[2], starts[-1], after_ms) == starts[max(first, 2)]
