@@ -179,8 +179,8 @@ def _classified(t: pa.Table, scope_topics: list[str], bucket_ms: int) -> pa.Tabl
         pc.subtract(first_store, failed_at), pa.scalar(0, i64), skip_nulls=False
     )
     latency = pc.if_else(pa.array(stored), waited, pa.scalar(None, i64))
-    ack_state = np.select(
-        [acked_stored, _yes(_column(t, "acked_spooled", pa.bool_()))], ["STORED", "SPOOLED"], ""
+    ack_state = _labelled(
+        [acked_stored, _yes(_column(t, "acked_spooled", pa.bool_()))], ["STORED", "SPOOLED"], None
     )
     return pa.table(
         {
@@ -199,7 +199,7 @@ def _classified(t: pa.Table, scope_topics: list[str], bucket_ms: int) -> pa.Tabl
             "last_store_timestamp_ms": _column(t, "last_store_timestamp_ms", i64),
             "first_phy_offset": _column(t, "first_phy_offset", i64),
             "last_phy_offset": _column(t, "last_phy_offset", i64),
-            "ack_state": pa.array(ack_state, text, mask=ack_state == ""),
+            "ack_state": ack_state,
             "ack_cause": _column(t, "ack_cause", text),
             "first_ack_ms": first_ack,
             "ack_lines": pa.array(_zero(t, "ack_lines")),
@@ -211,7 +211,7 @@ def _classified(t: pa.Table, scope_topics: list[str], bucket_ms: int) -> pa.Tabl
             "spooled_ms": o_created,
             "delivered_ms": t["o_delivered_ms"],
             "delivery_latency_ms": latency,
-            "outcome": pa.array(outcome, text),
+            "outcome": outcome,
         }
     )
 
@@ -224,7 +224,7 @@ def _outcome(
     acked_stored: npt.NDArray[np.bool_],
     pending: npt.NDArray[np.bool_],
     dead: npt.NDArray[np.bool_],
-) -> npt.NDArray[np.str_]:
+) -> pa.Array:
     """Each message's outcome: the first of outcomes.py's rules that applies."""
     ambiguous = (
         _yes(_column(t, "ack_ambiguous", pa.bool_()))
@@ -233,7 +233,7 @@ def _outcome(
     )
     known = (_zero(t, "ack_lines") > 0) | (_zero(t, "outbox_entries") > 0)
     in_scope = _yes(pc.is_in(topic, value_set=pa.array(scope_topics, pa.string())))
-    return np.select(
+    return _labelled(
         [
             stored & (ambiguous | pending | dead),
             stored & known,
@@ -246,6 +246,17 @@ def _outcome(
         ["recovered", "ok", "unexpected", "unchecked", "lost", "pending", "dead"],
         "lost",
     )
+
+
+def _labelled(
+    conditions: list[npt.NDArray[np.bool_]], labels: list[str], otherwise: str | None
+) -> pa.Array:
+    """The label of the first condition that holds, row by row (else ``otherwise``; None: null),
+    made from small integer codes: a column of Python strings would cost a microsecond a row."""
+    codes = np.select(conditions, list(range(len(labels))), -1).astype(np.int8)
+    names = pa.array([*labels, otherwise], pa.string())
+    codes[codes < 0] = len(labels)
+    return pc.take(names, pa.array(codes))
 
 
 def _bucket_start(event_time: pa.ChunkedArray, bucket_ms: int) -> pa.Array:

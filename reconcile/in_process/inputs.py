@@ -192,7 +192,7 @@ def _typed(item: Any, kind: pa.DataType) -> Any:
 def _with_source(table: pa.Table, path: Path) -> pa.Table:
     # As Spark names a file read (Hadoop's URI of it): file:/dir/name.
     source = path.resolve().as_uri().replace("file:///", "file:/", 1)
-    return table.append_column("source", pa.array([source] * table.num_rows, pa.string()))
+    return table.append_column("source", pa.repeat(pa.scalar(source, pa.string()), table.num_rows))
 
 
 def _missing(column: pa.ChunkedArray) -> pa.ChunkedArray:
