@@ -139,7 +139,7 @@ def staged(
 
 
 def test_the_runs_add_up_to_the_whole(
-    plants: Planted, staged: tuple[Live, Path, list[dict[str, Any]]], tmp_path: Path
+    plants: Planted, staged: tuple[Live, Path, list[dict[str, Any]]], copy: Path, tmp_path: Path
 ) -> None:
     live, _, runs = staged
     whole = job(plants, live.store, live.acks, tmp_path / "whole")
@@ -169,12 +169,18 @@ def test_the_runs_add_up_to_the_whole(
     assert runs[0]["incremental"]["open"]["lost"]
 
 
+@pytest.fixture
+def copy(staged: tuple[Live, Path, list[dict[str, Any]]], tmp_path: Path) -> Path:
+    """A copy of the staged runs' checkpoint, for a test to run on without changing it."""
+    copied = tmp_path / "checkpoint"
+    shutil.copytree(staged[1], copied)
+    return copied
+
+
 def test_a_run_with_nothing_new_reads_nothing(
-    plants: Planted, staged: tuple[Live, Path, list[dict[str, Any]]], tmp_path: Path
+    plants: Planted, staged: tuple[Live, Path, list[dict[str, Any]]], copy: Path, tmp_path: Path
 ) -> None:
-    live, checkpoint, runs = staged
-    copy = tmp_path / "checkpoint"
-    shutil.copytree(checkpoint, copy)
+    live, _, runs = staged
 
     again = job(plants, live.store, live.acks, tmp_path / "out", checkpoint=copy)
 
@@ -187,11 +193,9 @@ def test_a_run_with_nothing_new_reads_nothing(
 
 
 def test_full_starts_the_checkpoint_over(
-    plants: Planted, staged: tuple[Live, Path, list[dict[str, Any]]], tmp_path: Path
+    plants: Planted, staged: tuple[Live, Path, list[dict[str, Any]]], copy: Path, tmp_path: Path
 ) -> None:
-    live, checkpoint, runs = staged
-    copy = tmp_path / "checkpoint"
-    shutil.copytree(checkpoint, copy)
+    live, _, runs = staged
 
     full = job(plants, live.store, live.acks, tmp_path / "out", checkpoint=copy, full=True)
 
@@ -208,11 +212,9 @@ def test_full_starts_the_checkpoint_over(
 
 
 def test_a_checkpoint_for_other_inputs_is_refused(
-    plants: Planted, staged: tuple[Live, Path, list[dict[str, Any]]], tmp_path: Path
+    plants: Planted, staged: tuple[Live, Path, list[dict[str, Any]]], copy: Path, tmp_path: Path
 ) -> None:
-    live, checkpoint, _ = staged
-    copy = tmp_path / "checkpoint"
-    shutil.copytree(checkpoint, copy)
+    live = staged[0]
 
     with pytest.raises(InputError, match=r"made for the commitlogs .*--full"):
         job(plants, plants.store, live.acks, tmp_path / "a", checkpoint=copy)
