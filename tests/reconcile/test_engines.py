@@ -27,7 +27,13 @@ import pytest
 from pyspark.sql import SparkSession
 
 from reconcile import spark_progress
-from reconcile.config import ENGINE_AUTO, ENGINE_IN_PROCESS, ENGINE_SPARK, JobConfig
+from reconcile.config import (
+    ENGINE_AUTO,
+    ENGINE_IN_PROCESS,
+    ENGINE_SPARK,
+    IN_PROCESS_RECORDS_MAX_DEFAULT,
+    JobConfig,
+)
 from reconcile.in_process import engine
 from reconcile.job import run
 from tests.reconcile.planted import Planted, counts, planted
@@ -151,7 +157,7 @@ def test_auto_runs_in_process_below_its_limit_and_spark_above(
     )
 
     assert small["engine"] == ENGINE_IN_PROCESS
-    assert small["inputs"]["records_max"] == 2_000_000
+    assert small["inputs"]["records_max"] == IN_PROCESS_RECORDS_MAX_DEFAULT
     assert big["engine"] == ENGINE_SPARK
     assert big["inputs"]["master"] == "local[2]"
     assert what_was_found(small) == what_was_found(big)
