@@ -62,11 +62,12 @@ def _from_log(records: pa.Table, fold: bool) -> pa.Table:
             "read": read,
         }
     )
-    agg = table.group_by(_ID).aggregate(
+    agg = _by_id(
+        table,
         [
             ("copy", "sum"), ("parked_copy", "sum"), ("read", "sum"), ("c_topic", "min"),
             ("store_ts", "min"), ("store_ts", "max"), ("phy", "min"), ("phy", "max"),
-        ]
+        ],
     )  # fmt: skip
     copies, parked_copies = agg["copy_sum"], agg["parked_copy_sum"]
     folded = pc.subtract(pc.subtract(agg["read_sum"], copies), parked_copies)
@@ -83,6 +84,33 @@ def _from_log(records: pa.Table, fold: bool) -> pa.Table:
             "last_phy_offset": agg["phy_max"],
         }
     )
+
+
+def _by_id(table: pa.Table, aggregations: list[tuple[str, str]]) -> pa.Table:
+    """``table.group_by(message_id).aggregate(aggregations)``, columns named ``{column}_{how}``.
+
+    Most ids occur once in an input (one record, one answer), and a group of one row needs no
+    hashing: its sum, min, max or any is its value, its count 1 or 0. So the rows are sorted by
+    id (cheap: ids come nearly in order), those of ids that occur once are passed through, and
+    only the others are grouped. From a profile: the grouping was 40 % of a 1M-record run's
+    classification."""
+    names = [f"{column}_{how}" for column, how in aggregations]
+    ordered = table.take(pc.sort_indices(table[_ID]))
+    ids = ordered[_ID].combine_chunks()
+    repeated = np.zeros(len(ids), np.bool_)
+    if len(ids) > 1:
+        same = pc.equal(ids.slice(1), ids.slice(0, len(ids) - 1))
+        same_np = np.asarray(pc.fill_null(same, False).to_numpy(zero_copy_only=False), np.bool_)
+        repeated[1:] |= same_np
+        repeated[:-1] |= same_np
+    once = ordered.filter(pa.array(~repeated))
+    passed = {_ID: once[_ID]}
+    for (column, how), name in zip(aggregations, names, strict=True):
+        value = once[column]
+        passed[name] = pc.cast(pc.is_valid(value), pa.int64()) if how == "count" else value
+    grouped = ordered.filter(pa.array(repeated)).group_by(_ID).aggregate(aggregations)
+    grouped = grouped.select([_ID, *names])
+    return pa.concat_tables([pa.table(passed).cast(grouped.schema), grouped])
 
 
 def _from_ledgers(acks: pa.Table) -> pa.Table:
@@ -102,11 +130,12 @@ def _from_ledgers(acks: pa.Table) -> pa.Table:
             "cause": good["cause"],
         }
     )
-    agg = table.group_by(_ID).aggregate(
+    agg = _by_id(
+        table,
         [
             ("stored", "count"), ("stored", "any"), ("spooled", "any"), ("ambiguous", "any"),
             ("time_ms", "min"), ("spooled_ms", "min"), ("topic", "min"), ("cause", "min"),
-        ]
+        ],
     )  # fmt: skip
     return pa.table(
         {
