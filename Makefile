@@ -137,6 +137,12 @@ bench-sidecar: $(DEV_STAMP)
 bench-reconcile: $(DEV_STAMP)
 	$(BIN)/python -m bench.reconcile_bench $(ARGS)
 
+# The reconciliation on small data and on a schedule: a first make run's data in process against
+# Spark, and an incremental run after a history against a fresh run (bench/reconcile_incremental_bench.py).
+.PHONY: bench-reconcile-incremental
+bench-reconcile-incremental: $(DEV_STAMP)
+	$(BIN)/python -m bench.reconcile_incremental_bench $(ARGS)
+
 # The chaos suite (chaos/, `python -m chaos`): every scenario, 20,000 messages each through Send,
 # SendBatch and SendStream, against real broker and sidecar processes, private redis-server and
 # mariadbd instances, a fault proxy and a tmpfs (mounting it needs root). Exits 1 on any loss (or
