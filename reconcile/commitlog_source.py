@@ -1,20 +1,33 @@
-"""The commitlog as a Spark DataFrame: one task per segment file, scanned by segment_scan.py.
+"""The commitlog as a Spark DataFrame: segments cut into parts, each part one scan task.
 
-Segments are listed on the driver (names and sizes only); each becomes one Spark partition, and
-``mapInArrow`` runs ``scan_partition`` on it in a Python worker, which hands the segment's kept
-records (segment_scan.py says which) to Spark as Arrow batches. Nothing per record passes through
-the driver.
+Segments are listed on the driver (names and sizes only) and cut into parts of at most
+``SCAN_PART_BYTES_MAX`` bytes, so that a log of one 1 GiB segment keeps every core busy; each part
+becomes one Spark partition, and ``mapInArrow`` runs ``scan_partition`` on it in a Python worker,
+which hands the part's kept records (segment_scan.py says which) to Spark as Arrow batches.
+Nothing per record passes through the driver.
 
-Each segment's counts reach the driver through a Spark accumulator keyed by the segment's
-directory (its index among the commitlogs read) and start offset, so a task run twice (a retry, a
-recomputed stage) reports the same numbers once.
+A part's nominal byte range is arithmetic; its real one runs from the first record boundary at or
+past its nominal start to the first at or past its nominal end, so every record is read by the one
+part it starts in. The task finds its start by walking the chain of TOTALSIZE fields from the
+segment's start (broker.store.codec.scan_columns.skip_chain), which reads nothing but the sizes;
+the part before stops at the same boundary (end kind PART). Where the chain ends first (zeros, a
+blank marker, a torn record), every later part finds the same end and reads nothing.
+
+Each part's counts reach the driver through a Spark accumulator keyed by (source, segment start,
+the part's nominal start), so a task run twice (a retry, a recomputed stage) reports the same
+numbers once, and ``segment_stats`` merges them into one ``SegmentStats`` a segment. The scan of a
+segment ends at the first part that did not reach its end: a damaged record the chain walks past
+(a flipped byte, its size intact) ends the part it is in, yet a later part has read past it. Such
+a segment is named in ``PartsMerged.rescan``; the job scans it again whole (spark_engine.py).
 """
 
 from __future__ import annotations
 
 import functools
-from collections.abc import Iterator
-from dataclasses import asdict
+import mmap
+import os
+from collections.abc import Iterable, Iterator
+from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +37,8 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import types as st
 from pyspark.sql.pandas.types import from_arrow_schema
 
+from broker.store.codec.scan import ScanEndKind
+from broker.store.codec.scan_columns import skip_chain
 from reconcile.segment_scan import (
     COMMITLOG_ARROW_SCHEMA,
     SCAN_BATCH_RECORDS_MAX,
@@ -33,19 +48,35 @@ from reconcile.segment_scan import (
 )
 
 COMMITLOG_SCHEMA = from_arrow_schema(COMMITLOG_ARROW_SCHEMA)
-_SEGMENTS_SCHEMA = st.StructType(
+# Bytes of a segment one scan task reads at most: the broker's 1 GiB segment is 4 tasks, so two
+# cores share a log of one segment, and a task's share stays about a second of work.
+SCAN_PART_BYTES_MAX = 256 * 1024 * 1024
+_PARTS_SCHEMA = st.StructType(
     [
         st.StructField("path", st.StringType(), False),
         st.StructField("file_from_offset", st.LongType(), False),
         st.StructField("source", st.IntegerType(), False),
+        st.StructField("part_from", st.LongType(), False),
+        st.StructField("part_to", st.LongType(), True),  # null: to the segment's end
     ]
 )
-# What the scan tasks' accumulator is keyed by: (source, file_from_offset).
-StatsKey = tuple[int, int]
+# What the scan tasks' accumulator is keyed by: (source, file_from_offset, the part's nominal
+# start in the segment).
+StatsKey = tuple[int, int, int]
+# Summed over a segment's parts (up to the part its scan ended in).
+_SUMMED = (
+    "records",
+    "kept_records",
+    "parked_records",
+    "system_topic_records",
+    "records_without_id",
+)
+# Of the part the segment's scan ended in.
+_FROM_END = ("end_kind", "end_phy_offset", "end_reason", "scanned_bytes", "blank_bytes")
 
 
 class _SegmentStatsParam(AccumulatorParam[dict[StatsKey, dict[str, Any]]]):
-    """Merges per-segment stats by (source, start offset): a segment scanned twice counts once."""
+    """Merges per-part stats by key: a part scanned twice counts once."""
 
     def zero(self, value: dict[StatsKey, dict[str, Any]]) -> dict[StatsKey, dict[str, Any]]:
         return {}
@@ -61,19 +92,38 @@ def stats_accumulator(spark: SparkSession) -> Accumulator[dict[StatsKey, dict[st
     return spark.sparkContext.accumulator({}, _SegmentStatsParam())
 
 
+def parts(segment: Segment, part_bytes_max: int) -> list[tuple[int, int | None]]:
+    """The nominal (from, to) byte ranges of a segment's parts; the last one's ``to`` is None."""
+    assert part_bytes_max > 0
+    count = max(1, -(-segment.size_bytes // part_bytes_max))
+    starts = [i * part_bytes_max for i in range(count)]
+    return [(a, b) for a, b in zip(starts, [*starts[1:], None], strict=True)]
+
+
 def scan_commitlog(
     spark: SparkSession,
     segments: list[Segment],
     stats: Accumulator[dict[StatsKey, dict[str, Any]]],
     batch_records_max: int = SCAN_BATCH_RECORDS_MAX,
+    part_bytes_max: int | None = None,
+    whole: frozenset[tuple[int, int]] = frozenset(),
 ) -> DataFrame:
-    """The records of every segment (COMMITLOG_SCHEMA), one Spark partition per segment."""
-    rows = [(str(s.path), s.file_from_offset, s.source) for s in segments]
-    # parallelize with one slice per element: exactly one segment per partition, so one task.
+    """The records of every segment (COMMITLOG_SCHEMA), one Spark partition per part of a segment
+    (at most ``part_bytes_max``, SCAN_PART_BYTES_MAX when None); the segments in ``whole`` (by
+    (source, file_from_offset)) in one part each."""
+    part_bytes_max = part_bytes_max or SCAN_PART_BYTES_MAX
+    rows = [
+        (str(s.path), s.file_from_offset, s.source, start, end)
+        for s in segments
+        for start, end in (
+            [(0, None)] if (s.source, s.file_from_offset) in whole else parts(s, part_bytes_max)
+        )
+    ]
+    # parallelize with one slice per element: exactly one part per partition, so one task.
     rdd = spark.sparkContext.parallelize(rows, len(rows))
-    paths = spark.createDataFrame(rdd, _SEGMENTS_SCHEMA)
+    ranges = spark.createDataFrame(rdd, _PARTS_SCHEMA)
     scan = functools.partial(scan_partition, stats, batch_records_max)
-    return paths.mapInArrow(scan, COMMITLOG_SCHEMA)
+    return ranges.mapInArrow(scan, COMMITLOG_SCHEMA)
 
 
 def scan_partition(
@@ -81,14 +131,85 @@ def scan_partition(
     batch_records_max: int,
     batches: Iterator[pa.RecordBatch],
 ) -> Iterator[pa.RecordBatch]:
-    """mapInArrow's function: scan the segments named in ``batches`` (runs on an executor)."""
+    """mapInArrow's function: scan the parts named in ``batches`` (runs on an executor)."""
     for batch in batches:
-        for path, from_offset, source in zip(
-            batch.column("path").to_pylist(),
-            batch.column("file_from_offset").to_pylist(),
-            batch.column("source").to_pylist(),
-            strict=True,
+        for path, from_offset, source, part_from, part_to in zip(
+            *(batch.column(name).to_pylist() for name in _PARTS_SCHEMA.names), strict=True
         ):
             found = SegmentStats(Path(path).name, from_offset, source)
-            yield from scan_segment(Path(path), found, batch_records_max)
-            stats.add({(source, from_offset): asdict(found)})
+            yield from scan_part(Path(path), found, batch_records_max, part_from, part_to)
+            stats.add({(source, from_offset, part_from): asdict(found)})
+
+
+def scan_part(
+    path: Path, found: SegmentStats, batch_records_max: int, part_from: int, part_to: int | None
+) -> Iterator[pa.RecordBatch]:
+    """The kept records of the records starting in [part_from, part_to) of a segment."""
+    start = part_start(path, part_from) if part_from else 0
+    yield from scan_segment(path, found, batch_records_max, start, part_to)
+
+
+def part_start(path: Path, part_from: int) -> int:
+    """The first record boundary at or past ``part_from``, by the size chain from the segment's
+    start (or where the chain ends before it). An unreadable file: ``part_from``, where the scan
+    then says it is unreadable."""
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:
+        return part_from
+    try:
+        size = os.fstat(fd).st_size
+        if size <= part_from:
+            return part_from
+        with mmap.mmap(fd, size, access=mmap.ACCESS_READ) as buf:
+            return skip_chain(buf, size, 0, part_from)
+    except (OSError, ValueError):
+        return part_from
+    finally:
+        os.close(fd)
+
+
+@dataclass(slots=True)
+class PartsMerged:
+    segments: list[SegmentStats]  # one a segment, in (source, file_from_offset) order
+    # Segments a part read past the damage an earlier part stopped at: to be scanned whole.
+    rescan: set[tuple[int, int]] = field(default_factory=set)
+
+
+def segment_stats(scanned: dict[StatsKey, dict[str, Any]]) -> PartsMerged:
+    """The parts' stats (the accumulator's value) merged into one SegmentStats a segment."""
+    by_segment: dict[tuple[int, int], list[SegmentStats]] = {}
+    for source, from_offset, part_from in sorted(scanned):
+        found = SegmentStats(**scanned[source, from_offset, part_from])
+        by_segment.setdefault((source, from_offset), []).append(found)
+    merged = PartsMerged([])
+    for segment, found_parts in by_segment.items():
+        one, read_past = merge_parts(found_parts)
+        merged.segments.append(one)
+        if read_past:
+            merged.rescan.add(segment)
+    return merged
+
+
+def merge_parts(found: Iterable[SegmentStats]) -> tuple[SegmentStats, bool]:
+    """One segment's parts (in order) as one SegmentStats, and whether a part read records past
+    where the segment's scan ended (the first part that did not reach its end)."""
+    parts_found = list(found)
+    last = next(
+        (i for i, p in enumerate(parts_found) if p.end_kind != ScanEndKind.PART),
+        len(parts_found) - 1,
+    )
+    counted = parts_found[: last + 1]
+    one = SegmentStats(**{f.name: getattr(counted[0], f.name) for f in fields(SegmentStats)})
+    for name in _SUMMED:
+        setattr(one, name, sum(getattr(p, name) for p in counted))
+    for name in _FROM_END:
+        setattr(one, name, getattr(counted[-1], name))
+    one.size_bytes = max(p.size_bytes for p in counted)
+    firsts = [p.first_store_timestamp_ms for p in counted if p.first_store_timestamp_ms is not None]
+    lasts = [p.last_store_timestamp_ms for p in counted if p.last_store_timestamp_ms is not None]
+    one.first_store_timestamp_ms = firsts[0] if firsts else None
+    one.last_store_timestamp_ms = lasts[-1] if lasts else None
+    one.store_hosts = sorted({h for p in counted for h in p.store_hosts})
+    read_past = any(p.records for p in parts_found[last + 1 :])
+    return one, read_past

@@ -157,11 +157,16 @@ def segment_gaps(segments: list[Segment]) -> list[dict[str, int]]:
 
 
 def scan_segment(
-    path: Path, found: SegmentStats, batch_records_max: int, start_position: int = 0
+    path: Path,
+    found: SegmentStats,
+    batch_records_max: int,
+    start_position: int = 0,
+    end_position: int | None = None,
 ) -> Iterator[pa.RecordBatch]:
     """The kept records of one segment as Arrow batches; fills ``found`` as it goes.
     ``start_position``: a record boundary in the segment to begin at (where an earlier scan
-    stopped: an incremental run resumes there)."""
+    stopped: an incremental run resumes there). ``end_position``: stop at the first record
+    boundary at or past it (end kind PART: a part of a segment that several tasks scan)."""
     found.start_position = start_position
     try:
         fd = os.open(path, os.O_RDONLY)
@@ -180,6 +185,7 @@ def scan_segment(
             buf.madvise(mmap.MADV_SEQUENTIAL)
             scanner = SegmentScanner(buf, found.file_from_offset, size)
             scanner.position = start_position
+            scanner.stop_position = end_position
             topics: dict[str, int] = {}
             for cols in scanner.batches(batch_records_max):
                 found.records += len(cols)

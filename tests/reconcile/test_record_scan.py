@@ -11,7 +11,10 @@ several lengths, a V2-magic record):
   ``check_record``'s reason, for a flipped byte in every field and for a record cut at every
   length; it returns every record before and nothing after, even a valid record that follows;
 - a blank marker of the wrong size and a record claiming another phy_offset end it too;
-- it reads a real mapped segment file in place and leaves it closable.
+- it reads a real mapped segment file in place and leaves it closable;
+- with a stop position it ends (PART) at the first record boundary at or past it, and a scan
+  begun where ``skip_chain`` (the size chain alone) finds that boundary begins there: the two
+  parts return every record once, wherever the stop falls.
 """
 
 from __future__ import annotations
@@ -29,7 +32,7 @@ from broker.store.codec.encode import encode_message, finish_record
 from broker.store.codec.layout import MESSAGE_MAGIC_CODE_V2, blank_marker, crc32_digits
 from broker.store.codec.message import HostAddress, MessageExtBrokerInner
 from broker.store.codec.scan import ScanEndKind, SegmentScanner
-from broker.store.codec.scan_columns import RecordColumns, ScanBuffer
+from broker.store.codec.scan_columns import RecordColumns, ScanBuffer, skip_chain
 
 BASE = 3 * 1024 * 1024  # the segment's start phy_offset: not 0, so offsets are checked
 T0 = 1_767_225_600_000
@@ -276,3 +279,25 @@ def test_a_mapped_segment_file_is_read_in_place_and_stays_closable(tmp_path: Pat
         assert got.phy_offset == [BASE + p for p in starts]
     # Leaving the block closed the mapping: no view of it outlived the scan.
     assert mapped.closed
+
+
+def test_a_scan_stops_at_the_first_boundary_past_its_stop_and_the_next_part_begins_there() -> None:
+    log, starts = varied_log(40)  # V2 records and IPv6 hosts among them: sizes vary
+    buf = log + bytes(4096)
+    whole, _ = scan_all(buf, len(buf))
+    for stop in range(1, len(log) + 8, 3):
+        first = SegmentScanner(buf, BASE, len(buf))
+        first.stop_position = stop
+        head = [o for cols in first.batches(7) for o in cols.phy_offset.tolist()]
+        second = SegmentScanner(buf, BASE, len(buf))
+        second.position = began = skip_chain(buf, len(buf), 0, stop)
+        tail = [o for cols in second.batches(7) for o in cols.phy_offset.tolist()]
+
+        # The first record start at or past the stop; past the last record, the zeros.
+        boundary = next((s for s in starts if s >= stop), len(log))
+        assert began == boundary, stop
+        assert first.end is not None
+        assert (first.end.kind, first.end.position) == (
+            (ScanEndKind.PART, boundary) if stop <= len(log) else (ScanEndKind.END, len(log))
+        ), stop
+        assert head + tail == whole.phy_offset, stop

@@ -3,16 +3,18 @@
 ``check_record`` (check.py) decodes every field of a record, properties dict included, into the
 DispatchRequest the dispatcher needs: right for recovery, about 6 µs a 1 KiB record in Python.
 The reconciliation (reconcile/) reads every record of a log and needs a few fields of each; this
-scan reads them in place from the mapped segment, a batch of records at a time, at about 1.3 µs a
-record, whole-record CRC included. Per batch it:
+scan reads them in place from the mapped segment, a batch of records at a time, whole-record CRC
+included. Per batch it:
 
-1. walks the chain of TOTALSIZE fields in Python (the only sequential step) to find where each
-   record starts, stopping at zeros, a blank marker or a size that cannot be right;
+1. walks the chain of TOTALSIZE fields (the only sequential step) to find where each record
+   starts, stopping at zeros, a blank marker or a size that cannot be right: runs of records of
+   one size at once with numpy, others one by one in Python;
 2. reads the fixed-position fields of all the batch's records at once with numpy gathers (layout.py
    lays them out; the host fields are 8 or 20 bytes by the sysflag's v6 bits) and checks that each
    record's fields add up to its size, ends with the ``__CRC32#`` property and claims its own
    phy_offset;
-3. computes each record's CRC (zlib, one call a record) and compares it with the property;
+3. computes each record's CRC (zlib, one call a record, driven from C by map) and compares it
+   with the property;
 4. finds the message id (``UNIQ_KEY``) in each record's properties.
 
 It stops where recovery (commit_log_recovery.py) would stop:
@@ -35,7 +37,6 @@ to check_record on valid, torn and damaged logs.
 
 from __future__ import annotations
 
-import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Final
@@ -65,6 +66,11 @@ from broker.store.codec.layout import (
 from broker.store.codec.message import MessageSysFlag
 from broker.store.codec.scan_columns import (
     PAIR_END_BYTE,
+    RECORD_BYTES_MIN,
+    SKIP_PROBE_RECORDS_MAX,
+    SKIP_PROBE_RECORDS_MIN,
+    SKIP_RUN_MIN,
+    SKIP_STEP_RECORDS,
     RecordColumns,
     ScanBuffer,
     body_size,
@@ -75,6 +81,8 @@ from broker.store.codec.scan_columns import (
     i32,
     i64,
     message_ids,
+    record_crcs,
+    same_size_run,
     valid_prefix,
 )
 
@@ -86,8 +94,6 @@ _AT_BODY_V4 = POSITION_BODY_LENGTH_V4 + 4
 _BORN_V6: Final = MessageSysFlag.BORNHOST_V6_FLAG
 _STORE_V6: Final = MessageSysFlag.STOREHOSTADDRESS_V6_FLAG
 _V6_BITS: Final = _BORN_V6 | _STORE_V6
-# The smallest V1 record: the fixed fields with IPv4 hosts, an empty body, topic and properties.
-_RECORD_BYTES_MIN = _AT_BODY_V4 + 1 + 2
 # Passes that name the records of one topic in a batch at once (records of more topics than
 # this in one batch are named one by one).
 TOPIC_RUNS_MAX = 16
@@ -99,6 +105,9 @@ class ScanEndKind:
     END: Final = "END"  # zeros, or the segment's last bytes: nothing was written past here
     BLANK: Final = "BLANK"  # a blank marker padding the segment to its end
     CORRUPT: Final = "CORRUPT"  # a torn or damaged record: recovery would cut the log here
+    # The first record boundary at or past the scan's ``stop_position``: a part of a segment
+    # scanned by several readers ends there, and the next part begins there.
+    PART: Final = "PART"
 
 
 @dataclass(slots=True)
@@ -117,6 +126,8 @@ class SegmentScanner:
         self._file_from_offset = file_from_offset
         self._limit = limit
         self.position = 0
+        # Stop (ScanEndKind.PART) at the first record boundary at or past it; None: the limit.
+        self.stop_position: int | None = None
         self.records = 0
         self.blank_bytes = 0
         self.end: ScanEnd | None = None
@@ -140,33 +151,68 @@ class SegmentScanner:
             batch = concat(batch, self._decode_one_v2())
         return batch
 
-    def _walk(self, batch_records_max: int) -> tuple[list[int], bool]:
+    def _walk(self, batch_records_max: int) -> tuple[npt.NDArray[np.int64], bool]:
         """Record starts from ``position`` on, by their TOTALSIZE fields alone. Ends the scan at
-        a clean end or a size that cannot be right; returns whether a V2 record comes next."""
-        buf, limit = self._buf, self._limit
-        unpack = TOTAL_AND_MAGIC.unpack_from
+        a clean end or a size that cannot be right; returns whether a V2 record comes next.
+
+        Records of one size in a row (one producer's messages, often) are found a run at a time
+        (scan_columns.same_size_run, as ``skip_chain`` finds them); where sizes vary, record by
+        record, ``SKIP_STEP_RECORDS`` of them before the next probe."""
+        runs: list[npt.NDArray[np.int64]] = []
         starts: list[int] = []
-        append = starts.append
-        pos = self.position
-        v2_next = False
-        for _ in range(batch_records_max):
-            if limit - pos < END_FILE_MIN_BLANK_LENGTH:
-                self.end = ScanEnd(ScanEndKind.END, pos)
-                break
-            total, magic = unpack(buf, pos)
-            if magic != MESSAGE_MAGIC_CODE:
-                if magic == MESSAGE_MAGIC_CODE_V2:
-                    v2_next = True
-                else:
-                    self.end = self._not_a_message(pos, total, magic)
-                break
-            if total < _RECORD_BYTES_MIN or pos + total > limit:
-                # A size no record can have: check_record says what is wrong here.
-                self.end = ScanEnd(ScanEndKind.CORRUPT, pos, self._reason(pos))
-                break
-            append(pos)
-            pos += total
-        return starts, v2_next
+        found, pos = 0, self.position
+        stop = self._limit if self.stop_position is None else self.stop_position
+        probe, stepping = SKIP_PROBE_RECORDS_MIN, 0
+        arr = np.frombuffer(self._buf, dtype=np.uint8, count=self._limit)
+        try:
+            while found < batch_records_max:
+                total = self._record_size(pos, stop)
+                if total is None:
+                    break
+                starts.append(pos)
+                found += 1
+                if stepping:
+                    stepping -= 1
+                    pos += total
+                    continue
+                wanted = min(probe, batch_records_max - found, (stop - pos - 1) // total)
+                ahead = same_size_run(arr, pos, total, wanted)
+                if ahead:
+                    runs += [np.asarray(starts, np.int64), pos + total * np.arange(1, ahead + 1)]
+                    starts.clear()
+                    found += ahead
+                pos += total * (ahead + 1)
+                if ahead >= probe:
+                    probe = min(2 * probe, SKIP_PROBE_RECORDS_MAX)
+                elif ahead < SKIP_RUN_MIN:
+                    probe, stepping = SKIP_PROBE_RECORDS_MIN, SKIP_STEP_RECORDS
+        finally:
+            # A view of a mapping must not outlive this call: the mapping is closed after the scan.
+            del arr
+        runs.append(np.asarray(starts, np.int64))
+        # Stopped without an end: a V2 record is next.
+        return np.concatenate(runs), found < batch_records_max and self.end is None
+
+    def _record_size(self, pos: int, stop: int) -> int | None:
+        """The size of the V1 record at ``pos``; None where the walk stops: at ``stop`` or an
+        end of the scan (``end`` set), or before a V2 record (``end`` not set)."""
+        limit = self._limit
+        if stop <= pos < limit:
+            self.end = ScanEnd(ScanEndKind.PART, pos)
+            return None
+        if limit - pos < END_FILE_MIN_BLANK_LENGTH:
+            self.end = ScanEnd(ScanEndKind.END, pos)
+            return None
+        total, magic = TOTAL_AND_MAGIC.unpack_from(self._buf, pos)
+        if magic != MESSAGE_MAGIC_CODE:
+            if magic != MESSAGE_MAGIC_CODE_V2:
+                self.end = self._not_a_message(pos, total, magic)
+            return None
+        if total < RECORD_BYTES_MIN or pos + total > limit:
+            # A size no record can have: check_record says what is wrong here.
+            self.end = ScanEnd(ScanEndKind.CORRUPT, pos, self._reason(pos))
+            return None
+        return int(total)
 
     def _not_a_message(self, pos: int, total: int, magic: int) -> ScanEnd:
         if magic == BLANK_MAGIC_CODE and total == self._limit - pos:
@@ -187,9 +233,9 @@ class SegmentScanner:
             return "record does not decode"
         return found.reason or "zeros inside a record"
 
-    def _decode(self, starts: list[int]) -> RecordColumns:
+    def _decode(self, starts: npt.NDArray[np.int64]) -> RecordColumns:
         """The records at ``starts``, up to the first that fails a check (which ends the scan)."""
-        if not starts:
+        if not len(starts):
             return RecordColumns()
         arr = np.frombuffer(self._buf, dtype=np.uint8, count=self._limit)
         try:
@@ -198,9 +244,11 @@ class SegmentScanner:
             # A view of a mapping must not outlive this call: the mapping is closed after the scan.
             del arr
 
-    def _decode_in(self, arr: npt.NDArray[np.uint8], starts: list[int]) -> RecordColumns:
+    def _decode_in(
+        self, arr: npt.NDArray[np.uint8], starts: npt.NDArray[np.int64]
+    ) -> RecordColumns:
         buf = self._buf
-        pos = np.asarray(starts, dtype=np.int64)
+        pos = starts
         # Everything up to BODY of a record with IPv4 hosts, in one gather: no valid record is
         # shorter, so the window never leaves a valid record.
         head = gather(arr, pos, _AT_BODY_V4)
@@ -243,20 +291,15 @@ class SegmentScanner:
         )
         n = valid_prefix(ok)
         # The record CRC of every structurally valid record: one zlib call each.
-        covered = (crc_at - pos)[:n].tolist()
-        crc32 = zlib.crc32
-        with memoryview(buf) as view:
-            crcs = [
-                crc32(view[p : p + c]) & 0x7FFFFFFF for p, c in zip(starts, covered, strict=False)
-            ]
-        ok[:n] &= np.asarray(crcs, dtype=np.int64) == digits[:n] @ _DIGIT_WEIGHTS
+        ok[:n] &= record_crcs(buf, pos[:n], crc_at[:n]) == digits[:n] @ _DIGIT_WEIGHTS
         n = valid_prefix(ok[:n])
         topics, n = self._topic_strings(arr, topic_len_at[:n] + 1, topic_len[:n])
         ids, n = message_ids(arr, buf, props_at[:n], crc_at[:n])
         topics = topics[:n]
         if n < len(starts):
-            self.end = ScanEnd(ScanEndKind.CORRUPT, starts[n], self._reason(starts[n]))
-        self.position = int(end[n - 1]) if n else starts[0]
+            at = int(starts[n])
+            self.end = ScanEnd(ScanEndKind.CORRUPT, at, self._reason(at))
+        self.position = int(end[n - 1]) if n else int(starts[0])
         return RecordColumns(
             message_id=ids,
             topic=topics,

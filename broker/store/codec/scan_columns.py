@@ -8,6 +8,7 @@ on whatever is read, so a gather never raises on damage.
 from __future__ import annotations
 
 import mmap
+import zlib
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -15,12 +16,17 @@ import numpy as np
 import numpy.typing as npt
 
 from broker.store.codec.layout import (
+    END_FILE_MIN_BLANK_LENGTH,
     I32,
+    MESSAGE_MAGIC_CODE,
+    MESSAGE_MAGIC_CODE_V2,
     NAME_VALUE_SEPARATOR,
+    POSITION_BODY_LENGTH_V4,
     POSITION_BORN_HOST,
     POSITION_SYSFLAG,
     PROPERTY_SEPARATOR_BYTE,
     RECONSUME_PREPARED_BYTES,
+    TOTAL_AND_MAGIC,
 )
 from broker.store.codec.message import PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX, MessageSysFlag
 
@@ -36,6 +42,15 @@ PAIR_END_BYTE = _PAIR_END[0]
 # Passes that take message ids of one layout from a whole batch at once (records of more
 # producers than this in one batch fall back to a search per record).
 ID_LAYOUTS_MAX = 8
+# The smallest V1 record: the fixed fields with IPv4 hosts, an empty body, topic and properties.
+RECORD_BYTES_MIN = POSITION_BODY_LENGTH_V4 + 4 + 1 + 2
+# Walking the size chain (``skip_chain``, the scan's walk): records whose sizes one probe checks
+# at once (at first, at most), the run of one size below which sizes count as varied, and the
+# records then stepped one by one before the next probe.
+SKIP_PROBE_RECORDS_MIN = 64
+SKIP_PROBE_RECORDS_MAX = 65_536
+SKIP_RUN_MIN = 8
+SKIP_STEP_RECORDS = 256
 
 
 def _empty_i64() -> npt.NDArray[np.int64]:
@@ -109,15 +124,26 @@ def field_of(rows: npt.NDArray[np.uint8], at: int, dtype: str) -> npt.NDArray[np
 
 
 def i64(arr: npt.NDArray[np.uint8], at: npt.NDArray[np.int64]) -> npt.NDArray[np.int64]:
-    return gather(arr, at, 8).view(">i8").ravel().astype(np.int64)
+    return _ints(arr, at, ">i8")
 
 
 def i32(arr: npt.NDArray[np.uint8], at: npt.NDArray[np.int64]) -> npt.NDArray[np.int64]:
-    return gather(arr, at, 4).view(">i4").ravel().astype(np.int64)
+    return _ints(arr, at, ">i4")
 
 
 def i16(arr: npt.NDArray[np.uint8], at: npt.NDArray[np.int64]) -> npt.NDArray[np.int64]:
-    return gather(arr, at, 2).view(">i2").ravel().astype(np.int64)
+    return _ints(arr, at, ">i2")
+
+
+def _ints(
+    arr: npt.NDArray[np.uint8], at: npt.NDArray[np.int64], dtype: str
+) -> npt.NDArray[np.int64]:
+    """The big-endian integers at the positions (clipped, as ``gather``'s): the buffer seen as
+    integers starting at every byte (a stride of one), so that each is taken whole, not as
+    ``width`` bytes a row (about 2.5 times faster)."""
+    width = np.dtype(dtype).itemsize
+    every_byte = np.ndarray((len(arr) - width + 1,), dtype, buffer=arr, strides=(1,))
+    return every_byte[np.clip(at, 0, len(arr) - width)].astype(np.int64)
 
 
 def message_ids(
@@ -159,9 +185,9 @@ def message_ids(
         if rel > 0:
             same &= arr[at - 1] == PAIR_END_BYTE
         try:
-            text = np.char.decode(
-                np.ascontiguousarray(id_bytes[same]).view(f"S{len(raw)}").ravel(), "utf-8"
-            )
+            # bytes.decode a value: about 3.5 times faster than numpy's char.decode.
+            fixed = np.ascontiguousarray(id_bytes[same]).view(f"S{len(raw)}").ravel()
+            text = [value.decode() for value in fixed.tolist()]
         except UnicodeDecodeError:
             break
         out[todo[same]] = text
@@ -185,3 +211,83 @@ def _message_id(props: bytes) -> str | None:
         return None
     start = at + _UNIQ_KEY_NAME_LEN
     return props[start : props.index(_PAIR_END, start)].decode()
+
+
+def skip_chain(buf: ScanBuffer, limit: int, position: int, target: int) -> int:
+    """The first record boundary at or past ``target``, walking the chain of TOTALSIZE fields
+    from ``position`` (a boundary) and reading nothing else; or where the chain ends before it
+    (zeros, a blank marker, a size that cannot be right: where the scan's walk ends).
+
+    A log's records often have one size: a probe checks the sizes at many places that many
+    bytes apart at once, twice as many each time all matched (from ``SKIP_PROBE_RECORDS_MIN``
+    to ``SKIP_PROBE_RECORDS_MAX``); where sizes vary, it steps record by record for
+    ``SKIP_STEP_RECORDS`` records before it probes again."""
+    pos = position
+    probe = SKIP_PROBE_RECORDS_MIN
+    arr = np.frombuffer(buf, dtype=np.uint8, count=limit)
+    try:
+        while pos < target:
+            total = _chain_size(buf, limit, pos)
+            if total is None:
+                break
+            wanted = min(probe, (target - pos - 1) // total)
+            ahead = same_size_run(arr, pos, total, wanted)
+            pos += total * (ahead + 1)
+            if ahead >= probe:
+                probe = min(2 * probe, SKIP_PROBE_RECORDS_MAX)
+            elif ahead < SKIP_RUN_MIN:
+                probe = SKIP_PROBE_RECORDS_MIN
+                pos = _step(buf, limit, pos, target)
+    finally:
+        # A view of a mapping must not outlive this call: the mapping is closed after the scan.
+        del arr
+    return pos
+
+
+def _chain_size(buf: ScanBuffer, limit: int, pos: int) -> int | None:
+    """The TOTALSIZE at ``pos`` when a message record (V1 or V2) of a possible size starts
+    there; None where the scan's walk would end."""
+    if limit - pos < END_FILE_MIN_BLANK_LENGTH:
+        return None
+    total, magic = TOTAL_AND_MAGIC.unpack_from(buf, pos)
+    if magic not in (MESSAGE_MAGIC_CODE, MESSAGE_MAGIC_CODE_V2):
+        return None
+    if total < RECORD_BYTES_MIN or pos + total > limit:
+        return None
+    return int(total)
+
+
+def same_size_run(arr: npt.NDArray[np.uint8], pos: int, total: int, wanted: int) -> int:
+    """How many of the next ``wanted`` records after the one at ``pos`` are V1 messages of
+    ``total`` bytes too, back to back and within the buffer, before the first that is not."""
+    if wanted <= 0:
+        return 0
+    at = pos + total * np.arange(1, wanted + 1, dtype=np.int64)
+    same = (
+        (at + total <= len(arr))
+        & (i32(arr, at) == total)
+        & (i32(arr, at + 4) == MESSAGE_MAGIC_CODE)
+    )
+    return valid_prefix(same)
+
+
+def _step(buf: ScanBuffer, limit: int, pos: int, target: int) -> int:
+    for _ in range(SKIP_STEP_RECORDS):
+        if pos >= target:
+            break
+        total = _chain_size(buf, limit, pos)
+        if total is None:
+            break
+        pos += total
+    return pos
+
+
+def record_crcs(
+    buf: ScanBuffer, starts: npt.NDArray[np.int64], ends: npt.NDArray[np.int64]
+) -> npt.NDArray[np.int64]:
+    """crc32 & 0x7FFFFFFF of each record's bytes from its start to its CRC property: one zlib
+    call a record, driven from C by map (no Python frame a record, only zlib's own work)."""
+    slices = map(slice, starts.tolist(), ends.tolist())
+    with memoryview(buf) as view:
+        crcs = np.fromiter(map(zlib.crc32, map(view.__getitem__, slices)), np.int64, len(starts))
+    return crcs & 0x7FFFFFFF
