@@ -15,11 +15,13 @@ from pyspark.sql import functions as sf
 
 from reconcile.outcomes import (
     BUCKET_MS_DEFAULT,
+    COUNT_NAMES,
     LATENCY_BIN_EDGES_MS,
     LATENCY_PERCENTILES,
     OUTCOMES,
 )
 
+_ID_HASH = "_id_hash"
 _OUTBOX_FIELDS = (
     "topic", "state", "cause", "maybe_stored", "attempts", "last_error", "created_ms",
     "delivered_ms", "state_changed_ms",
@@ -73,7 +75,10 @@ def classify(
                ("l_cause", "string"))),
         )  # fmt: skip
     spooled = sf.col("l_state") == "SPOOLED"
-    per_id = rows.groupBy("message_id").agg(
+    # Grouped by a 64-bit hash of the id first: the sort that groups the rows then orders 8-byte
+    # keys (a radix sort) instead of comparing ids, which share their first characters (one
+    # producer's ids begin alike) and so defeat the sort's 8-byte prefixes.
+    per_id = rows.groupBy(sf.xxhash64("message_id").alias(_ID_HASH), "message_id").agg(
         *_copies(fold_copies),
         sf.min("c_topic").alias("c_topic"),
         sf.min("c_store_ts").alias("first_store_timestamp_ms"),
@@ -91,7 +96,7 @@ def classify(
         sf.count("o").alias("outbox_entries"),
         sf.max_by("o", "o_order").alias("o"),
     )
-    return per_id.select(*_classified(scope_topics, bucket_ms))
+    return per_id.drop(_ID_HASH).select(*_classified(scope_topics, bucket_ms))
 
 
 def _copies(fold: bool) -> list[Column]:
@@ -192,11 +197,21 @@ def outcome_counts() -> list[Column]:
     ]
 
 
-def counts_by_topic_and_bucket(messages: DataFrame) -> DataFrame:
+def counts_by_topic_and_bucket(messages: DataFrame, folded: bool = False) -> DataFrame:
     """outcome_counts per (topic, bucket), per topic, per bucket and in total (a cube);
-    ``level`` is 0 for (topic, bucket) rows, 1 per topic, 2 per bucket, 3 for the total."""
-    return messages.cube("topic", "bucket_start_ms").agg(
-        sf.grouping_id().alias("level"), *outcome_counts()
+    ``level`` is 0 for (topic, bucket) rows, 1 per topic, 2 per bucket, 3 for the total.
+    ``folded``: a ``folded_copies`` sum too (the slave copies, in the same pass).
+
+    The messages are counted per (topic, bucket) first, in one pass of a hash aggregation, and
+    the cube sums those few cells: a cube of the messages themselves would copy every message
+    once per level."""
+    extra = [sf.coalesce(sf.sum("folded_copies"), sf.lit(0)).alias("folded_copies")]
+    cells = messages.groupBy("topic", "bucket_start_ms").agg(
+        *outcome_counts(), *(extra if folded else [])
+    )
+    summed = [*COUNT_NAMES, *(["folded_copies"] if folded else [])]
+    return cells.cube("topic", "bucket_start_ms").agg(
+        sf.grouping_id().alias("level"), *(sf.sum(name).alias(name) for name in summed)
     )
 
 
@@ -208,24 +223,22 @@ def latency_bin() -> Column:
     )
 
 
-def latency_histogram(messages: DataFrame) -> DataFrame:
-    return (
-        messages.where(sf.col("delivery_latency_ms").isNotNull())
-        .groupBy(latency_bin().alias("bin"))
-        .agg(sf.count(sf.lit(1)).alias("messages"))
-    )
+def histogram_column(bin_index: int) -> str:
+    return f"bin_{bin_index}"
 
 
 def latency_stats(messages: DataFrame) -> DataFrame:
-    """Per topic and in total (topic null): count, percentiles and max of delivery latency."""
+    """Per topic and in total (topic null): count, percentiles and max of delivery latency, and
+    the messages in each histogram bin (``histogram_column``), all in one pass."""
     latency = sf.col("delivery_latency_ms")
-    return (
-        messages.where(latency.isNotNull())
-        .rollup("topic")
-        .agg(
-            sf.grouping_id().alias("level"),
-            sf.count(sf.lit(1)).alias("messages"),
-            sf.percentile_approx(latency, list(LATENCY_PERCENTILES)).alias("percentiles_ms"),
-            sf.max(latency).alias("max_ms"),
-        )
+    with_bin = messages.where(latency.isNotNull()).select(
+        "topic", "delivery_latency_ms", latency_bin().alias("bin")
+    )
+    bins = range(len(LATENCY_BIN_EDGES_MS) + 1)
+    return with_bin.rollup("topic").agg(
+        sf.grouping_id().alias("level"),
+        sf.count(sf.lit(1)).alias("messages"),
+        sf.percentile_approx(latency, list(LATENCY_PERCENTILES)).alias("percentiles_ms"),
+        sf.max(latency).alias("max_ms"),
+        *(sf.count(sf.when(sf.col("bin") == b, 1)).alias(histogram_column(b)) for b in bins),
     )

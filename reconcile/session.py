@@ -4,9 +4,10 @@ Locally (``local[*]``, ``local[N]``) the session is sized for one machine: 4 shu
 per core, a 2 GiB driver (it is also the only executor), Python workers running this interpreter
 (which has pyarrow and this package), Spark's temporary files in a directory removed afterwards.
 Everywhere: no UI, no progress bars, Spark's logs at ERROR from the JVM's first line, times in
-UTC. On a cluster (any other master) the job ships ``reconcile/`` and ``broker/store/`` to the
-executors, which may not have rocketbox installed; they need a Python with pyarrow and numpy
-(``PYSPARK_PYTHON``) and the job's paths on a volume they share with the driver.
+UTC. On a cluster (any other master) the job ships ``reconcile/``, ``broker/store/codec/`` and
+``outbox/``'s top-level modules to the executors, which may not have rocketbox installed; they
+need a Python with pyarrow and numpy (``PYSPARK_PYTHON``) and the job's paths on a volume they
+share with the driver.
 
 ``spark_session`` stops the session and ends its JVM when its block ends: ``SparkSession.stop``
 alone leaves the JVM running until the process exits.
@@ -140,14 +141,16 @@ def shutdown_jvm() -> None:
 
 
 def _ship_code(spark: SparkSession, tmp: Path) -> None:
-    """Executors of a cluster may not have rocketbox installed: ship what the scan imports.
+    """Executors of a cluster may not have rocketbox installed: ship what the tasks import.
 
-    Not ``outbox/``: its export schema (outbox_source.py) is read on the driver only.
+    The ledger tasks (ledgers.py) read with in_process/inputs.py, whose formats module takes the
+    export's schema from ``outbox/export.py``: the outbox's top-level modules go too (the
+    standard library and pyarrow only), not its backends.
     """
     root = Path(__file__).resolve().parents[1]
     archive = tmp / "rocketbox-reconcile.zip"
     with zipfile.ZipFile(archive, "w") as z:
-        for package in ("reconcile", "broker/store/codec"):
+        for package in ("reconcile", "reconcile/in_process", "broker/store/codec", "outbox"):
             for path in sorted((root / package).glob("*.py")):
                 z.write(path, path.relative_to(root))
         z.write(root / "broker" / "__init__.py", "broker/__init__.py")
