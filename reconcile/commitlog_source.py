@@ -1,9 +1,10 @@
 """The commitlog as a Spark DataFrame: segments cut into parts, each part one scan task.
 
-Segments are listed on the driver (names and sizes only) and cut into parts of at most
-``SCAN_PART_BYTES_MAX`` bytes, so that a log of one 1 GiB segment keeps every core busy; each part
-becomes one Spark partition, and ``mapInArrow`` runs ``scan_partition`` on it in a Python worker,
-which hands the part's kept records (segment_scan.py says which) to Spark as Arrow batches.
+Segments are listed on the driver (names and sizes only) and, when they are too few to keep the
+cores busy, cut into parts of at most ``SCAN_PART_BYTES_MAX`` bytes (so that a log of one 1 GiB
+segment keeps every core busy); each part becomes one Spark partition, and ``mapInArrow`` runs
+``scan_partition`` on it in a Python worker, which hands the part's kept records (segment_scan.py
+says which) to Spark as Arrow batches.
 Nothing per record passes through the driver.
 
 A part's nominal byte range is arithmetic; its real one runs from the first record boundary at or
@@ -48,9 +49,11 @@ from reconcile.segment_scan import (
 )
 
 COMMITLOG_SCHEMA = from_arrow_schema(COMMITLOG_ARROW_SCHEMA)
-# Bytes of a segment one scan task reads at most: the broker's 1 GiB segment is 4 tasks, so two
-# cores share a log of one segment, and a task's share stays about a second of work.
+# Bytes of a segment one scan task reads at most when the segments are too few to keep the cores
+# busy (fewer than SCAN_TASKS_PER_CORE a core): the broker's 1 GiB segment is then 4 tasks, so
+# two cores share a log of one segment, and a task's share stays about a second of work.
 SCAN_PART_BYTES_MAX = 256 * 1024 * 1024
+SCAN_TASKS_PER_CORE = 2
 _PARTS_SCHEMA = st.StructType(
     [
         st.StructField("path", st.StringType(), False),
@@ -92,6 +95,15 @@ def stats_accumulator(spark: SparkSession) -> Accumulator[dict[StatsKey, dict[st
     return spark.sparkContext.accumulator({}, _SegmentStatsParam())
 
 
+def _part_bytes(segments: list[Segment], cores: int) -> int:
+    """Whole segments when there are enough to keep every core busy: each later part walks the
+    size chain over the parts before it, reading every page of them once more (from the disk,
+    should the page cache have let them go). Else parts of at most SCAN_PART_BYTES_MAX."""
+    if len(segments) >= SCAN_TASKS_PER_CORE * cores:
+        return max(1, *(s.size_bytes for s in segments))
+    return SCAN_PART_BYTES_MAX
+
+
 def parts(segment: Segment, part_bytes_max: int) -> list[tuple[int, int | None]]:
     """The nominal (from, to) byte ranges of a segment's parts; the last one's ``to`` is None."""
     assert part_bytes_max > 0
@@ -109,9 +121,10 @@ def scan_commitlog(
     whole: frozenset[tuple[int, int]] = frozenset(),
 ) -> DataFrame:
     """The records of every segment (COMMITLOG_SCHEMA), one Spark partition per part of a segment
-    (at most ``part_bytes_max``, SCAN_PART_BYTES_MAX when None); the segments in ``whole`` (by
+    (at most ``part_bytes_max``; None: as ``_part_bytes`` decides); the segments in ``whole`` (by
     (source, file_from_offset)) in one part each."""
-    part_bytes_max = part_bytes_max or SCAN_PART_BYTES_MAX
+    if part_bytes_max is None:
+        part_bytes_max = _part_bytes(segments, spark.sparkContext.defaultParallelism)
     rows = [
         (str(s.path), s.file_from_offset, s.source, start, end)
         for s in segments

@@ -176,6 +176,8 @@ def test_spark_scans_in_small_parts_and_finds_what_the_in_process_engine_finds(
     outbox = tmp_path / "outbox.jsonl"
     outbox.write_text("")
     monkeypatch.setattr(commitlog_source, "SCAN_PART_BYTES_MAX", 1500)
+    # Split even though the segments alone would keep the cores busy.
+    monkeypatch.setattr(commitlog_source, "SCAN_TASKS_PER_CORE", 1000)
 
     def config(engine: str) -> JobConfig:
         return JobConfig(
