@@ -301,3 +301,27 @@ def test_a_scan_stops_at_the_first_boundary_past_its_stop_and_the_next_part_begi
             (ScanEndKind.PART, boundary) if stop <= len(log) else (ScanEndKind.END, len(log))
         ), stop
         assert head + tail == whole.phy_offset, stop
+
+
+def test_runs_of_one_size_are_walked_at_once_and_end_where_the_sizes_change() -> None:
+    out = bytearray()
+    starts: list[int] = []
+    for i in range(300):  # long runs: the probe doubles; then sizes vary, then a torn record
+        starts.append(len(out))
+        out += record(len(out), i, message_id=f"01AA{i:030X}", body=b"b" * (100 if i < 260 else i))
+    torn_at = len(out)
+    out += record(torn_at, 300, message_id="TORN")[:50]
+
+    for buf in (bytes(out), bytes(out) + bytes(512)):
+        scanner = assert_agrees(buf, len(buf), batch=1000)
+        assert scanner.end is not None
+        assert (scanner.end.kind, scanner.end.position) == (ScanEndKind.CORRUPT, torn_at)
+        # The torn record's size is intact: where it fits the buffer, the chain runs past it.
+        (claimed,) = struct.unpack_from(">i", buf, torn_at)
+        chain_end = torn_at + claimed if torn_at + claimed <= len(buf) else torn_at
+        for target in (1, 5000, starts[259] + 1, starts[-1], torn_at, torn_at + 1, len(buf)):
+            want = next((s for s in [*starts, torn_at] if s >= target), chain_end)
+            assert skip_chain(buf, len(buf), 0, target) == want, target
+    # A log that fills its buffer exactly: the chain ends at the buffer's end.
+    whole = bytes(out[:torn_at])
+    assert skip_chain(whole, len(whole), 0, len(whole) + 1) == len(whole)
