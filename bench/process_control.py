@@ -1,7 +1,8 @@
 """What the benches share about the processes they run and measure (bench/broker, bench/sidecar):
 CPU time read from Linux /proc, a wait until a process is idle, a stop that escalates from
-SIGTERM to SIGKILL, a process found by name, the machine's load, and signals that unwind the
-bench (so that every process it started is stopped) rather than kill it; and ``Child``, a process
+SIGTERM to SIGKILL, a process found by name, the machine's load, signals that unwind the bench
+(so that every process it started is stopped) rather than kill it, generated data removed on the
+way out whatever ends the bench (bench/reconcile_*); and ``Child``, a process
 the bench starts and waits for until it serves."""
 
 from __future__ import annotations
@@ -9,10 +10,13 @@ from __future__ import annotations
 import asyncio
 import os
 import re
+import shutil
 import signal
 import subprocess
+import sys
 import time
-from collections.abc import Callable, Coroutine, Sequence
+from collections.abc import Callable, Coroutine, Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 from typing import IO, Any, TypeVar
 
@@ -78,6 +82,24 @@ def find_process(name: str) -> int | None:
 
 def load() -> str:
     return " ".join(f"{x:.2f}" for x in os.getloadavg())
+
+
+@contextmanager
+def removed_on_exit(root: Path) -> Iterator[None]:
+    """``root`` (a bench's generated data) goes at the end, also on SIGINT/SIGTERM (exit 130)."""
+
+    def removed(signum: int, _frame: object) -> None:
+        shutil.rmtree(root, ignore_errors=True)
+        print(f"interrupted (signal {signum}): removed {root}", file=sys.stderr)
+        os._exit(130)
+
+    previous = {s: signal.signal(s, removed) for s in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+        for s, handler in previous.items():
+            signal.signal(s, handler)
 
 
 def interrupted(signum: int, _frame: object) -> None:

@@ -36,20 +36,17 @@ import argparse
 import json
 import os
 import shutil
-import signal
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
-from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from types import FrameType
 from typing import Any
 
 from pyspark.sql import SparkSession
 
+from bench.process_control import load, removed_on_exit
 from reconcile.commitlog_source import scan_commitlog, stats_accumulator
 from reconcile.config import ENGINE_IN_PROCESS, ENGINE_SPARK, JobConfig, SparkSettings
 from reconcile.job import run
@@ -98,10 +95,6 @@ class SizeResult:
 
     def rate(self, seconds: float) -> float:
         return self.records / seconds if seconds else 0.0
-
-
-def load() -> str:
-    return " ".join(f"{x:.2f}" for x in os.getloadavg())
 
 
 def generate(root: Path, count: int, segment_bytes: int) -> tuple[Path, Path, Path]:
@@ -252,24 +245,6 @@ def report(results: list[SizeResult], jvm_start_s: float) -> dict[str, Any]:
             f"marginal rate {marginal:,.0f} records/s"
         )
     return verdicts
-
-
-@contextmanager
-def removed_on_exit(root: Path) -> Iterator[None]:
-    """``root`` goes at the end, also on SIGINT/SIGTERM (exit 130)."""
-
-    def interrupted(signum: int, frame: FrameType | None) -> None:
-        shutil.rmtree(root, ignore_errors=True)
-        print(f"interrupted (signal {signum}): removed {root}", file=sys.stderr)
-        os._exit(130)
-
-    previous = {s: signal.signal(s, interrupted) for s in (signal.SIGINT, signal.SIGTERM)}
-    try:
-        yield
-    finally:
-        shutil.rmtree(root, ignore_errors=True)
-        for s, handler in previous.items():
-            signal.signal(s, handler)
 
 
 def main() -> None:

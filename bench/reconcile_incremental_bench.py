@@ -26,17 +26,14 @@ import argparse
 import json
 import os
 import shutil
-import signal
 import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
-from types import FrameType
 from typing import Any
 
+from bench.process_control import load, removed_on_exit
 from reconcile.config import ENGINE_IN_PROCESS, JobConfig
 from reconcile.job import run
 from tests.reconcile.testdata import BulkShape, write_bulk_commitlog, write_bulk_ledger
@@ -56,10 +53,6 @@ PROCESS_DEADLINE_S = 600
 
 class BenchError(Exception):
     """A run gave a wrong result."""
-
-
-def load() -> str:
-    return " ".join(f"{x:.2f}" for x in os.getloadavg())
 
 
 def write_inputs(
@@ -150,22 +143,6 @@ def schedule(root: Path, history: int, new: int) -> dict[str, Any]:
         "open_after": inc["open"]["messages"],
         "incremental_phases_s": summary["phases_s"],
     }
-
-
-@contextmanager
-def removed_on_exit(root: Path) -> Iterator[None]:
-    def interrupted(signum: int, frame: FrameType | None) -> None:
-        shutil.rmtree(root, ignore_errors=True)
-        print(f"interrupted (signal {signum}): removed {root}", file=sys.stderr)
-        os._exit(130)
-
-    previous = {s: signal.signal(s, interrupted) for s in (signal.SIGINT, signal.SIGTERM)}
-    try:
-        yield
-    finally:
-        shutil.rmtree(root, ignore_errors=True)
-        for s, handler in previous.items():
-            signal.signal(s, handler)
 
 
 def main() -> None:
