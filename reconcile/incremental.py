@@ -55,6 +55,7 @@ from reconcile.incremental_inputs import (
     pending_segments,
     read_chunk,
 )
+from reconcile.input_formats import OUTBOX_ARROW_SCHEMA
 from reconcile.segment_scan import UNREADABLE
 from reconcile.summary_document import Found, Phases, split_scope
 
@@ -85,17 +86,18 @@ def reconcile_incremental(
                 pending, config.ledgers, starts, config.in_process_records_max,
                 config.scan_batch_records_max, progress,
             )  # fmt: skip
+        done_figures, tail_figures = _ledger(chunk.done_acks), _ledger(chunk.tail_acks)
         with phase("classify"):
-            book, settled, still_open, tail_figures = _settle(
-                config, book, chunk, outbox, run_number, fold
+            book, settled, settled_cells, still_open = _settle(
+                config, book, chunk, (done_figures, tail_figures), outbox, run_number, fold
             )
         run.chunks += 1
         run.segments += chunk.scanned
         run.new_records += chunk.records.num_rows
         run.new_ledger_lines += chunk.done_acks.num_rows if chunk.done_acks is not None else 0
-        run.add_lines(chunk.done_acks, _ledger(chunk.done_acks))
+        run.add_lines(chunk.done_acks, done_figures)
         run.add_lines(chunk.tail_acks, tail_figures)
-        run.add(settled, settled=True)
+        run.add(settled, settled_cells)
         _write_part(details["messages"], run.chunks, settled)
         starts = chunk.ledgers
         if chunk.complete_before_ms is None:
@@ -104,7 +106,7 @@ def reconcile_incremental(
         if progress is not None:
             progress(f"caught up to {chunk.complete_before_ms}: {run.new_records:,} records")
     run.unfinished_ledger_lines = chunk.tail_acks.num_rows if chunk.tail_acks is not None else 0
-    run.add(still_open, settled=False)
+    run.add(still_open)
     _write_part(details["messages"], run.chunks + 1, still_open)
     saved = checkpoints.save(config.checkpoint, book)
     scope = book.state.scope_topics
@@ -114,22 +116,31 @@ def reconcile_incremental(
     )  # fmt: skip
     _write_part(details["counts"], 0, counts)
     found.incremental = incremental_block(
-        config, book.state, saved, run, still_open, book.settled_cells, tail_figures
+        config, book.state, saved, run, book.settled_cells, tail_figures
     )
     return found
 
 
 def _settle(
-    config: JobConfig, book: Checkpoint, chunk: Chunk, outbox: pa.Table, run_number: int, fold: bool
-) -> tuple[Checkpoint, pa.Table, pa.Table, dict[str, Any]]:
-    """Classify the chunk with what was open; the next checkpoint, the settled messages, the
-    open ones, and the figures of the unfinished ledger lines."""
+    config: JobConfig,
+    book: Checkpoint,
+    chunk: Chunk,
+    read_figures: tuple[dict[str, Any], dict[str, Any]],
+    outbox: pa.Table,
+    run_number: int,
+    fold: bool,
+) -> tuple[Checkpoint, pa.Table, pa.Table, pa.Table]:
+    """Classify the chunk with what was open; the next checkpoint, the settled messages, their
+    counts per (topic, bucket), and the open ones. ``read_figures``: the chunk's finished and
+    unfinished ledger lines'."""
+    done_figures, tail_figures = read_figures
     state = book.state
     done = _concat(book.open_acks, chunk.done_acks)
     acks = _concat(done, chunk.tail_acks)
     records = pa.concat_tables([book.open_records, chunk.records])
     read = _concat(chunk.done_acks, chunk.tail_acks)
-    scope = sorted(set(state.scope_topics) | set(_ledger(read).get("topics", [])))
+    named = [*done_figures.get("topics", []), *tail_figures.get("topics", [])]
+    scope = sorted(set(state.scope_topics) | set(named))
     split_scope({"topics": scope})  # the scope's limit, as a whole run has it
     counted = pc.is_in(outbox["message_id"], value_set=book.settled_outbox_ids["message_id"])
     unsettled = outbox.filter(pc.invert(pc.fill_null(counted, False)))
@@ -148,21 +159,22 @@ def _settle(
         settle_ms=config.settle_ms,
         bucket_ms=config.bucket_ms,
         scope_topics=scope,
-        ledger_figures=_add(state.ledger_figures, _ledger(chunk.done_acks)),
+        ledger_figures=_add(state.ledger_figures, done_figures),
         chunk=state.chunk + 1 if state.run == run_number else 0,
     )
     ids = _settled_outbox_ids(book.settled_outbox_ids["message_id"], settled, outbox)
+    settled_cells = figures.cells(settled)
     return (
         Checkpoint(
             state=next_state,
             open_records=records.filter(pc.is_in(records["message_id"], value_set=open_ids)),
             open_acks=_open_acks(done, open_ids),
-            settled_cells=_summed_cells(book.settled_cells, figures.cells(settled)),
+            settled_cells=figures.added_cells(book.settled_cells, settled_cells),
             settled_outbox_ids=pa.table({"message_id": ids}),
         ),
         settled,
+        settled_cells,
         still_open,
-        _ledger(chunk.tail_acks),
     )
 
 
@@ -185,8 +197,6 @@ def _empty(config: JobConfig, sources: list[CommitlogSource]) -> Checkpoint:
 
 
 def _no_outbox() -> pa.Table:
-    from reconcile.input_formats import OUTBOX_ARROW_SCHEMA  # noqa: PLC0415 - one use
-
     empty = OUTBOX_ARROW_SCHEMA.empty_table()
     return empty.append_column("malformed", pa.array([], pa.bool_()))
 
@@ -268,13 +278,6 @@ def _settled_outbox_ids(before: pa.ChunkedArray, settled: pa.Table, outbox: pa.T
     ids = pa.chunked_array([*before.chunks, *now.chunks], pa.string())
     still = pc.fill_null(pc.is_in(ids, value_set=outbox["message_id"]), False)
     return pc.unique(ids.filter(still))
-
-
-def _summed_cells(before: pa.Table, now: pa.Table) -> pa.Table:
-    """The settled counts per (topic, bucket), one row each."""
-    both = figures.roll_up(pa.concat_tables([before, now]))
-    level = both.filter(pc.equal(both["level"], figures.LEVEL_TOPIC_BUCKET))
-    return level.drop_columns(["level"])
 
 
 def _ledger(lines: pa.Table | None) -> dict[str, Any]:

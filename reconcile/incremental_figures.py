@@ -18,10 +18,10 @@ import pyarrow.compute as pc
 
 from reconcile.checkpoint import State
 from reconcile.config import ENGINE_IN_PROCESS, JobConfig
-from reconcile.figures import counts_only, iso_utc, with_bucket, with_key
+from reconcile.figures import counts_only, iso_utc
 from reconcile.in_process import figures
 from reconcile.segment_scan import SegmentStats
-from reconcile.summary_document import Found, Phases
+from reconcile.summary_document import Found, Phases, counts_section
 
 LEDGER_COUNTS = ("lines", "malformed", "stored", "spooled", "spooled_ambiguous")
 
@@ -34,6 +34,7 @@ class RunFigures:
     candidates: list[pa.Table] = field(default_factory=list)
     malformed: list[pa.Table] = field(default_factory=list)  # malformed ledger lines read
     settled: list[pa.Table] = field(default_factory=list)  # cells of the settled messages
+    open_cells: pa.Table | None = None  # cells of the messages open at the end
     folded: int = 0
     segments: list[SegmentStats] = field(default_factory=list)
     ledger: dict[str, int] = field(default_factory=lambda: dict.fromkeys(LEDGER_COUNTS, 0))
@@ -42,11 +43,14 @@ class RunFigures:
     unfinished_ledger_lines: int = 0
     chunks: int = 0
 
-    def add(self, classified: pa.Table, settled: bool) -> None:
-        cells = figures.cells(classified)
+    def add(self, classified: pa.Table, settled_cells: pa.Table | None = None) -> None:
+        """Messages a chunk settled, with their cells; or, without, those open at the end."""
+        cells = settled_cells if settled_cells is not None else figures.cells(classified)
         self.cells.append(cells)
-        if settled:
+        if settled_cells is not None:
             self.settled.append(cells)
+        else:
+            self.open_cells = cells
         latency = classified["delivery_latency_ms"]
         self.timed.append(
             classified.filter(pc.is_valid(latency)).select(["topic", "delivery_latency_ms"])
@@ -74,7 +78,7 @@ class RunFigures:
         """The run's Found, and its counts at every level (details/counts)."""
         limit = config.summary_rows_max
         counts = figures.roll_up(pa.concat_tables(self.cells))
-        total = figures.level_rows(counts, figures.LEVEL_TOTAL, [], 1)
+        total, per_topic, per_bucket, per_topic_bucket = figures.levels(counts, limit)
         malformed = pa.concat_tables(self.malformed) if self.malformed else None
         return Found(
             engine=ENGINE_IN_PROCESS,
@@ -83,12 +87,10 @@ class RunFigures:
             ledger={**self.ledger},
             scope=scope,
             outbox=outbox,
-            total=total[0] if total else {},
-            per_topic=figures.level_rows(counts, figures.LEVEL_TOPIC, ["topic"], limit),
-            per_bucket=figures.level_rows(counts, figures.LEVEL_BUCKET, ["bucket_start_ms"], limit),
-            per_topic_bucket=figures.level_rows(
-                counts, figures.LEVEL_TOPIC_BUCKET, ["bucket_start_ms", "topic"], limit
-            ),
+            total=total,
+            per_topic=per_topic,
+            per_bucket=per_bucket,
+            per_topic_bucket=per_topic_bucket,
             latency=figures.latency(pa.concat_tables(self.timed), limit),
             drill_down=figures.drill_down(
                 pa.concat_tables(self.candidates),
@@ -106,24 +108,14 @@ def incremental_block(
     state: State,
     saved: Path,
     run: RunFigures,
-    open_now: pa.Table,
     settled_cells: pa.Table,
     tail_figures: dict[str, Any],
 ) -> dict[str, Any]:
     """summary.json's ``incremental``: what this run read, settled and left open, and the
     figures since the checkpoint began (every settled message, and those open now)."""
+    assert run.open_cells is not None, "the run's open messages are added last"
+    cumulative = figures.roll_up(pa.concat_tables([settled_cells, run.open_cells]))
     limit = config.summary_rows_max
-    cumulative = figures.roll_up(pa.concat_tables([settled_cells, figures.cells(open_now)]))
-
-    def level(number: int, order: list[str]) -> list[dict[str, Any]]:
-        return figures.level_rows(cumulative, number, order, limit)[:limit]
-
-    total = level(figures.LEVEL_TOTAL, [])
-    settled = figures.level_rows(
-        figures.roll_up(pa.concat_tables(run.settled)) if run.settled else cumulative.slice(0, 0),
-        figures.LEVEL_TOTAL, [], 1,
-    )  # fmt: skip
-    opened = figures.level_rows(figures.counts(open_now), figures.LEVEL_TOTAL, [], 1)
     return {
         "run": state.run,
         "chunks": run.chunks,
@@ -135,18 +127,10 @@ def incremental_block(
         "new_records": run.new_records,
         "new_ledger_lines": run.new_ledger_lines,
         "unfinished_ledger_lines": run.unfinished_ledger_lines,
-        "settled": counts_only(settled[0] if settled else {}),
-        "open": counts_only(opened[0] if opened else {}),
+        "settled": counts_only(figures.total(pa.concat_tables(run.settled))),
+        "open": counts_only(figures.total(run.open_cells)),
         "cumulative": {
-            "totals": counts_only(total[0] if total else {}),
-            "per_topic": [with_key(r, "topic") for r in level(figures.LEVEL_TOPIC, ["topic"])],
-            "per_bucket": [
-                with_bucket(r) for r in level(figures.LEVEL_BUCKET, ["bucket_start_ms"])
-            ],
-            "per_topic_bucket": [
-                with_bucket(r, "topic")
-                for r in level(figures.LEVEL_TOPIC_BUCKET, ["bucket_start_ms", "topic"])
-            ],
+            **counts_section(*figures.levels(cumulative, limit), limit),
             "ledgers": {
                 name: int(state.ledger_figures.get(name, 0)) + int(tail_figures.get(name, 0))
                 for name in LEDGER_COUNTS

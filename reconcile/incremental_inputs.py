@@ -32,7 +32,7 @@ from reconcile.checkpoint import LedgerPosition
 from reconcile.commitlog_sources import CommitlogSource
 from reconcile.errors import InputError
 from reconcile.in_process.engine import RECORDS_SCHEMA, Progress, scan
-from reconcile.in_process.inputs import read_ledgers
+from reconcile.in_process.inputs import line_end_after, read_ledgers
 from reconcile.segment_scan import Segment, SegmentStats
 
 # Bytes read back from a ledger's end at a time, looking for its last line's end.
@@ -187,7 +187,8 @@ def _first_line_after(path: Path, start: int, end: int, time_ms: int) -> int:
     with path.open("rb") as f:
         low, high = start, end  # no line before low is after; the answer is at most high
         while low < high:
-            probe = _next_line_start(f, (low + high) // 2, low)
+            middle = (low + high) // 2
+            probe = low if middle <= low else line_end_after(f, middle, end)
             line_time, line_end = _line_time(f, probe) if probe < high else (None, probe)
             while line_time is None and line_end < high:
                 probe = line_end
@@ -205,15 +206,6 @@ def _first_line_after(path: Path, start: int, end: int, time_ms: int) -> int:
             else:
                 low = line_end
         return high
-
-
-def _next_line_start(f: BinaryIO, position: int, low: int) -> int:
-    """The first line start at or after ``position`` (``low`` is one)."""
-    if position <= low:
-        return low
-    f.seek(position - 1)
-    skipped = f.readline()
-    return position - 1 + len(skipped)
 
 
 def _line_time(f: BinaryIO, position: int) -> tuple[int | None, int]:

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from pathlib import Path
-from typing import BinaryIO
 
 import pyarrow as pa
 from pyspark.sql import DataFrame, SparkSession
@@ -28,6 +27,7 @@ from pyspark.sql import types as st
 from pyspark.sql.pandas.types import from_arrow_schema
 
 from reconcile.errors import InputError
+from reconcile.in_process.inputs import line_end_after
 from reconcile.in_process.inputs import read_ledgers as read_ledger_range
 from reconcile.input_formats import LEDGER_ARROW_SCHEMA, check_ledgers
 
@@ -37,8 +37,6 @@ from reconcile.input_formats import LEDGER_ARROW_SCHEMA, check_ledgers
 LEDGER_PART_BYTES_MAX = 64 * 1024 * 1024
 LEDGER_PART_BYTES_MIN = 8 * 1024 * 1024
 LEDGER_TASKS_PER_CORE = 2
-# Bytes read at a time looking for the line end after a cut.
-_LINE_END_SEARCH_BYTES = 64 * 1024
 # Rows per Arrow batch a ledger task hands to Spark.
 LEDGER_BATCH_ROWS_MAX = 65_536
 # What a ledger task returns: the columns the classification reads, malformed, the text of a
@@ -91,7 +89,7 @@ def line_ranges(path: Path, part_bytes_max: int) -> list[tuple[int, int]]:
         cuts = [0]
         with path.open("rb") as f:
             while cuts[-1] + part_bytes_max < size:
-                cut = _line_end_after(f, cuts[-1] + part_bytes_max, size)
+                cut = line_end_after(f, cuts[-1] + part_bytes_max, size)
                 if cut >= size:
                     break
                 cuts.append(cut)
@@ -99,22 +97,6 @@ def line_ranges(path: Path, part_bytes_max: int) -> list[tuple[int, int]]:
         raise InputError(f"cannot read acknowledgement ledger {path}: {e}") from e
     ends = [*cuts[1:], size]
     return list(zip(cuts, ends, strict=True))
-
-
-def _line_end_after(f: BinaryIO, at: int, size: int) -> int:
-    """The position just after the first line end at or after ``at - 1`` (so ``at`` itself when
-    a line ends just before it), or ``size``."""
-    f.seek(at - 1)
-    pos = at - 1
-    while pos < size:
-        block = f.read(_LINE_END_SEARCH_BYTES)
-        if not block:
-            break
-        found = block.find(b"\n")
-        if found >= 0:
-            return pos + found + 1
-        pos += len(block)
-    return size
 
 
 def _parse_ranges(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:

@@ -71,10 +71,30 @@ def split_scope(ledger: dict[str, Any]) -> tuple[dict[str, Any], list[str]]:
     return figures, scope
 
 
+def counts_section(
+    total: dict[str, Any],
+    per_topic: list[dict[str, Any]],
+    per_bucket: list[dict[str, Any]],
+    per_topic_bucket: list[dict[str, Any]],
+    limit: int,
+) -> dict[str, Any]:
+    """``totals``, ``per_topic``, ``per_bucket`` and ``per_topic_bucket`` as summary.json has
+    them (a run's, or an incremental run's cumulative ones), each list cut to ``limit``."""
+    return {
+        "totals": counts_only(total),
+        "per_topic": [with_key(r, "topic") for r in per_topic[:limit]],
+        "per_bucket": [with_bucket(r) for r in per_bucket[:limit]],
+        "per_topic_bucket": [with_bucket(r, "topic") for r in per_topic_bucket[:limit]],
+    }
+
+
 def summary(
     config: JobConfig, sources: list[CommitlogSource], found: Found, started: float
 ) -> dict[str, Any]:
     limit = config.summary_rows_max
+    counted = counts_section(
+        found.total, found.per_topic, found.per_bucket, found.per_topic_bucket, limit
+    )
     done: dict[str, Any] = {
         "verdict": "",
         "verdict_lost": 0,
@@ -88,13 +108,13 @@ def summary(
             **config.extra,
         },
         "bucket_ms": config.bucket_ms,
-        "totals": counts_only(found.total),
+        "totals": counted["totals"],
         "commitlog": sources_summary(sources, found.segments, limit),
         "ledgers": {**found.ledger, "scope_topics": found.scope[:limit]},
         "outbox": found.outbox,
-        "per_topic": [with_key(r, "topic") for r in found.per_topic[:limit]],
-        "per_bucket": [with_bucket(r) for r in found.per_bucket[:limit]],
-        "per_topic_bucket": [with_bucket(r, "topic") for r in found.per_topic_bucket[:limit]],
+        "per_topic": counted["per_topic"],
+        "per_bucket": counted["per_bucket"],
+        "per_topic_bucket": counted["per_topic_bucket"],
         "truncated": {
             "per_topic": len(found.per_topic) > limit,
             "per_bucket": len(found.per_bucket) > limit,

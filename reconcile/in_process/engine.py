@@ -99,7 +99,7 @@ def find(
     with phase("counts"):
         counts = figures.counts(classified)
         _write(counts, details / "counts")
-        total = figures.level_rows(counts, figures.LEVEL_TOTAL, [], 1)
+        total, per_topic, per_bucket, per_topic_bucket = figures.levels(counts, limit)
     with phase("latency"):
         latency = figures.latency(classified, limit)
     with phase("drill_down"):
@@ -113,12 +113,10 @@ def find(
         ledger=ledger,
         scope=scope,
         outbox=figures.outbox_stats(inputs.outbox),
-        total=total[0] if total else {},
-        per_topic=figures.level_rows(counts, figures.LEVEL_TOPIC, ["topic"], limit),
-        per_bucket=figures.level_rows(counts, figures.LEVEL_BUCKET, ["bucket_start_ms"], limit),
-        per_topic_bucket=figures.level_rows(
-            counts, figures.LEVEL_TOPIC_BUCKET, ["bucket_start_ms", "topic"], limit
-        ),
+        total=total,
+        per_topic=per_topic,
+        per_bucket=per_bucket,
+        per_topic_bucket=per_topic_bucket,
         latency=latency,
         drill_down=drill_down,
         details={"messages": str(details / "messages"), "counts": str(details / "counts")},

@@ -52,6 +52,11 @@ def cells(classified: pa.Table) -> pa.Table:
     return _summed(table, ["topic", "bucket_start_ms"])
 
 
+def added_cells(*tables: pa.Table) -> pa.Table:
+    """Several tables of cells (two runs', say) as one, a row per (topic, bucket)."""
+    return _summed(pa.concat_tables(tables), ["topic", "bucket_start_ms"])
+
+
 def roll_up(cells_table: pa.Table) -> pa.Table:
     """Cells (rows of topic, bucket and counts, a pair possibly in several rows: two runs'
     cells) summed into every level, with ``level``; no total row without messages, as Spark's
@@ -96,6 +101,25 @@ def level_rows(
         rows = _sorted(rows, [(key, "ascending") for key in order])
     found: list[dict[str, Any]] = rows.slice(0, limit + 1).to_pylist()
     return found
+
+
+def levels(
+    counts_table: pa.Table, limit: int
+) -> tuple[dict[str, Any], list[dict[str, Any]], list[dict[str, Any]], list[dict[str, Any]]]:
+    """The total row, and the rows per topic, per bucket and per (topic, bucket) in the
+    summary's orders, each at most ``limit`` + 1."""
+    total = level_rows(counts_table, LEVEL_TOTAL, [], 1)
+    return (
+        total[0] if total else {},
+        level_rows(counts_table, LEVEL_TOPIC, ["topic"], limit),
+        level_rows(counts_table, LEVEL_BUCKET, ["bucket_start_ms"], limit),
+        level_rows(counts_table, LEVEL_TOPIC_BUCKET, ["bucket_start_ms", "topic"], limit),
+    )
+
+
+def total(cells_table: pa.Table) -> dict[str, int]:
+    """The counts of every cell added up."""
+    return {name: int(pc.sum(cells_table[name]).as_py() or 0) for name in COUNT_NAMES}
 
 
 def latency(classified: pa.Table, limit: int) -> dict[str, Any]:

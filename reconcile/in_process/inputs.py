@@ -15,7 +15,7 @@ import io
 import json
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -35,6 +35,8 @@ from reconcile.input_formats import (
 
 # Bytes of JSON lines parsed at a time: a chunk refused is read again line by line.
 JSON_CHUNK_BYTES = 4 * 1024 * 1024
+# Bytes read at a time looking for a line's end.
+_LINE_END_SEARCH_BYTES = 64 * 1024
 _INT_BITS = {pa.int32(): 32, pa.int64(): 64}
 # The ledger columns the classification reads.
 _LEDGER_READ = pa.schema(
@@ -107,6 +109,22 @@ def read_json_lines(
     if not tables:
         return _parse_lines([], schema)
     return pa.concat_tables(tables)
+
+
+def line_end_after(f: BinaryIO, at: int, size: int) -> int:
+    """The position just after the first line end at or after ``at - 1`` (so ``at`` itself when
+    a line ends just before it), or ``size``: where the line holding ``at - 1`` ends."""
+    f.seek(at - 1)
+    pos = at - 1
+    while pos < size:
+        block = f.read(_LINE_END_SEARCH_BYTES)
+        if not block:
+            break
+        found = block.find(b"\n")
+        if found >= 0:
+            return pos + found + 1
+        pos += len(block)
+    return size
 
 
 def _line_chunks(f: io.BufferedReader, limit: int | None) -> Iterator[bytes]:
