@@ -1,11 +1,10 @@
-"""The commitlog as a Spark DataFrame: segments cut into parts, each part one scan task.
+"""The commitlog in Spark's tasks: segments cut into parts, each part one scan task.
 
 Segments are listed on the driver (names and sizes only) and, when they are too few to keep the
 cores busy, cut into parts of at most ``SCAN_PART_BYTES_MAX`` bytes (so that a log of one 1 GiB
-segment keeps every core busy); each part becomes one Spark partition, and ``mapInArrow`` runs
-``scan_partition`` on it in a Python worker, which hands the part's kept records (segment_scan.py
-says which) to Spark as Arrow batches.
-Nothing per record passes through the driver.
+segment keeps every core busy); each part is one task of the classification's map stage
+(spark_classify.py), which scans the part's kept records (segment_scan.py says which) with
+``scan_part``. Nothing per record passes through the driver.
 
 A part's nominal byte range is arithmetic; its real one runs from the first record boundary at or
 past its nominal start to the first at or past its nominal end, so every record is read by the one
@@ -24,45 +23,30 @@ a segment is named in ``PartsMerged.rescan``; the job scans it again whole (spar
 
 from __future__ import annotations
 
-import functools
 import mmap
 import os
 from collections.abc import Iterable, Iterator
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
 from pyspark import Accumulator, AccumulatorParam
-from pyspark.sql import DataFrame, SparkSession
-from pyspark.sql import types as st
-from pyspark.sql.pandas.types import from_arrow_schema
+from pyspark.sql import SparkSession
 
 from broker.store.codec.scan import ScanEndKind
 from broker.store.codec.scan_columns import skip_chain
 from reconcile.segment_scan import (
-    COMMITLOG_ARROW_SCHEMA,
-    SCAN_BATCH_RECORDS_MAX,
     Segment,
     SegmentStats,
     scan_segment,
 )
 
-COMMITLOG_SCHEMA = from_arrow_schema(COMMITLOG_ARROW_SCHEMA)
 # Bytes of a segment one scan task reads at most when the segments are too few to keep the cores
 # busy (fewer than SCAN_TASKS_PER_CORE a core): the broker's 1 GiB segment is then 4 tasks, so
 # two cores share a log of one segment, and a task's share stays about a second of work.
 SCAN_PART_BYTES_MAX = 256 * 1024 * 1024
 SCAN_TASKS_PER_CORE = 2
-_PARTS_SCHEMA = st.StructType(
-    [
-        st.StructField("path", st.StringType(), False),
-        st.StructField("file_from_offset", st.LongType(), False),
-        st.StructField("source", st.IntegerType(), False),
-        st.StructField("part_from", st.LongType(), False),
-        st.StructField("part_to", st.LongType(), True),  # null: to the segment's end
-    ]
-)
 # What the scan tasks' accumulator is keyed by: (source, file_from_offset, the part's nominal
 # start in the segment).
 StatsKey = tuple[int, int, int]
@@ -95,7 +79,7 @@ def stats_accumulator(spark: SparkSession) -> Accumulator[dict[StatsKey, dict[st
     return spark.sparkContext.accumulator({}, _SegmentStatsParam())
 
 
-def _part_bytes(segments: list[Segment], cores: int) -> int:
+def part_bytes(segments: list[Segment], cores: int) -> int:
     """Whole segments when there are enough to keep every core busy: each later part walks the
     size chain over the parts before it, reading every page of them once more (from the disk,
     should the page cache have let them go). Else parts of at most SCAN_PART_BYTES_MAX."""
@@ -110,48 +94,6 @@ def parts(segment: Segment, part_bytes_max: int) -> list[tuple[int, int | None]]
     count = max(1, -(-segment.size_bytes // part_bytes_max))
     starts = [i * part_bytes_max for i in range(count)]
     return [(a, b) for a, b in zip(starts, [*starts[1:], None], strict=True)]
-
-
-def scan_commitlog(
-    spark: SparkSession,
-    segments: list[Segment],
-    stats: Accumulator[dict[StatsKey, dict[str, Any]]],
-    batch_records_max: int = SCAN_BATCH_RECORDS_MAX,
-    part_bytes_max: int | None = None,
-    whole: frozenset[tuple[int, int]] = frozenset(),
-) -> DataFrame:
-    """The records of every segment (COMMITLOG_SCHEMA), one Spark partition per part of a segment
-    (at most ``part_bytes_max``; None: as ``_part_bytes`` decides); the segments in ``whole`` (by
-    (source, file_from_offset)) in one part each."""
-    if part_bytes_max is None:
-        part_bytes_max = _part_bytes(segments, spark.sparkContext.defaultParallelism)
-    rows = [
-        (str(s.path), s.file_from_offset, s.source, start, end)
-        for s in segments
-        for start, end in (
-            [(0, None)] if (s.source, s.file_from_offset) in whole else parts(s, part_bytes_max)
-        )
-    ]
-    # parallelize with one slice per element: exactly one part per partition, so one task.
-    rdd = spark.sparkContext.parallelize(rows, len(rows))
-    ranges = spark.createDataFrame(rdd, _PARTS_SCHEMA)
-    scan = functools.partial(scan_partition, stats, batch_records_max)
-    return ranges.mapInArrow(scan, COMMITLOG_SCHEMA)
-
-
-def scan_partition(
-    stats: Accumulator[dict[StatsKey, dict[str, Any]]],
-    batch_records_max: int,
-    batches: Iterator[pa.RecordBatch],
-) -> Iterator[pa.RecordBatch]:
-    """mapInArrow's function: scan the parts named in ``batches`` (runs on an executor)."""
-    for batch in batches:
-        for path, from_offset, source, part_from, part_to in zip(
-            *(batch.column(name).to_pylist() for name in _PARTS_SCHEMA.names), strict=True
-        ):
-            found = SegmentStats(Path(path).name, from_offset, source)
-            yield from scan_part(Path(path), found, batch_records_max, part_from, part_to)
-            stats.add({(source, from_offset, part_from): asdict(found)})
 
 
 def scan_part(

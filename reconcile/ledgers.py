@@ -1,4 +1,5 @@
-"""Acknowledgement ledgers as a Spark DataFrame: what each sender was told about each message.
+"""Acknowledgement ledgers, parsed by the Spark engine's tasks: what each sender was told about
+each message.
 
 The format and what makes a line malformed are input_formats.py's. Several ledgers (several
 sidecars or load generators) are read as one.
@@ -6,30 +7,33 @@ sidecars or load generators) are read as one.
 The lines are parsed by Arrow's JSON reader, as the in-process engine parses them
 (in_process/inputs.py's ``read_ledgers``, the one definition of a ledger line as read): each
 ledger is cut at line ends into byte ranges (on the driver, reading a few bytes at each cut; a
-range is a share of the cores' work, within bounds), and a ``mapInArrow`` task parses each.
-Arrow parses in C what Spark's JSON reader parsed row by row in the JVM, and its rules for a
+range is a share of the cores' work, within bounds), and a task parses each. Its rules for a
 malformed line are Spark's permissive reader's (tests/reconcile/test_engines.py holds the two
 engines to it).
 
-The job parses the JSON once: ``normalise_ledgers`` writes the lines as Parquet (the job's
-``inputs/acks``), and the statistics, the scope and the classification read that.
+The job parses the JSON once: each task writes its range's lines as a Parquet part of the job's
+``inputs/acks`` itself (parquet_parts.py), which the classification reads back, and hands the
+driver only its range's statistics and first malformed lines.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import functools
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pyarrow as pa
-from pyspark.sql import DataFrame, SparkSession
-from pyspark.sql import functions as sf
-from pyspark.sql import types as st
-from pyspark.sql.pandas.types import from_arrow_schema
+from pyspark.sql import SparkSession
 
 from reconcile.errors import InputError
+from reconcile.id_buckets import from_ipc, to_ipc
+from reconcile.in_process.figures import ledger_rows
 from reconcile.in_process.inputs import line_end_after
 from reconcile.in_process.inputs import read_ledgers as read_ledger_range
 from reconcile.input_formats import LEDGER_ARROW_SCHEMA, check_ledgers
+from reconcile.parquet_parts import emptied, write_part
+from reconcile.summary_document import SCOPE_TOPICS_MAX
 
 # Bytes of a ledger one task parses: at most the MAX (about 400k lines), and at least the MIN
 # (a task's start stays small beside its work); in between, enough tasks that every core gets
@@ -37,9 +41,7 @@ from reconcile.input_formats import LEDGER_ARROW_SCHEMA, check_ledgers
 LEDGER_PART_BYTES_MAX = 64 * 1024 * 1024
 LEDGER_PART_BYTES_MIN = 8 * 1024 * 1024
 LEDGER_TASKS_PER_CORE = 2
-# Rows per Arrow batch a ledger task hands to Spark.
-LEDGER_BATCH_ROWS_MAX = 65_536
-# What a ledger task returns: the columns the classification reads, malformed, the text of a
+# What ``inputs/acks`` holds: the columns the classification reads, malformed, the text of a
 # malformed line, and the file.
 ACKS_ARROW_SCHEMA = pa.schema(
     [
@@ -50,28 +52,41 @@ ACKS_ARROW_SCHEMA = pa.schema(
         pa.field("source", pa.string()),
     ]
 )
-ACKS_SCHEMA = from_arrow_schema(ACKS_ARROW_SCHEMA)
-_RANGES_SCHEMA = st.StructType(
-    [
-        st.StructField("path", st.StringType(), False),
-        st.StructField("start_byte", st.LongType(), False),
-        st.StructField("end_byte", st.LongType(), False),
-    ]
-)
 
 
-def read_ledgers(
-    spark: SparkSession, paths: tuple[Path, ...], part_bytes: int | None = None
-) -> DataFrame:
-    """Every line of every ledger: the ledger columns, ``malformed``, ``line`` (the text of a
-    malformed line, truncated) and ``source`` (the file, as ``file:/abs/path``). ``part_bytes``:
-    the bytes a task parses, or None to size the parts for the cores."""
+@dataclass(slots=True)
+class ParsedLedgers:
+    parts: list[Path]  # inputs/acks' parts, in the ledgers' order
+    rows: list[dict[str, Any]]  # lines per (malformed, topic, state, ambiguous), per range
+    malformed: pa.Table  # the first malformed lines (ACKS_ARROW_SCHEMA), at most ids_max
+
+
+def parse_ledgers(
+    spark: SparkSession,
+    paths: tuple[Path, ...],
+    out: Path,
+    malformed_max: int,
+    part_bytes: int | None = None,
+) -> ParsedLedgers:
+    """Parse every line of every ledger into Parquet parts at ``out`` (ACKS_ARROW_SCHEMA: the
+    ledger columns, ``malformed``, ``line``, the text of a malformed line, cut, and ``source``,
+    the file as ``file:/abs/path``), one task a byte range of ``part_bytes`` (None: sized for
+    the cores); their statistics and first malformed lines."""
     check_ledgers(paths)
     part_bytes_max = part_bytes or _part_bytes(paths, spark.sparkContext.defaultParallelism)
-    rows = [(str(p), start, end) for p in paths for start, end in line_ranges(p, part_bytes_max)]
+    ranges = [(str(p), start, end) for p in paths for start, end in line_ranges(p, part_bytes_max)]
+    emptied(out)
+    units = list(enumerate(ranges))
+    parse = functools.partial(_parse_range, str(out), malformed_max)
     # One range per partition, so one task each.
-    rdd = spark.sparkContext.parallelize(rows, len(rows))
-    return spark.createDataFrame(rdd, _RANGES_SCHEMA).mapInArrow(_parse_ranges, ACKS_SCHEMA)
+    found = spark.sparkContext.parallelize(units, len(units)).map(parse).collect()
+    found.sort(key=lambda f: f[0])
+    malformed = from_ipc([f[2] for f in found], ACKS_ARROW_SCHEMA).slice(0, malformed_max)
+    return ParsedLedgers(
+        parts=[out / name for _, _, _, name in found],
+        rows=[row for f in found for row in f[1]],
+        malformed=malformed,
+    )
 
 
 def _part_bytes(paths: tuple[Path, ...], cores: int) -> int:
@@ -99,30 +114,24 @@ def line_ranges(path: Path, part_bytes_max: int) -> list[tuple[int, int]]:
     return list(zip(cuts, ends, strict=True))
 
 
-def _parse_ranges(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-    """mapInArrow's function: the lines of the byte ranges named in ``batches``."""
-    for batch in batches:
-        for path, start, end in zip(
-            *(batch.column(name).to_pylist() for name in _RANGES_SCHEMA.names), strict=True
-        ):
-            table = read_ledger_range((Path(path),), ((start, end),))
-            yield from table.cast(ACKS_ARROW_SCHEMA).to_batches(LEDGER_BATCH_ROWS_MAX)
+def _parse_range(
+    out: str, malformed_max: int, unit: tuple[int, tuple[str, int, int]]
+) -> tuple[int, list[dict[str, Any]], bytes, str]:
+    """A task: one byte range's lines written as part ``index`` of ``out``; the index, the
+    range's statistics, its first malformed lines (IPC) and the part's name."""
+    index, (path, start, end) = unit
+    table = read_ledger_range((Path(path),), ((start, end),)).cast(ACKS_ARROW_SCHEMA)
+    part = write_part(table, Path(out), index)
+    malformed = table.filter(table["malformed"]).slice(0, malformed_max)
+    return index, _bounded(ledger_rows(table)), to_ipc(malformed), part.name
 
 
-def normalise_ledgers(spark: SparkSession, paths: tuple[Path, ...], out: Path) -> DataFrame:
-    """Parse the ledgers once into Parquet at ``out``; returns the table read back."""
-    read_ledgers(spark, paths).write.mode("overwrite").parquet(str(out))
-    return spark.read.parquet(str(out))
-
-
-def ledger_stats(acks: DataFrame) -> DataFrame:
-    """Lines per (malformed, topic, state, ambiguous): few rows (topics x states), from which
-    figures.summarise_ledger makes the ledger's statistics and the scope: the topics the ledgers
-    name, in which a stored message must have been acknowledged (classify.py)."""
-    ambiguous = (sf.col("state") == "SPOOLED") & (sf.col("cause") == "AMBIGUOUS")
-    return acks.groupBy(
-        "malformed",
-        sf.when(~sf.col("malformed"), sf.col("topic")).alias("topic"),
-        sf.when(~sf.col("malformed"), sf.col("state")).alias("state"),
-        sf.coalesce(ambiguous & ~sf.col("malformed"), sf.lit(False)).alias("ambiguous"),
-    ).agg(sf.count(sf.lit(1)).alias("lines"))
+def _bounded(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The rows of at most SCOPE_TOPICS_MAX + 1 topics: enough for the driver to refuse too
+    many (summary_document.split_scope), without sending it a row per topic of a ledger that
+    names a topic a line."""
+    topics = sorted({r["topic"] for r in rows if not r["malformed"]})
+    if len(topics) <= SCOPE_TOPICS_MAX:
+        return rows
+    kept = set(topics[: SCOPE_TOPICS_MAX + 1])
+    return [r for r in rows if r["malformed"] or r["topic"] in kept]

@@ -1,149 +1,122 @@
 """The Spark engine: the reconciliation as Spark jobs, for any size, locally or on a cluster.
 
-    segments of every commitlog (driver lists names, cuts them in parts)
-        ─► scan tasks (one per part of a segment, mapInArrow) ──────────────────┐
-    ledgers (JSON lines, Arrow's reader in tasks, parsed once to inputs/acks) ─┼─► classify
-    outbox export (JSON lines or Parquet) ──────────────────────────────────────┘   (one shuffle)
-        ─► details/messages (Parquet, one row per message id with its outcome; written by Spark)
-        ─► aggregates read back from it (summary.py, a few jobs) ─► Found (summary_document.py)
+    ledgers (JSON lines; a task a byte range, Arrow's reader) ─► inputs/acks (Parquet parts),
+        the ledgers' statistics and scope ─► the driver
+    segments of every commitlog (driver lists names, cuts them in parts) ─┐
+    inputs/acks' parts ───────────────────────────────────────────────────┼─► spark_classify.py:
+    outbox export (JSON lines or Parquet) ────────────────────────────────┘   ids in buckets,
+        a task a bucket ─► details/messages (Parquet, one row per message id with its outcome)
+        ─► the buckets' counts and drill-down candidates ─► Found (summary_document.py)
+    details/messages ─► the delivery latency (one Spark aggregation, summary.py)
 
 Nothing per message reaches the driver: it collects the inputs' statistics, the segments' scan
-counts (an accumulator), the aggregates (at most ``summary_rows_max`` + 1 rows per list; the full
-table is ``details/counts``) and drill-down samples of at most ``drill_down_ids_max`` ids per
-finding. session.py says how it runs locally and on a cluster.
+counts (an accumulator), the counts per (topic, time bucket), drill-down candidates (at most a
+few ``drill_down_ids_max`` rows a bucket) and the latency aggregates. session.py says how it runs
+locally and on a cluster.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from contextlib import contextmanager
-from typing import Any
+from pyspark.sql import SparkSession
 
-from pyspark.sql import DataFrame, SparkSession
-
-from reconcile import summary as figures
-from reconcile.classify import classify, counts_by_topic_and_bucket
-from reconcile.commitlog_source import scan_commitlog, segment_stats, stats_accumulator
+from reconcile import spark_classify
+from reconcile.commitlog_source import part_bytes, segment_stats, stats_accumulator
 from reconcile.commitlog_sources import CommitlogSource
 from reconcile.config import ENGINE_SPARK, JobConfig
 from reconcile.figures import no_ledger, summarise_ledger
-from reconcile.ledgers import ledger_stats, normalise_ledgers
-from reconcile.outbox_source import outbox_stats, read_outbox
-from reconcile.outcomes import COUNT_NAMES
+from reconcile.in_process import figures
+from reconcile.ledgers import ParsedLedgers, parse_ledgers
+from reconcile.parquet_parts import emptied, write_part
 from reconcile.segment_scan import SegmentStats
-from reconcile.summary_document import SCOPE_TOPICS_MAX, Found, Phases, split_scope
-
-_BYPASS_PARTIAL_AGGREGATION = "spark.sql.execution.bypassPartialAggregation"
-# details/counts: the cube's keys, its level and the counts (as the in-process engine writes it).
-COUNTS_COLUMNS = ("topic", "bucket_start_ms", "level", *COUNT_NAMES)
+from reconcile.spark_latency import latency_summary
+from reconcile.summary_document import Found, Phases, split_scope
 
 
 def reconcile(spark: SparkSession, config: JobConfig, sources: list[CommitlogSource]) -> Found:
     phase = Phases()
     details = config.out_dir / "details"
-    acks, ledger, scope = _read_ledgers(spark, config, phase)
-    outbox = read_outbox(spark, config.outbox)
-    with phase("outbox_stats"):
-        outbox_summary = figures.one_row(outbox_stats(outbox))
-
+    parsed = None
+    if config.ledgers:
+        with phase("ledger_parse"):
+            parsed = parse_ledgers(
+                spark, config.ledgers, config.out_dir / "inputs" / "acks",
+                config.drill_down_ids_max,
+            )  # fmt: skip
+    ledger, scope = split_scope(summarise_ledger(parsed.rows) if parsed else no_ledger())
     messages_path = details / "messages"
-    with phase("scan_classify_write"):
-        scanned = _classify_and_write(spark, config, sources, acks, outbox, scope)
-    # Every later figure is read back from the written table: the scan ran once, above.
-    classified = spark.read.parquet(str(messages_path))
-
-    counts_path = details / "counts"
-    limit = config.summary_rows_max
-    # Only a second log can hold a slave's copy: one log keeps the cheaper count of copies.
     fold_copies = len(sources) > 1
+    with phase("scan_classify_write"):
+        scanned, outbox, classified = _classify(spark, config, sources, parsed, scope)
+    limit = config.summary_rows_max
+    counts_path = details / "counts"
     with phase("counts"):
-        # One aggregation for every level and the slave copies: written, then collected from
-        # memory (the table is a row per topic and bucket, and a few more).
-        counts = counts_by_topic_and_bucket(classified, fold_copies).cache()
-        try:
-            counts.select(*COUNTS_COLUMNS).write.mode("overwrite").parquet(str(counts_path))
-            levels = figures.level_rows(counts, limit)
-        finally:
-            counts.unpersist()
+        counts = figures.roll_up(classified.cells)
+        write_part(counts, emptied(counts_path), 0)
+        total, per_topic, per_bucket, per_topic_bucket = figures.levels(counts, limit)
     with phase("latency"):
-        latency = figures.latency_summary(classified, limit)
+        # Every later figure is read back from the written table: the scan ran once, above.
+        latency = latency_summary(spark.read.parquet(str(messages_path)), limit)
     with phase("drill_down"):
-        drill_down = figures.drill_down(
-            classified, acks if ledger["malformed"] else None, config.drill_down_ids_max
-        )
-    total = levels[figures.LEVEL_TOTAL]
+        malformed = parsed.malformed if parsed and ledger["malformed"] else None
+        drill_down = figures.drill_down(classified.candidates, malformed, config.drill_down_ids_max)
     return Found(
         engine=ENGINE_SPARK,
         where={"master": spark.sparkContext.master},
         segments=scanned,
         ledger=ledger,
         scope=scope,
-        outbox=outbox_summary,
-        total={k: v for k, v in total[0].items() if k != "folded_copies"} if total else {},
-        per_topic=levels[figures.LEVEL_TOPIC],
-        per_bucket=levels[figures.LEVEL_BUCKET],
-        per_topic_bucket=levels[figures.LEVEL_TOPIC_BUCKET],
+        outbox=outbox,
+        total=total,
+        per_topic=per_topic,
+        per_bucket=per_bucket,
+        per_topic_bucket=per_topic_bucket,
         latency=latency,
         drill_down=drill_down,
         details={"messages": str(messages_path), "counts": str(counts_path)},
-        slave_copies=int(total[0]["folded_copies"] or 0) if fold_copies and total else None,
+        slave_copies=classified.folded_copies if fold_copies else None,
         phases=phase,
     )
 
 
-def _classify_and_write(
+def _classify(
     spark: SparkSession,
     config: JobConfig,
     sources: list[CommitlogSource],
-    acks: DataFrame | None,
-    outbox: DataFrame,
+    parsed: ParsedLedgers | None,
     scope: list[str],
-) -> list[SegmentStats]:
-    """Scan, classify and write ``details/messages``; what each segment's scan found.
+) -> tuple[list[SegmentStats], dict[str, int], spark_classify.Classified]:
+    """Scan, classify and write ``details/messages``; what each segment's scan found, the
+    outbox's statistics and the buckets' findings.
 
     The segments are scanned in parts (commitlog_source.py); should a part have read past damage
     an earlier part of its segment stopped at, the whole is done again with those segments
     scanned whole: rare (a damaged record whose size is intact), and then correct."""
+    sc = spark.sparkContext
     segments = [segment for source in sources for segment in source.segments]
+    ack_parts = parsed.parts if parsed else []
+    input_bytes = sum(s.size_bytes for s in segments) + sum(p.stat().st_size for p in ack_parts)
+    job = spark_classify.Classification(
+        messages_dir=str(config.out_dir / "details" / "messages"),
+        buckets=spark_classify.bucket_count(
+            input_bytes, sc.defaultParallelism, config.spark.shuffle_partitions
+        ),
+        scope=tuple(scope),
+        bucket_ms=config.bucket_ms,
+        fold_copies=len(sources) > 1,
+        with_ledgers=parsed is not None,
+        ids_max=config.drill_down_ids_max,
+        batch_records_max=config.scan_batch_records_max,
+    )
     whole: frozenset[tuple[int, int]] = frozenset()
+    part_bytes_max = part_bytes(segments, sc.defaultParallelism)
     for _ in range(2):
-        scan_stats = stats_accumulator(spark)
-        records = scan_commitlog(
-            spark, segments, scan_stats, config.scan_batch_records_max, whole=whole
-        )
-        messages = classify(records, acks, outbox, scope, config.bucket_ms, len(sources) > 1)
-        with _bypass_partial_aggregation(spark):
-            # Not partitioned by outcome: that would sort every row; readers filter on it instead.
-            messages.write.mode("overwrite").parquet(str(config.out_dir / "details" / "messages"))
+        scan_stats, outbox_stats = stats_accumulator(spark), stats_accumulator(spark)
+        units = spark_classify.units(segments, part_bytes_max, whole, ack_parts, config.outbox)
+        emptied(config.out_dir / "details" / "messages")
+        classified = spark_classify.run(sc, job, units, scan_stats, outbox_stats)
         merged = segment_stats(scan_stats.value)
         if not merged.rescan:
-            return merged.segments
+            (outbox,) = outbox_stats.value.values()
+            return merged.segments, outbox, classified
         whole = frozenset(merged.rescan)
     raise AssertionError(f"segments {sorted(whole)} read past damage though scanned whole")
-
-
-def _read_ledgers(
-    spark: SparkSession, config: JobConfig, phase: Phases
-) -> tuple[DataFrame | None, dict[str, Any], list[str]]:
-    """The ledgers parsed once (None without ledgers), their statistics, and the scope."""
-    if not config.ledgers:
-        return None, *split_scope(no_ledger())
-    with phase("ledger_parse"):
-        acks = normalise_ledgers(spark, config.ledgers, config.out_dir / "inputs" / "acks")
-    with phase("ledger_stats"):
-        # A row per (topic, state, …): more than the scope's limit means too many topics.
-        rows = ledger_stats(acks).limit(4 * (SCOPE_TOPICS_MAX + 1)).collect()
-        ledger, scope = split_scope(summarise_ledger([r.asDict() for r in rows]))
-    return acks, ledger, scope
-
-
-@contextmanager
-def _bypass_partial_aggregation(spark: SparkSession) -> Iterator[None]:
-    """Every message id is a group of its own: a partial aggregation before the shuffle would
-    only copy the rows once more. Only for the grouping by id: every other aggregate of the job
-    has few groups, and needs it."""
-    spark.conf.set(_BYPASS_PARTIAL_AGGREGATION, "true")
-    try:
-        yield
-    finally:
-        spark.conf.set(_BYPASS_PARTIAL_AGGREGATION, "false")

@@ -6,7 +6,8 @@ copies, a torn tail and a torn ledger line):
 - the in-process engine's summary equals the Spark engine's in every figure (totals, per topic,
   per bucket, per topic and bucket, delivery latency, the commitlog's scan, the ledgers, the
   outbox, the drill-down), and its ``details/messages`` holds the same rows, column for column;
-  with the JSON lines export, the Parquet one, and no ledger;
+  with the JSON lines export, the Parquet one, and no ledger; with the Spark engine's ids in its
+  default buckets, in one bucket, and in 97 (some empty);
 - ledger and outbox lines Spark's permissive reader calls malformed (not JSON, a field of the
   wrong type, an unknown state, no id) are malformed in process too, with the same text kept;
 - ``auto`` runs in process below its record limit and hands over to Spark above it, with the same
@@ -33,6 +34,7 @@ from reconcile.config import (
     ENGINE_SPARK,
     IN_PROCESS_RECORDS_MAX_DEFAULT,
     JobConfig,
+    SparkSettings,
 )
 from reconcile.in_process import engine
 from reconcile.job import run
@@ -71,7 +73,7 @@ def detail_rows(summary: dict[str, Any]) -> list[dict[str, Any]]:
     return sorted(rows, key=lambda r: r["message_id"])
 
 
-@pytest.mark.parametrize("inputs", ["jsonl", "parquet", "no ledger"])
+@pytest.mark.parametrize("inputs", ["jsonl", "parquet", "no ledger", "one bucket", "97 buckets"])
 def test_both_engines_find_the_same(
     spark: SparkSession, plants: Planted, tmp_path: Path, inputs: str
 ) -> None:
@@ -79,6 +81,10 @@ def test_both_engines_find_the_same(
         "jsonl": {},
         "parquet": {"outbox": plants.outbox_parquet},
         "no ledger": {"ledgers": ()},
+        # The Spark engine's id buckets (spark_classify.py): all in one, or more buckets than
+        # the planted data has ids for some (empty buckets).
+        "one bucket": {"spark": SparkSettings(shuffle_partitions=1)},
+        "97 buckets": {"spark": SparkSettings(shuffle_partitions=97)},
     }
     kw = variants[inputs]
 

@@ -5,8 +5,7 @@ Proves: ``write_bulk_commitlog`` (a template patched in numpy) writes byte for b
 ``CommitLogWriter`` (the codec, record by record) writes for the same messages, across segment
 boundaries with blank padding; the broker's own store (DefaultMessageStore) recovers a generated
 log, verifying every record, and cuts a torn last record, reporting it; the system-topic prefixes
-and parking topics the scan uses are the broker's, and the outbox columns it reads are in
-outbox/export.py's EXPORT_SCHEMA with the same types.
+and parking topics the scan uses are the broker's.
 """
 
 from __future__ import annotations
@@ -17,9 +16,7 @@ from pathlib import Path
 from broker import timer_message, topic_config, transaction_message
 from broker.store.config import KIB, MessageStoreConfig
 from broker.store.message_store import DefaultMessageStore
-from outbox.export import EXPORT_SCHEMA
 from reconcile import segment_scan
-from reconcile.outbox_source import OUTBOX_COLUMNS
 from tests.reconcile.testdata import (
     BulkShape,
     CommitLogWriter,
@@ -86,11 +83,3 @@ def test_the_scan_knows_the_brokers_system_and_parking_topics() -> None:
         timer_message.SCHEDULE_TOPIC,
         transaction_message.HALF_TOPIC,
     )
-
-
-def test_the_outbox_columns_read_are_the_exports() -> None:
-    arrow_types = {"string": "string", "int64": "bigint", "bool": "boolean"}
-    export = {f.name: arrow_types.get(str(f.type), str(f.type)) for f in EXPORT_SCHEMA}
-    assert {f.name: f.dataType.simpleString() for f in OUTBOX_COLUMNS.fields} == {
-        f.name: export[f.name] for f in OUTBOX_COLUMNS.fields
-    }

@@ -1,0 +1,237 @@
+"""The Spark engine's classification: the in-process classification, one bucket of ids a task.
+
+    scan parts of the segments ─┐
+    inputs/acks' parts ─────────┼─► map tasks: each row to its id's bucket (id_buckets.py),
+    the outbox export ──────────┘   a bucket's rows as one Arrow IPC value
+        ─► Spark's shuffle, bucket b to partition b
+        ─► a task a bucket: in_process/classify.py over the bucket's rows, written as
+           ``details/messages``' part b (parquet_parts.py); its counts per (topic, bucket),
+           drill-down candidates and slave copies handed back to the driver
+
+A bucket holds every row of each of its ids, so classifying the buckets apart classifies the
+whole: the same code as the in-process engine, on a share of the ids small enough for a task's
+memory. Spark schedules the tasks, moves the buckets and retries what fails; it never turns a
+row into its own format, which was most of this job's time when Spark grouped the rows by id
+itself (docs/benchmarks.md). Nothing per message reaches the driver: a bucket's counts are a row
+per (topic, time bucket), its candidates at most a few ``drill_down_ids_max`` rows.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Iterable, Iterator
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+from pyspark import RDD, Accumulator, SparkContext
+
+from reconcile.commitlog_source import StatsKey, parts, scan_part
+from reconcile.id_buckets import from_ipc, split, to_ipc
+from reconcile.in_process import figures
+from reconcile.in_process.classify import classify
+from reconcile.in_process.engine import RECORD_COLUMNS, RECORDS_SCHEMA
+from reconcile.in_process.inputs import read_outbox
+from reconcile.input_formats import OUTBOX_ARROW_SCHEMA
+from reconcile.parquet_parts import write_part
+from reconcile.segment_scan import Segment, SegmentStats
+
+# Input bytes (segments, ledgers, the outbox) a bucket of ids gets: about 120k records of 1 KiB
+# bodies with their ledger lines, whose classification holds some 200 MB in a task.
+BUCKET_INPUT_BYTES = 128 * 1024 * 1024
+# At least this many buckets a core, so that no core waits long for the last.
+BUCKETS_PER_CORE = 4
+# Rows a map task gathers before it cuts them into buckets: its memory, and the size of the
+# values it hands the shuffle (fewer, larger values cost less to move).
+MAP_ROWS_MAX = 1_000_000
+KIND_LOG, KIND_ACKS, KIND_OUTBOX = 0, 1, 2
+ACKS_CLASSIFIED_SCHEMA = pa.schema(
+    [
+        pa.field(name, kind)
+        for name, kind in (
+            ("message_id", pa.string()), ("topic", pa.string()), ("state", pa.string()),
+            ("time_ms", pa.int64()), ("cause", pa.string()), ("malformed", pa.bool_()),
+        )
+    ]
+)  # fmt: skip
+# read_outbox's columns: the export's fields, any of which an entry may lack, and malformed.
+OUTBOX_SCHEMA = pa.schema(
+    [*(f.with_nullable(True) for f in OUTBOX_ARROW_SCHEMA), pa.field("malformed", pa.bool_())]
+)
+_SCHEMAS = {KIND_LOG: RECORDS_SCHEMA, KIND_ACKS: ACKS_CLASSIFIED_SCHEMA, KIND_OUTBOX: OUTBOX_SCHEMA}
+Unit = tuple[Any, ...]  # (kind, ...) : what one map task reads
+
+
+@dataclass(frozen=True, slots=True)
+class Classification:
+    """What the driver hands every task: where and how to classify."""
+
+    messages_dir: str  # details/messages
+    buckets: int
+    scope: tuple[str, ...]
+    bucket_ms: int
+    fold_copies: bool
+    with_ledgers: bool
+    ids_max: int
+    batch_records_max: int
+
+
+@dataclass(slots=True)
+class Classified:
+    """The buckets' findings, put together on the driver."""
+
+    messages: int
+    cells: pa.Table  # figures.cells of every bucket, concatenated
+    candidates: pa.Table  # figures.drill_candidates of every bucket, concatenated
+    folded_copies: int
+
+
+def bucket_count(input_bytes: int, cores: int, asked: int | None) -> int:
+    """Buckets for ``input_bytes`` of inputs on ``cores``: ``asked`` (the session's shuffle
+    partitions) when set, else one per BUCKET_INPUT_BYTES, at least BUCKETS_PER_CORE a core."""
+    if asked:
+        return asked
+    return max(BUCKETS_PER_CORE * max(1, cores), -(-input_bytes // BUCKET_INPUT_BYTES))
+
+
+def units(
+    segments: list[Segment],
+    part_bytes_max: int,
+    whole: frozenset[tuple[int, int]],
+    ack_parts: list[Path],
+    outbox: Path,
+) -> list[Unit]:
+    """The map tasks' inputs: each part of each segment (the segments in ``whole`` in one
+    part), each part of inputs/acks, the outbox export."""
+    found: list[Unit] = [
+        (KIND_LOG, str(s.path), s.file_from_offset, s.source, start, end)
+        for s in segments
+        for start, end in (
+            [(0, None)] if (s.source, s.file_from_offset) in whole else parts(s, part_bytes_max)
+        )
+    ]
+    found += [(KIND_ACKS, str(p)) for p in ack_parts]
+    found.append((KIND_OUTBOX, str(outbox)))
+    return found
+
+
+def run(
+    sc: SparkContext,
+    job: Classification,
+    inputs: list[Unit],
+    scan_stats: Accumulator[dict[StatsKey, dict[str, Any]]],
+    outbox_stats: Accumulator[dict[StatsKey, dict[str, Any]]],
+) -> Classified:
+    """Classify every id of ``inputs`` into ``job.messages_dir`` (emptied by the caller)."""
+    # A bucket's number is its partition's: partitionBy takes the function's value modulo.
+    shuffled = mapped(sc, job, inputs, scan_stats, outbox_stats).partitionBy(job.buckets, _identity)
+    found = shuffled.mapPartitionsWithIndex(functools.partial(_classify_bucket, job)).collect()
+    return Classified(
+        messages=sum(f[0] for f in found),
+        cells=pa.concat_tables([pa.ipc.open_stream(f[1]).read_all() for f in found]),
+        candidates=pa.concat_tables([pa.ipc.open_stream(f[2]).read_all() for f in found]),
+        folded_copies=sum(f[3] for f in found),
+    )
+
+
+def mapped(
+    sc: SparkContext,
+    job: Classification,
+    inputs: list[Unit],
+    scan_stats: Accumulator[dict[StatsKey, dict[str, Any]]],
+    outbox_stats: Accumulator[dict[StatsKey, dict[str, Any]]],
+) -> RDD[tuple[int, tuple[int, bytes]]]:
+    """The map stage: every unit's rows as (bucket, (kind, IPC of the bucket's rows)), a task
+    a unit."""
+    return sc.parallelize(inputs, len(inputs)).flatMap(
+        functools.partial(_map_unit, job, scan_stats, outbox_stats)
+    )
+
+
+def _identity(bucket: int) -> int:
+    return bucket
+
+
+def _map_unit(
+    job: Classification,
+    scan_stats: Accumulator[dict[StatsKey, dict[str, Any]]],
+    outbox_stats: Accumulator[dict[StatsKey, dict[str, Any]]],
+    unit: Unit,
+) -> Iterator[tuple[int, tuple[int, bytes]]]:
+    """A map task: the unit's rows as (bucket, (kind, IPC of the bucket's rows))."""
+    kind = unit[0]
+    if kind == KIND_LOG:
+        _, path, from_offset, source, part_from, part_to = unit
+        found = SegmentStats(Path(path).name, from_offset, source)
+        batches = (
+            b.select(list(RECORD_COLUMNS))
+            for b in scan_part(Path(path), found, job.batch_records_max, part_from, part_to)
+        )
+        yield from _bucketed(KIND_LOG, _gathered(batches, RECORDS_SCHEMA), job.buckets)
+        # After the part's last record: the stats are complete only once the scan has ended.
+        scan_stats.add({(source, from_offset, part_from): asdict(found)})
+    elif kind == KIND_ACKS:
+        for batch in pq.ParquetFile(unit[1]).iter_batches(
+            MAP_ROWS_MAX, columns=ACKS_CLASSIFIED_SCHEMA.names
+        ):
+            good = batch.filter(pc.invert(batch.column("malformed")))
+            table = pa.Table.from_batches([good]).cast(ACKS_CLASSIFIED_SCHEMA)
+            yield from _bucketed(KIND_ACKS, table, job.buckets)
+    else:
+        entries = read_outbox(Path(unit[1]))
+        outbox_stats.add({(-1, 0, 0): figures.outbox_stats(entries)})
+        good = entries.filter(pc.invert(entries["malformed"])).cast(OUTBOX_SCHEMA)
+        yield from _bucketed(KIND_OUTBOX, good, job.buckets)
+
+
+def _gathered(batches: Iterable[pa.RecordBatch], schema: pa.Schema) -> Iterator[pa.Table]:
+    """The batches as tables of at most about MAP_ROWS_MAX rows."""
+    held: list[pa.RecordBatch] = []
+    rows = 0
+    for batch in batches:
+        held.append(batch)
+        rows += batch.num_rows
+        if rows >= MAP_ROWS_MAX:
+            yield pa.Table.from_batches(held, schema)
+            held, rows = [], 0
+    if held:
+        yield pa.Table.from_batches(held, schema)
+
+
+def _bucketed(
+    kind: int, tables: pa.Table | Iterable[pa.Table], buckets: int
+) -> Iterator[tuple[int, tuple[int, bytes]]]:
+    for table in [tables] if isinstance(tables, pa.Table) else tables:
+        for bucket, rows in split(table, buckets):
+            yield bucket, (kind, to_ipc(rows))
+
+
+def _classify_bucket(
+    job: Classification, bucket: int, rows: Iterator[tuple[int, tuple[int, bytes]]]
+) -> Iterator[tuple[int, bytes, bytes, int]]:
+    """A reduce task: the bucket's ids classified and written as part ``bucket``; its message
+    count, cells (IPC), drill-down candidates (IPC) and slave copies."""
+    payloads: dict[int, list[bytes]] = {kind: [] for kind in _SCHEMAS}
+    for found_bucket, (kind, payload) in rows:
+        assert found_bucket == bucket, f"bucket {found_bucket} in partition {bucket}"
+        payloads[kind].append(payload)
+    inputs = {kind: from_ipc(payloads[kind], schema) for kind, schema in _SCHEMAS.items()}
+    classified = classify(
+        inputs[KIND_LOG],
+        inputs[KIND_ACKS] if job.with_ledgers else None,
+        inputs[KIND_OUTBOX],
+        list(job.scope),
+        job.bucket_ms,
+        job.fold_copies,
+    )
+    write_part(classified, Path(job.messages_dir), bucket)
+    folded = int(pc.sum(classified["folded_copies"]).as_py() or 0)
+    yield (
+        classified.num_rows,
+        to_ipc(figures.cells(classified)),
+        to_ipc(figures.drill_candidates(classified, job.ids_max)),
+        folded,
+    )
