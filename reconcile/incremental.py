@@ -30,13 +30,11 @@ A ledger's unfinished last line is read by every run until finished, counted onc
 
 from __future__ import annotations
 
-import shutil
 from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
-import pyarrow.parquet as pq
 
 from reconcile import checkpoint as checkpoints
 from reconcile.checkpoint import Checkpoint, State
@@ -56,6 +54,7 @@ from reconcile.incremental_inputs import (
     read_chunk,
 )
 from reconcile.input_formats import OUTBOX_ARROW_SCHEMA
+from reconcile.parquet_parts import emptied, write_part
 from reconcile.segment_scan import UNREADABLE
 from reconcile.summary_document import Found, Phases, split_scope
 
@@ -98,7 +97,7 @@ def reconcile_incremental(
         run.add_lines(chunk.done_acks, done_figures)
         run.add_lines(chunk.tail_acks, tail_figures)
         run.add(settled, settled_cells)
-        _write_part(details["messages"], run.chunks, settled)
+        write_part(settled, details["messages"], run.chunks)
         starts = chunk.ledgers
         if chunk.complete_before_ms is None:
             break
@@ -107,14 +106,14 @@ def reconcile_incremental(
             progress(f"caught up to {chunk.complete_before_ms}: {run.new_records:,} records")
     run.unfinished_ledger_lines = chunk.tail_acks.num_rows if chunk.tail_acks is not None else 0
     run.add(still_open)
-    _write_part(details["messages"], run.chunks + 1, still_open)
+    write_part(still_open, details["messages"], run.chunks + 1)
     saved = checkpoints.save(config.checkpoint, book)
     scope = book.state.scope_topics
     found, counts = run.found(
         config, scope, figures.outbox_stats(outbox), {k: str(v) for k, v in details.items()},
         phase, fold,
     )  # fmt: skip
-    _write_part(details["counts"], 0, counts)
+    write_part(counts, details["counts"], 0)
     found.incremental = incremental_block(
         config, book.state, saved, run, book.settled_cells, tail_figures
     )
@@ -297,16 +296,7 @@ def _concat(a: pa.Table | None, b: pa.Table | None) -> pa.Table | None:
 
 
 def _fresh_details(out_dir: Path) -> dict[str, Path]:
-    details = {
-        "messages": out_dir / "details" / "messages",
-        "counts": out_dir / "details" / "counts",
+    return {
+        "messages": emptied(out_dir / "details" / "messages"),
+        "counts": emptied(out_dir / "details" / "counts"),
     }
-    for directory in details.values():
-        if directory.exists():
-            shutil.rmtree(directory)
-        directory.mkdir(parents=True)
-    return details
-
-
-def _write_part(directory: Path, number: int, table: pa.Table) -> None:
-    pq.write_table(table, directory / f"part-{number:05d}.parquet")

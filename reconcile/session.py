@@ -6,8 +6,8 @@ per core, a 2 GiB driver (it is also the only executor), Python workers running 
 Everywhere: no UI, no progress bars, Spark's logs at ERROR from the JVM's first line, times in
 UTC. On a cluster (any other master) the job ships ``reconcile/``, ``broker/store/codec/`` and
 ``outbox/``'s top-level modules to the executors, which may not have rocketbox installed; they
-need a Python with pyarrow and numpy (``PYSPARK_PYTHON``) and the job's paths on a volume they
-share with the driver.
+need a Python with pyarrow, numpy and zlib-ng (``PYSPARK_PYTHON``) and the job's paths on a
+volume they share with the driver.
 
 ``spark_session`` stops the session and ends its JVM when its block ends: ``SparkSession.stop``
 alone leaves the JVM running until the process exits.

@@ -134,7 +134,8 @@ def _spark_conf(
     "--shuffle-partitions",
     default=None,
     type=click.IntRange(min=1),
-    help="spark.sql.shuffle.partitions [default: 4 per core locally, Spark's own on a cluster]",
+    help="The Spark engine's buckets of message ids, a task each (and "
+    "spark.sql.shuffle.partitions) [default: one per 128 MiB of input, at least 4 a core]",
 )
 @click.option(
     "--conf",

@@ -13,7 +13,6 @@ hands them to ``find``.
 
 from __future__ import annotations
 
-import shutil
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -22,7 +21,6 @@ from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
-import pyarrow.parquet as pq
 
 from reconcile.commitlog_sources import CommitlogSource
 from reconcile.config import ENGINE_IN_PROCESS, JobConfig
@@ -30,6 +28,7 @@ from reconcile.figures import no_ledger, summarise_ledger
 from reconcile.in_process import figures
 from reconcile.in_process.classify import classify
 from reconcile.in_process.inputs import read_ledgers, read_outbox
+from reconcile.parquet_parts import emptied, write_part
 from reconcile.segment_scan import COMMITLOG_ARROW_SCHEMA, SegmentStats, scan_segment
 from reconcile.summary_document import Found, Phases, split_scope
 
@@ -39,7 +38,6 @@ RECORD_COLUMNS = ("message_id", "topic", "parked", "phy_offset", "store_timestam
 RECORDS_SCHEMA = pa.schema([COMMITLOG_ARROW_SCHEMA.field(name) for name in RECORD_COLUMNS])
 # Seconds between two progress lines of a long scan.
 PROGRESS_INTERVAL_S = 2.0
-_PART = "part-00000.parquet"
 Progress = Callable[[str], None]
 
 
@@ -159,8 +157,5 @@ def scan(
 
 
 def _write(table: pa.Table, directory: Path) -> None:
-    """A Parquet directory of one file, replaced whole (as Spark's overwrite does)."""
-    if directory.exists():
-        shutil.rmtree(directory)
-    directory.mkdir(parents=True)
-    pq.write_table(table, directory / _PART)
+    """A Parquet directory of one part, replaced whole (as Spark's overwrite does)."""
+    write_part(table, emptied(directory), 0)

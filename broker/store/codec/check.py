@@ -10,10 +10,10 @@ same damage the same way.
 from __future__ import annotations
 
 import struct
-import zlib
 from dataclasses import dataclass
 from typing import Final, NamedTuple
 
+from broker.store.codec.crc import crc32
 from broker.store.codec.decode import decode_record
 from broker.store.codec.encode import body_crc
 from broker.store.codec.layout import (
@@ -127,6 +127,6 @@ def _crc_problem(
     if len(crc_text) != 10 or not crc_text.isdigit():
         return "malformed record CRC property"
     covered = total - CRC32_RESERVED_LENGTH
-    if zlib.crc32(buf[pos : pos + covered]) & 0x7FFFFFFF != int(crc_text[::-1]):
+    if crc32(buf[pos : pos + covered]) & 0x7FFFFFFF != int(crc_text[::-1]):
         return "record CRC mismatch"
     return ""

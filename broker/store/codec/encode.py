@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import functools
 import ipaddress
-import zlib
 from typing import NamedTuple
 
+from broker.store.codec.crc import crc32
 from broker.store.codec.layout import (
     CRC32_PREFIX,
     HEAD,
@@ -45,7 +45,7 @@ def properties_to_string(properties: dict[str, str]) -> str:
 
 
 def body_crc(body: bytes) -> int:
-    return zlib.crc32(body) & 0x7FFFFFFF
+    return crc32(body) & 0x7FFFFFFF
 
 
 class EncodedMessage(NamedTuple):
@@ -97,7 +97,7 @@ def encode_message(msg: MessageExtBrokerInner, sysflag: int) -> EncodedMessage:
     )
     return EncodedMessage(
         HEAD.size + len(born_host) + 8 + len(tail) + 11,
-        zlib.crc32(body) & 0x7FFFFFFF,
+        crc32(body) & 0x7FFFFFFF,
         msg.queue_id,
         msg.flag,
         sysflag,
@@ -126,5 +126,5 @@ def finish_record(
     )
     tail = enc.tail
     # Chained over the parts, so the 1 KiB tail is copied once, into the joined record.
-    record_crc = zlib.crc32(memoryview(tail)[: -len(CRC32_PREFIX)], zlib.crc32(head)) & 0x7FFFFFFF
+    record_crc = crc32(memoryview(tail)[: -len(CRC32_PREFIX)], crc32(head)) & 0x7FFFFFFF
     return b"".join((head, tail, crc32_digits(record_crc), PROPERTY_SEPARATOR_BYTE))

@@ -13,7 +13,7 @@ included. Per batch it:
    lays them out; the host fields are 8 or 20 bytes by the sysflag's v6 bits) and checks that each
    record's fields add up to its size, ends with the ``__CRC32#`` property and claims its own
    phy_offset;
-3. computes each record's CRC (zlib, one call a record, driven from C by map) and compares it
+3. computes each record's CRC (zlib-ng, one call a record, driven from C by map) and compares it
    with the property;
 4. finds the message id (``UNIQ_KEY``) in each record's properties.
 
@@ -290,7 +290,7 @@ class SegmentScanner:
             & ((digits >= 0) & (digits <= 9)).all(axis=1)
         )
         n = valid_prefix(ok)
-        # The record CRC of every structurally valid record: one zlib call each.
+        # The record CRC of every structurally valid record: one CRC call each.
         ok[:n] &= record_crcs(buf, pos[:n], crc_at[:n]) == digits[:n] @ _DIGIT_WEIGHTS
         n = valid_prefix(ok[:n])
         topics, n = self._topic_strings(arr, topic_len_at[:n] + 1, topic_len[:n])

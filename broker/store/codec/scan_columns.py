@@ -8,13 +8,13 @@ on whatever is read, so a gather never raises on damage.
 from __future__ import annotations
 
 import mmap
-import zlib
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 
+from broker.store.codec.crc import crc32
 from broker.store.codec.layout import (
     END_FILE_MIN_BLANK_LENGTH,
     I32,
@@ -285,9 +285,9 @@ def _step(buf: ScanBuffer, limit: int, pos: int, target: int) -> int:
 def record_crcs(
     buf: ScanBuffer, starts: npt.NDArray[np.int64], ends: npt.NDArray[np.int64]
 ) -> npt.NDArray[np.int64]:
-    """crc32 & 0x7FFFFFFF of each record's bytes from its start to its CRC property: one zlib
-    call a record, driven from C by map (no Python frame a record, only zlib's own work)."""
+    """crc32 & 0x7FFFFFFF of each record's bytes from its start to its CRC property: one CRC
+    call a record (crc.py), driven from C by map (no Python frame a record, only the CRC's work)."""
     slices = map(slice, starts.tolist(), ends.tolist())
     with memoryview(buf) as view:
-        crcs = np.fromiter(map(zlib.crc32, map(view.__getitem__, slices)), np.int64, len(starts))
+        crcs = np.fromiter(map(crc32, map(view.__getitem__, slices)), np.int64, len(starts))
     return crcs & 0x7FFFFFFF
