@@ -148,12 +148,12 @@ def time_scan(spark: SparkSession, store: Path) -> float:
         scope=(),
         bucket_ms=BUCKET_MS_DEFAULT,
         fold_copies=False,
-        with_ledgers=False,
+        ack_parts=None,
         ids_max=DRILL_DOWN_IDS_MAX_DEFAULT,
         batch_records_max=SCAN_BATCH_RECORDS_MAX,
     )
     units = spark_classify.units(
-        segments, part_bytes(segments, sc.defaultParallelism), frozenset(), [], Path()
+        segments, part_bytes(segments, sc.defaultParallelism), frozenset(), Path()
     )
     logs = [u for u in units if u[0] == spark_classify.KIND_LOG]
     stats = (stats_accumulator(spark), stats_accumulator(spark))

@@ -27,12 +27,12 @@ import pyarrow as pa
 from pyspark.sql import SparkSession
 
 from reconcile.errors import InputError
-from reconcile.id_buckets import from_ipc, to_ipc
+from reconcile.id_buckets import from_ipc, split, to_ipc
 from reconcile.in_process.figures import ledger_rows
 from reconcile.in_process.inputs import line_end_after
 from reconcile.in_process.inputs import read_ledgers as read_ledger_range
 from reconcile.input_formats import LEDGER_ARROW_SCHEMA, check_ledgers
-from reconcile.parquet_parts import emptied, write_part
+from reconcile.parquet_parts import emptied, write_groups
 from reconcile.summary_document import SCOPE_TOPICS_MAX
 
 # Bytes of a ledger one task parses: at most the MAX (about 400k lines), and at least the MIN
@@ -56,7 +56,9 @@ ACKS_ARROW_SCHEMA = pa.schema(
 
 @dataclass(slots=True)
 class ParsedLedgers:
-    parts: list[Path]  # inputs/acks' parts, in the ledgers' order
+    # inputs/acks' parts, in the ledgers' order, each with the row group of every id bucket
+    # (-1: none of its lines are of that bucket)
+    parts: list[tuple[Path, tuple[int, ...]]]
     rows: list[dict[str, Any]]  # lines per (malformed, topic, state, ambiguous), per range
     malformed: pa.Table  # the first malformed lines (ACKS_ARROW_SCHEMA), at most ids_max
 
@@ -66,24 +68,27 @@ def parse_ledgers(
     paths: tuple[Path, ...],
     out: Path,
     malformed_max: int,
+    buckets: int,
     part_bytes: int | None = None,
 ) -> ParsedLedgers:
     """Parse every line of every ledger into Parquet parts at ``out`` (ACKS_ARROW_SCHEMA: the
     ledger columns, ``malformed``, ``line``, the text of a malformed line, cut, and ``source``,
     the file as ``file:/abs/path``), one task a byte range of ``part_bytes`` (None: sized for
-    the cores); their statistics and first malformed lines."""
+    the cores); their statistics and first malformed lines. A part holds a row group a bucket
+    of message ids (id_buckets.py, of ``buckets``), in bucket order: the classification's task
+    of a bucket reads its row groups, and the lines never cross Spark's shuffle."""
     check_ledgers(paths)
     part_bytes_max = part_bytes or _part_bytes(paths, spark.sparkContext.defaultParallelism)
     ranges = [(str(p), start, end) for p in paths for start, end in line_ranges(p, part_bytes_max)]
     emptied(out)
     units = list(enumerate(ranges))
-    parse = functools.partial(_parse_range, str(out), malformed_max)
+    parse = functools.partial(_parse_range, str(out), malformed_max, buckets)
     # One range per partition, so one task each.
     found = spark.sparkContext.parallelize(units, len(units)).map(parse).collect()
     found.sort(key=lambda f: f[0])
     malformed = from_ipc([f[2] for f in found], ACKS_ARROW_SCHEMA).slice(0, malformed_max)
     return ParsedLedgers(
-        parts=[out / name for _, _, _, name in found],
+        parts=[(out / name, groups) for _, _, _, name, groups in found],
         rows=[row for f in found for row in f[1]],
         malformed=malformed,
     )
@@ -115,15 +120,20 @@ def line_ranges(path: Path, part_bytes_max: int) -> list[tuple[int, int]]:
 
 
 def _parse_range(
-    out: str, malformed_max: int, unit: tuple[int, tuple[str, int, int]]
-) -> tuple[int, list[dict[str, Any]], bytes, str]:
-    """A task: one byte range's lines written as part ``index`` of ``out``; the index, the
-    range's statistics, its first malformed lines (IPC) and the part's name."""
+    out: str, malformed_max: int, buckets: int, unit: tuple[int, tuple[str, int, int]]
+) -> tuple[int, list[dict[str, Any]], bytes, str, tuple[int, ...]]:
+    """A task: one byte range's lines written as part ``index`` of ``out``, a row group a
+    bucket; the index, the range's statistics, its first malformed lines (IPC), the part's name
+    and the row group of each bucket."""
     index, (path, start, end) = unit
     table = read_ledger_range((Path(path),), ((start, end),)).cast(ACKS_ARROW_SCHEMA)
-    part = write_part(table, Path(out), index)
+    groups = [-1] * buckets
+    in_buckets = list(split(table, buckets))
+    for group, (bucket, _) in enumerate(in_buckets):
+        groups[bucket] = group
+    part = write_groups((rows for _, rows in in_buckets), ACKS_ARROW_SCHEMA, Path(out), index)
     malformed = table.filter(table["malformed"]).slice(0, malformed_max)
-    return index, _bounded(ledger_rows(table)), to_ipc(malformed), part.name
+    return index, _bounded(ledger_rows(table)), to_ipc(malformed), part.name, tuple(groups)
 
 
 def _bounded(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:

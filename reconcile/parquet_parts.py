@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import shutil
 import uuid
+from collections.abc import Iterable
 from pathlib import Path
 
 import pyarrow as pa
@@ -37,10 +38,24 @@ def part_name(index: int) -> str:
 
 def write_part(table: pa.Table, directory: Path, index: int) -> Path:
     """Write ``table`` as the directory's part ``index``, whole or not at all."""
+    return write_groups([table], table.schema, directory, index)
+
+
+def write_groups(
+    groups: Iterable[pa.Table], schema: pa.Schema, directory: Path, index: int
+) -> Path:
+    """Write each table of ``groups`` as one row group of the directory's part ``index``, in
+    order, whole or not at all (no group: a part of no rows)."""
     final = directory / part_name(index)
     hidden = directory / f".{final.name}.{uuid.uuid4().hex}"
     try:
-        pq.write_table(table, hidden, use_dictionary=dictionary_columns(table.schema))
+        with pq.ParquetWriter(hidden, schema, use_dictionary=dictionary_columns(schema)) as writer:
+            wrote = False
+            for group in groups:
+                writer.write_table(group, row_group_size=max(1, group.num_rows))
+                wrote = True
+            if not wrote:
+                writer.write_table(schema.empty_table())
         os.replace(hidden, final)
     finally:
         hidden.unlink(missing_ok=True)

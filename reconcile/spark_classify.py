@@ -1,12 +1,13 @@
 """The Spark engine's classification: the in-process classification, one bucket of ids a task.
 
-    scan parts of the segments ─┐
-    inputs/acks' parts ─────────┼─► map tasks: each row to its id's bucket (id_buckets.py),
+    scan parts of the segments ─┬─► map tasks: each row to its id's bucket (id_buckets.py),
     the outbox export ──────────┘   a bucket's rows as one Arrow IPC value
         ─► Spark's shuffle, bucket b to partition b
-        ─► a task a bucket: in_process/classify.py over the bucket's rows, written as
-           ``details/messages``' part b (parquet_parts.py); its counts per (topic, bucket),
-           drill-down candidates and slave copies handed back to the driver
+    inputs/acks' parts, a row group a bucket (ledgers.py) ─┐
+        ─► a task a bucket: in_process/classify.py over the bucket's rows and its row groups of
+           ``inputs/acks``, written as ``details/messages``' part b (parquet_parts.py); its
+           counts per (topic, bucket), drill-down candidates and slave copies handed back to
+           the driver
 
 A bucket holds every row of each of its ids, so classifying the buckets apart classifies the
 whole: the same code as the in-process engine, on a share of the ids small enough for a task's
@@ -39,15 +40,16 @@ from reconcile.input_formats import OUTBOX_ARROW_SCHEMA
 from reconcile.parquet_parts import write_part
 from reconcile.segment_scan import Segment, SegmentStats
 
-# Input bytes (segments, ledgers, the outbox) a bucket of ids gets: about 120k records of 1 KiB
-# bodies with their ledger lines, whose classification holds some 200 MB in a task.
-BUCKET_INPUT_BYTES = 128 * 1024 * 1024
+# Input bytes (segments, ledgers, the outbox) a bucket of ids gets: about 240k records of 1 KiB
+# bodies with their ledger lines. At 10M records (54 buckets) a Python worker's anonymous memory
+# peaked at 452 MB; 108 buckets took 12 % longer, 27 no less time than 54 (docs/benchmarks.md).
+BUCKET_INPUT_BYTES = 256 * 1024 * 1024
 # At least this many buckets a core, so that no core waits long for the last.
 BUCKETS_PER_CORE = 4
 # Rows a map task gathers before it cuts them into buckets: its memory, and the size of the
 # values it hands the shuffle (fewer, larger values cost less to move).
 MAP_ROWS_MAX = 1_000_000
-KIND_LOG, KIND_ACKS, KIND_OUTBOX = 0, 1, 2
+KIND_LOG, KIND_OUTBOX = 0, 2
 ACKS_CLASSIFIED_SCHEMA = pa.schema(
     [
         pa.field(name, kind)
@@ -61,7 +63,7 @@ ACKS_CLASSIFIED_SCHEMA = pa.schema(
 OUTBOX_SCHEMA = pa.schema(
     [*(f.with_nullable(True) for f in OUTBOX_ARROW_SCHEMA), pa.field("malformed", pa.bool_())]
 )
-_SCHEMAS = {KIND_LOG: RECORDS_SCHEMA, KIND_ACKS: ACKS_CLASSIFIED_SCHEMA, KIND_OUTBOX: OUTBOX_SCHEMA}
+_SCHEMAS = {KIND_LOG: RECORDS_SCHEMA, KIND_OUTBOX: OUTBOX_SCHEMA}
 Unit = tuple[Any, ...]  # (kind, ...) : what one map task reads
 
 
@@ -74,7 +76,8 @@ class Classification:
     scope: tuple[str, ...]
     bucket_ms: int
     fold_copies: bool
-    with_ledgers: bool
+    # inputs/acks' parts and the row group of each bucket in them (-1: none); None: no ledgers
+    ack_parts: tuple[tuple[str, tuple[int, ...]], ...] | None
     ids_max: int
     batch_records_max: int
 
@@ -87,6 +90,7 @@ class Classified:
     cells: pa.Table  # figures.cells of every bucket, concatenated
     candidates: pa.Table  # figures.drill_candidates of every bucket, concatenated
     folded_copies: int
+    timed_messages: int  # messages with a delivery latency
 
 
 def bucket_count(input_bytes: int, cores: int, asked: int | None) -> int:
@@ -101,11 +105,10 @@ def units(
     segments: list[Segment],
     part_bytes_max: int,
     whole: frozenset[tuple[int, int]],
-    ack_parts: list[Path],
     outbox: Path,
 ) -> list[Unit]:
     """The map tasks' inputs: each part of each segment (the segments in ``whole`` in one
-    part), each part of inputs/acks, the outbox export."""
+    part), the outbox export."""
     found: list[Unit] = [
         (KIND_LOG, str(s.path), s.file_from_offset, s.source, start, end)
         for s in segments
@@ -113,7 +116,6 @@ def units(
             [(0, None)] if (s.source, s.file_from_offset) in whole else parts(s, part_bytes_max)
         )
     ]
-    found += [(KIND_ACKS, str(p)) for p in ack_parts]
     found.append((KIND_OUTBOX, str(outbox)))
     return found
 
@@ -134,6 +136,7 @@ def run(
         cells=pa.concat_tables([pa.ipc.open_stream(f[1]).read_all() for f in found]),
         candidates=pa.concat_tables([pa.ipc.open_stream(f[2]).read_all() for f in found]),
         folded_copies=sum(f[3] for f in found),
+        timed_messages=sum(f[4] for f in found),
     )
 
 
@@ -173,13 +176,6 @@ def _map_unit(
         yield from _bucketed(KIND_LOG, _gathered(batches, RECORDS_SCHEMA), job.buckets)
         # After the part's last record: the stats are complete only once the scan has ended.
         scan_stats.add({(source, from_offset, part_from): asdict(found)})
-    elif kind == KIND_ACKS:
-        for batch in pq.ParquetFile(unit[1]).iter_batches(
-            MAP_ROWS_MAX, columns=ACKS_CLASSIFIED_SCHEMA.names
-        ):
-            good = batch.filter(pc.invert(batch.column("malformed")))
-            table = pa.Table.from_batches([good]).cast(ACKS_CLASSIFIED_SCHEMA)
-            yield from _bucketed(KIND_ACKS, table, job.buckets)
     else:
         entries = read_outbox(Path(unit[1]))
         outbox_stats.add({(-1, 0, 0): figures.outbox_stats(entries)})
@@ -211,9 +207,10 @@ def _bucketed(
 
 def _classify_bucket(
     job: Classification, bucket: int, rows: Iterator[tuple[int, tuple[int, bytes]]]
-) -> Iterator[tuple[int, bytes, bytes, int]]:
+) -> Iterator[tuple[int, bytes, bytes, int, int]]:
     """A reduce task: the bucket's ids classified and written as part ``bucket``; its message
-    count, cells (IPC), drill-down candidates (IPC) and slave copies."""
+    count, cells (IPC), drill-down candidates (IPC), slave copies and messages with a delivery
+    latency."""
     payloads: dict[int, list[bytes]] = {kind: [] for kind in _SCHEMAS}
     for found_bucket, (kind, payload) in rows:
         assert found_bucket == bucket, f"bucket {found_bucket} in partition {bucket}"
@@ -221,7 +218,7 @@ def _classify_bucket(
     inputs = {kind: from_ipc(payloads[kind], schema) for kind, schema in _SCHEMAS.items()}
     classified = classify(
         inputs[KIND_LOG],
-        inputs[KIND_ACKS] if job.with_ledgers else None,
+        _acks(job.ack_parts, bucket) if job.ack_parts is not None else None,
         inputs[KIND_OUTBOX],
         list(job.scope),
         job.bucket_ms,
@@ -234,4 +231,17 @@ def _classify_bucket(
         to_ipc(figures.cells(classified)),
         to_ipc(figures.drill_candidates(classified, job.ids_max)),
         folded,
+        classified.num_rows - classified["delivery_latency_ms"].null_count,
     )
+
+
+def _acks(parts: tuple[tuple[str, tuple[int, ...]], ...], bucket: int) -> pa.Table:
+    """The bucket's ledger lines: its row group of each part of inputs/acks."""
+    tables = [
+        pq.ParquetFile(path).read_row_group(groups[bucket], ACKS_CLASSIFIED_SCHEMA.names)
+        for path, groups in parts
+        if groups[bucket] >= 0
+    ]
+    if not tables:
+        return ACKS_CLASSIFIED_SCHEMA.empty_table()
+    return pa.concat_tables(tables).cast(ACKS_CLASSIFIED_SCHEMA)

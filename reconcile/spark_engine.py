@@ -1,13 +1,14 @@
 """The Spark engine: the reconciliation as Spark jobs, for any size, locally or on a cluster.
 
-    ledgers (JSON lines; a task a byte range, Arrow's reader) ─► inputs/acks (Parquet parts),
-        the ledgers' statistics and scope ─► the driver
+    ledgers (JSON lines; a task a byte range, Arrow's reader) ─► inputs/acks (Parquet parts,
+        a row group a bucket of ids), the ledgers' statistics and scope ─► the driver
     segments of every commitlog (driver lists names, cuts them in parts) ─┐
-    inputs/acks' parts ───────────────────────────────────────────────────┼─► spark_classify.py:
-    outbox export (JSON lines or Parquet) ────────────────────────────────┘   ids in buckets,
-        a task a bucket ─► details/messages (Parquet, one row per message id with its outcome)
+    outbox export (JSON lines or Parquet) ────────────────────────────────┴─► spark_classify.py:
+        rows into buckets of ids (Spark's shuffle); a task a bucket, with the bucket's row
+        groups of inputs/acks ─► details/messages (Parquet, a row per id with its outcome)
         ─► the buckets' counts and drill-down candidates ─► Found (summary_document.py)
-    details/messages ─► the delivery latency (one Spark aggregation, summary.py)
+    details/messages ─► the delivery latency (one Spark aggregation, spark_latency.py; none
+        when no message has one)
 
 Nothing per message reaches the driver: it collects the inputs' statistics, the segments' scan
 counts (an accumulator), the counts per (topic, time bucket), drill-down candidates (at most a
@@ -17,17 +18,20 @@ locally and on a cluster.
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from pyspark.sql import SparkSession
 
 from reconcile import spark_classify
 from reconcile.commitlog_source import part_bytes, segment_stats, stats_accumulator
 from reconcile.commitlog_sources import CommitlogSource
 from reconcile.config import ENGINE_SPARK, JobConfig
-from reconcile.figures import no_ledger, summarise_ledger
+from reconcile.figures import latency_document, no_ledger, summarise_ledger
 from reconcile.in_process import figures
-from reconcile.ledgers import ParsedLedgers, parse_ledgers
+from reconcile.ledgers import parse_ledgers
 from reconcile.parquet_parts import emptied, write_part
-from reconcile.segment_scan import SegmentStats
+from reconcile.segment_scan import Segment, SegmentStats
+from reconcile.spark_classify import Classification
 from reconcile.spark_latency import latency_summary
 from reconcile.summary_document import Found, Phases, split_scope
 
@@ -35,18 +39,36 @@ from reconcile.summary_document import Found, Phases, split_scope
 def reconcile(spark: SparkSession, config: JobConfig, sources: list[CommitlogSource]) -> Found:
     phase = Phases()
     details = config.out_dir / "details"
+    sc = spark.sparkContext
+    segments = [segment for source in sources for segment in source.segments]
+    input_bytes = sum(s.size_bytes for s in segments) + sum(
+        p.stat().st_size for p in config.ledgers
+    )
+    buckets = spark_classify.bucket_count(
+        input_bytes, sc.defaultParallelism, config.spark.shuffle_partitions
+    )
     parsed = None
     if config.ledgers:
         with phase("ledger_parse"):
             parsed = parse_ledgers(
                 spark, config.ledgers, config.out_dir / "inputs" / "acks",
-                config.drill_down_ids_max,
+                config.drill_down_ids_max, buckets,
             )  # fmt: skip
     ledger, scope = split_scope(summarise_ledger(parsed.rows) if parsed else no_ledger())
     messages_path = details / "messages"
     fold_copies = len(sources) > 1
+    job = spark_classify.Classification(
+        messages_dir=str(messages_path),
+        buckets=buckets,
+        scope=tuple(scope),
+        bucket_ms=config.bucket_ms,
+        fold_copies=fold_copies,
+        ack_parts=tuple((str(p), g) for p, g in parsed.parts) if parsed else None,
+        ids_max=config.drill_down_ids_max,
+        batch_records_max=config.scan_batch_records_max,
+    )
     with phase("scan_classify_write"):
-        scanned, outbox, classified = _classify(spark, config, sources, parsed, scope)
+        scanned, outbox, classified = _classify(spark, config, segments, job)
     limit = config.summary_rows_max
     counts_path = details / "counts"
     with phase("counts"):
@@ -55,7 +77,12 @@ def reconcile(spark: SparkSession, config: JobConfig, sources: list[CommitlogSou
         total, per_topic, per_bucket, per_topic_bucket = figures.levels(counts, limit)
     with phase("latency"):
         # Every later figure is read back from the written table: the scan ran once, above.
-        latency = latency_summary(spark.read.parquet(str(messages_path)), limit)
+        latency = (
+            latency_summary(spark.read.parquet(str(messages_path)), limit)
+            if classified.timed_messages
+            # No message was delivered late (nothing spooled): no Spark job to learn so.
+            else latency_document([], {})
+        )
     with phase("drill_down"):
         malformed = parsed.malformed if parsed and ledger["malformed"] else None
         drill_down = figures.drill_down(classified.candidates, malformed, config.drill_down_ids_max)
@@ -79,11 +106,7 @@ def reconcile(spark: SparkSession, config: JobConfig, sources: list[CommitlogSou
 
 
 def _classify(
-    spark: SparkSession,
-    config: JobConfig,
-    sources: list[CommitlogSource],
-    parsed: ParsedLedgers | None,
-    scope: list[str],
+    spark: SparkSession, config: JobConfig, segments: list[Segment], job: Classification
 ) -> tuple[list[SegmentStats], dict[str, int], spark_classify.Classified]:
     """Scan, classify and write ``details/messages``; what each segment's scan found, the
     outbox's statistics and the buckets' findings.
@@ -92,27 +115,12 @@ def _classify(
     an earlier part of its segment stopped at, the whole is done again with those segments
     scanned whole: rare (a damaged record whose size is intact), and then correct."""
     sc = spark.sparkContext
-    segments = [segment for source in sources for segment in source.segments]
-    ack_parts = parsed.parts if parsed else []
-    input_bytes = sum(s.size_bytes for s in segments) + sum(p.stat().st_size for p in ack_parts)
-    job = spark_classify.Classification(
-        messages_dir=str(config.out_dir / "details" / "messages"),
-        buckets=spark_classify.bucket_count(
-            input_bytes, sc.defaultParallelism, config.spark.shuffle_partitions
-        ),
-        scope=tuple(scope),
-        bucket_ms=config.bucket_ms,
-        fold_copies=len(sources) > 1,
-        with_ledgers=parsed is not None,
-        ids_max=config.drill_down_ids_max,
-        batch_records_max=config.scan_batch_records_max,
-    )
     whole: frozenset[tuple[int, int]] = frozenset()
     part_bytes_max = part_bytes(segments, sc.defaultParallelism)
     for _ in range(2):
         scan_stats, outbox_stats = stats_accumulator(spark), stats_accumulator(spark)
-        units = spark_classify.units(segments, part_bytes_max, whole, ack_parts, config.outbox)
-        emptied(config.out_dir / "details" / "messages")
+        units = spark_classify.units(segments, part_bytes_max, whole, config.outbox)
+        emptied(Path(job.messages_dir))
         classified = spark_classify.run(sc, job, units, scan_stats, outbox_stats)
         merged = segment_stats(scan_stats.value)
         if not merged.rescan:
@@ -120,3 +128,11 @@ def _classify(
             return merged.segments, outbox, classified
         whole = frozenset(merged.rescan)
     raise AssertionError(f"segments {sorted(whole)} read past damage though scanned whole")
+
+
+def _size_bytes(path: Path) -> int:
+    """A ledger's size; 0 when it cannot be read (its parse then says why)."""
+    try:
+        return path.stat().st_size
+    except OSError:
+        return 0

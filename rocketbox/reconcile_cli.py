@@ -135,7 +135,7 @@ def _spark_conf(
     default=None,
     type=click.IntRange(min=1),
     help="The Spark engine's buckets of message ids, a task each (and "
-    "spark.sql.shuffle.partitions) [default: one per 128 MiB of input, at least 4 a core]",
+    "spark.sql.shuffle.partitions) [default: one per 256 MiB of input, at least 4 a core]",
 )
 @click.option(
     "--conf",

@@ -7,7 +7,8 @@ copies, a torn tail and a torn ledger line):
   per bucket, per topic and bucket, delivery latency, the commitlog's scan, the ledgers, the
   outbox, the drill-down), and its ``details/messages`` holds the same rows, column for column;
   with the JSON lines export, the Parquet one, and no ledger; with the Spark engine's ids in its
-  default buckets, in one bucket, and in 97 (some empty);
+  default buckets, in one bucket, and in 97 (some empty); both write every ledger line to
+  ``inputs/acks`` once;
 - ledger and outbox lines Spark's permissive reader calls malformed (not JSON, a field of the
   wrong type, an unknown state, no id) are malformed in process too, with the same text kept;
 - ``auto`` runs in process below its record limit and hands over to Spark above it, with the same
@@ -68,6 +69,11 @@ def what_was_found(summary: dict[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in summary.items() if k not in _HOW_IT_RAN}
 
 
+def ack_rows(out: Path) -> list[dict[str, Any]]:
+    rows = pq.read_table(out / "inputs" / "acks").to_pylist()
+    return sorted(rows, key=lambda r: json.dumps(r, sort_keys=True))
+
+
 def detail_rows(summary: dict[str, Any]) -> list[dict[str, Any]]:
     rows = pq.read_table(summary["details"]["messages"]).to_pylist()
     return sorted(rows, key=lambda r: r["message_id"])
@@ -95,6 +101,8 @@ def test_both_engines_find_the_same(
     assert what_was_found(local) == what_was_found(with_spark)
     assert detail_rows(local) == detail_rows(with_spark)
     if inputs != "no ledger":
+        # inputs/acks: every ledger line once in both (Spark's parts hold a row group a bucket).
+        assert ack_rows(tmp_path / "local") == ack_rows(tmp_path / "spark")
         assert local["totals"] == counts(plants.plants)
         assert local["drill_down"]["malformed_ledger_lines"]
     assert local["delivery_latency"]["messages"] == 10
