@@ -156,9 +156,9 @@ def time_scan(spark: SparkSession, store: Path) -> float:
         segments, part_bytes(segments, sc.defaultParallelism), frozenset(), Path()
     )
     logs = [u for u in units if u[0] == spark_classify.KIND_LOG]
-    stats = (stats_accumulator(spark), stats_accumulator(spark))
+    stats = spark_classify.InputStats(stats_accumulator(spark), stats_accumulator(spark))
     began = time.perf_counter()
-    spark_classify.mapped(sc, job, logs, *stats).count()
+    spark_classify.mapped(sc, job, logs, stats).count()
     return time.perf_counter() - began
 
 

@@ -120,16 +120,18 @@ def units(
     return found
 
 
-def run(
-    sc: SparkContext,
-    job: Classification,
-    inputs: list[Unit],
-    scan_stats: Accumulator[dict[StatsKey, dict[str, Any]]],
-    outbox_stats: Accumulator[dict[StatsKey, dict[str, Any]]],
-) -> Classified:
+@dataclass(frozen=True, slots=True)
+class InputStats:
+    """Where the map tasks report what they read (commitlog_source.stats_accumulator's)."""
+
+    scan: Accumulator[dict[StatsKey, dict[str, Any]]]  # per part of a segment
+    outbox: Accumulator[dict[StatsKey, dict[str, Any]]]  # the outbox's figures.outbox_stats
+
+
+def run(sc: SparkContext, job: Classification, inputs: list[Unit], stats: InputStats) -> Classified:
     """Classify every id of ``inputs`` into ``job.messages_dir`` (emptied by the caller)."""
     # A bucket's number is its partition's: partitionBy takes the function's value modulo.
-    shuffled = mapped(sc, job, inputs, scan_stats, outbox_stats).partitionBy(job.buckets, _identity)
+    shuffled = mapped(sc, job, inputs, stats).partitionBy(job.buckets, _identity)
     found = shuffled.mapPartitionsWithIndex(functools.partial(_classify_bucket, job)).collect()
     return Classified(
         messages=sum(f[0] for f in found),
@@ -141,17 +143,11 @@ def run(
 
 
 def mapped(
-    sc: SparkContext,
-    job: Classification,
-    inputs: list[Unit],
-    scan_stats: Accumulator[dict[StatsKey, dict[str, Any]]],
-    outbox_stats: Accumulator[dict[StatsKey, dict[str, Any]]],
+    sc: SparkContext, job: Classification, inputs: list[Unit], stats: InputStats
 ) -> RDD[tuple[int, tuple[int, bytes]]]:
     """The map stage: every unit's rows as (bucket, (kind, IPC of the bucket's rows)), a task
     a unit."""
-    return sc.parallelize(inputs, len(inputs)).flatMap(
-        functools.partial(_map_unit, job, scan_stats, outbox_stats)
-    )
+    return sc.parallelize(inputs, len(inputs)).flatMap(functools.partial(_map_unit, job, stats))
 
 
 def _identity(bucket: int) -> int:
@@ -159,10 +155,7 @@ def _identity(bucket: int) -> int:
 
 
 def _map_unit(
-    job: Classification,
-    scan_stats: Accumulator[dict[StatsKey, dict[str, Any]]],
-    outbox_stats: Accumulator[dict[StatsKey, dict[str, Any]]],
-    unit: Unit,
+    job: Classification, stats: InputStats, unit: Unit
 ) -> Iterator[tuple[int, tuple[int, bytes]]]:
     """A map task: the unit's rows as (bucket, (kind, IPC of the bucket's rows))."""
     kind = unit[0]
@@ -175,10 +168,10 @@ def _map_unit(
         )
         yield from _bucketed(KIND_LOG, _gathered(batches, RECORDS_SCHEMA), job.buckets)
         # After the part's last record: the stats are complete only once the scan has ended.
-        scan_stats.add({(source, from_offset, part_from): asdict(found)})
+        stats.scan.add({(source, from_offset, part_from): asdict(found)})
     else:
         entries = read_outbox(Path(unit[1]))
-        outbox_stats.add({(-1, 0, 0): figures.outbox_stats(entries)})
+        stats.outbox.add({(-1, 0, 0): figures.outbox_stats(entries)})
         good = entries.filter(pc.invert(entries["malformed"])).cast(OUTBOX_SCHEMA)
         yield from _bucketed(KIND_OUTBOX, good, job.buckets)
 

@@ -31,7 +31,7 @@ from reconcile.in_process import figures
 from reconcile.ledgers import parse_ledgers
 from reconcile.parquet_parts import emptied, write_part
 from reconcile.segment_scan import Segment, SegmentStats
-from reconcile.spark_classify import Classification
+from reconcile.spark_classify import Classification, InputStats
 from reconcile.spark_latency import latency_summary
 from reconcile.summary_document import Found, Phases, split_scope
 
@@ -118,13 +118,13 @@ def _classify(
     whole: frozenset[tuple[int, int]] = frozenset()
     part_bytes_max = part_bytes(segments, sc.defaultParallelism)
     for _ in range(2):
-        scan_stats, outbox_stats = stats_accumulator(spark), stats_accumulator(spark)
+        stats = InputStats(stats_accumulator(spark), stats_accumulator(spark))
         units = spark_classify.units(segments, part_bytes_max, whole, config.outbox)
         emptied(Path(job.messages_dir))
-        classified = spark_classify.run(sc, job, units, scan_stats, outbox_stats)
-        merged = segment_stats(scan_stats.value)
+        classified = spark_classify.run(sc, job, units, stats)
+        merged = segment_stats(stats.scan.value)
         if not merged.rescan:
-            (outbox,) = outbox_stats.value.values()
+            (outbox,) = stats.outbox.value.values()
             return merged.segments, outbox, classified
         whole = frozenset(merged.rescan)
     raise AssertionError(f"segments {sorted(whole)} read past damage though scanned whole")
