@@ -2,9 +2,11 @@
 
 Every row of every input (a record, a ledger line, an outbox entry) goes to the bucket of its
 message id, so one bucket holds all the evidence of each of its ids and is classified alone
-(spark_classify.py). The bucket is a hash of the id's last ``HASH_TAIL_BYTES`` bytes and its
-length, computed over whole Arrow columns with numpy: no Python per row, and the same on every
-machine and in every process (Python's ``hash`` of a string is salted per process).
+(spark_classify.py). The bucket is a hash of the id's last ``HASH_TAIL_BYTES`` bytes (the whole
+of any id the clients make) and its length, computed over whole Arrow columns with numpy: no
+Python per row, and the same on every machine and in every process (Python's ``hash`` of a
+string is salted per process). Every byte counts: ids an application makes may share a long
+suffix or prefix (a host name, a topic), and one bucket must not get them all.
 
 A bucket's rows cross Spark's shuffle as one Arrow IPC stream (bytes): Spark moves a few large
 opaque values instead of converting every row to its own format and back.
@@ -18,12 +20,11 @@ import numpy as np
 import numpy.typing as npt
 import pyarrow as pa
 
-# The id's bytes the hash reads, from its end: an id's end changes fastest (RocketMQ's ids and
-# the sidecar's end in a time and a sequence number). Two 64-bit words, read at once per row.
-HASH_TAIL_BYTES = 16
-# Rows hashed at once: the block's gathered bytes and indices (about 100 B a row) stay small.
-HASH_BLOCK_ROWS = 262_144
-_TAIL = np.arange(HASH_TAIL_BYTES, 0, -1, dtype=np.int64)
+# The id's bytes the hash reads, from its end, as 64-bit words: RocketMQ's ids and the sidecar's
+# are 32 or 34 characters, and an id an application makes rarely shares 64 bytes with all others.
+HASH_TAIL_BYTES = 64
+# Rows hashed at once: the block's gathered bytes and indices (up to 576 B a row) stay small.
+HASH_BLOCK_ROWS = 65_536
 _K1 = np.uint64(0x9E3779B97F4A7C15)
 _K2 = np.uint64(0xC2B2AE3D27D4EB4F)
 _MIX = np.uint64(0xFF51AFD7ED558CCD)
@@ -54,24 +55,29 @@ def bucket_of(ids: pa.Array | pa.ChunkedArray, buckets: int) -> npt.NDArray[np.i
 def _hashed(
     data: npt.NDArray[np.uint8], starts: npt.NDArray[np.int64], ends: npt.NDArray[np.int64]
 ) -> npt.NDArray[np.uint64]:
-    """A 64-bit hash of each id's last HASH_TAIL_BYTES bytes (zeros before a shorter id's start)
-    and its length."""
+    """A 64-bit hash of each id's length and last HASH_TAIL_BYTES bytes (zeros before a shorter
+    id's start), read as 64-bit words."""
     lengths = ends - starts
-    length = int(lengths[0])
-    if length >= HASH_TAIL_BYTES and (lengths == length).all():
+    longest = int(lengths.max())
+    # Always the same width, whatever the ids beside: an id's hash must not depend on them.
+    width = HASH_TAIL_BYTES
+    if (lengths == longest).all():
         # Ids of one length (one producer's, usually) lie as the rows of a matrix: their tails
         # are a slice of it, without a gather.
-        matrix = data[int(starts[0]) : int(ends[-1])].reshape(len(starts), length)
-        tail = matrix[:, length - HASH_TAIL_BYTES :]
+        matrix = data[int(starts[0]) : int(ends[-1])].reshape(len(starts), longest)
+        kept = min(width, longest)
+        tail = np.zeros((len(starts), width), np.uint8)
+        tail[:, width - kept :] = matrix[:, longest - kept :]
     else:
-        at = ends[:, None] - _TAIL
+        at = ends[:, None] - np.arange(width, 0, -1, dtype=np.int64)
         tail = data[np.maximum(at, 0)]
         tail[at < starts[:, None]] = 0
-    words = np.ascontiguousarray(tail).view(np.uint64)
+    words = tail.view(np.uint64)
     with np.errstate(over="ignore"):
-        hashed = words[:, 0] * _K1
-        hashed ^= (words[:, 1] * _K2) >> np.uint64(7) | (words[:, 1] * _K2) << np.uint64(57)
-        hashed ^= lengths.astype(np.uint64) * _MIX
+        hashed = lengths.astype(np.uint64) * _MIX
+        for column in range(words.shape[1]):
+            hashed ^= words[:, column] * _K1
+            hashed = (hashed << np.uint64(31) | hashed >> np.uint64(33)) * _K2
         # A finaliser (MurmurHash3's) so that every bit of the hash moves the bucket.
         hashed ^= hashed >> np.uint64(33)
         hashed *= _MIX

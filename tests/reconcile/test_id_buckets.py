@@ -5,14 +5,18 @@ Proves, with hypothesis over arbitrary ids (empty, short, long, non-ASCII, null)
   the array being a slice, a chunked array or a string array of another layout;
 - ``split`` hands back every row once, each in its id's bucket, in bucket order;
 - Arrow IPC carries a bucket's rows unchanged, and no payload gives the schema's empty table;
-and, on a million ids in the sidecar's format (one producer's: alike but for a counter), that
-64 buckets are filled evenly (each within 5 % of the mean).
+and that 64 buckets are filled evenly (each within 5 % of the mean) by a million ids in the
+sidecar's format (one producer's: alike but for a counter) and by a million ids an application
+made alike but for a number at their start (a long suffix in common, lengths that differ).
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import numpy as np
 import pyarrow as pa
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -62,8 +66,13 @@ def test_ipc_carries_rows_unchanged(ids: list[str | None]) -> None:
     assert from_ipc([], table.schema).equals(table.schema.empty_table())
 
 
-def test_one_producers_ids_fill_the_buckets_evenly() -> None:
-    ids = pa.array([bulk_message_id(i) for i in range(1_000_000)], pa.string())
+@pytest.mark.parametrize(
+    "make_id",
+    [bulk_message_id, lambda i: f"{i}@orders-service.prod.example.internal:8080/producer"],
+    ids=["sidecar", "shared suffix"],
+)
+def test_ids_alike_fill_the_buckets_evenly(make_id: Callable[[int], str]) -> None:
+    ids = pa.array([make_id(i) for i in range(1_000_000)], pa.string())
     per_bucket = np.bincount(bucket_of(ids, 64), minlength=64)
     mean = len(ids) / 64
     assert per_bucket.min() >= 0.95 * mean, per_bucket.tolist()
