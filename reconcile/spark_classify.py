@@ -43,6 +43,8 @@ from reconcile.segment_scan import Segment, SegmentStats
 # Input bytes (segments, ledgers, the outbox) a bucket of ids gets: about 240k records of 1 KiB
 # bodies with their ledger lines. At 10M records (54 buckets) a Python worker's anonymous memory
 # peaked at 452 MB; 108 buckets took 12 % longer, 27 no less time than 54 (docs/benchmarks.md).
+# Sized by bytes, as the records are not counted before the scan: a log of small messages puts
+# more ids in a bucket (bodies of 100 B: about a million; --shuffle-partitions sets more buckets).
 BUCKET_INPUT_BYTES = 256 * 1024 * 1024
 # At least this many buckets a core, so that no core waits long for the last.
 BUCKETS_PER_CORE = 4
