@@ -88,7 +88,7 @@ def reconcile(spark: SparkSession, config: JobConfig, sources: list[CommitlogSou
         drill_down = figures.drill_down(classified.candidates, malformed, config.drill_down_ids_max)
     return Found(
         engine=ENGINE_SPARK,
-        where={"master": spark.sparkContext.master},
+        where={"master": spark.sparkContext.master, "id_buckets": buckets},
         segments=scanned,
         ledger=ledger,
         scope=scope,

@@ -174,6 +174,7 @@ def test_auto_runs_in_process_below_its_limit_and_spark_above(
     assert small["inputs"]["records_max"] == IN_PROCESS_RECORDS_MAX_DEFAULT
     assert big["engine"] == ENGINE_SPARK
     assert big["inputs"]["master"] == "local[2]"
+    assert big["inputs"]["id_buckets"] == 8  # 4 a core: the planted data is far below 256 MiB
     assert what_was_found(small) == what_was_found(big)
     assert said[0] == (
         "the commitlog holds more than 10 records, the in-process engine's limit: starting Spark"
