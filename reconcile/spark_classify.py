@@ -51,7 +51,7 @@ BUCKETS_PER_CORE = 4
 # Rows a map task gathers before it cuts them into buckets: its memory, and the size of the
 # values it hands the shuffle (fewer, larger values cost less to move).
 MAP_ROWS_MAX = 1_000_000
-KIND_LOG, KIND_OUTBOX = 0, 2
+KIND_LOG, KIND_OUTBOX = 0, 1
 ACKS_CLASSIFIED_SCHEMA = pa.schema(
     [
         pa.field(name, kind)
