@@ -31,7 +31,7 @@ from reconcile.id_buckets import from_ipc, split, to_ipc
 from reconcile.in_process.figures import ledger_rows
 from reconcile.in_process.inputs import line_end_after
 from reconcile.in_process.inputs import read_ledgers as read_ledger_range
-from reconcile.input_formats import LEDGER_ARROW_SCHEMA, check_ledgers
+from reconcile.input_formats import LEDGER_ARROW_SCHEMA
 from reconcile.parquet_parts import emptied, write_groups
 from reconcile.summary_document import SCOPE_TOPICS_MAX
 
@@ -77,7 +77,6 @@ def parse_ledgers(
     the cores); their statistics and first malformed lines. A part holds a row group a bucket
     of message ids (id_buckets.py, of ``buckets``), in bucket order: the classification's task
     of a bucket reads its row groups, and the lines never cross Spark's shuffle."""
-    check_ledgers(paths)
     part_bytes_max = part_bytes or _part_bytes(paths, spark.sparkContext.defaultParallelism)
     ranges = [(str(p), start, end) for p in paths for start, end in line_ranges(p, part_bytes_max)]
     emptied(out)

@@ -36,6 +36,11 @@ def part_name(index: int) -> str:
     return f"part-{index:05d}.parquet"
 
 
+def write_directory(table: pa.Table, directory: Path) -> Path:
+    """A Parquet directory of one part, ``table``, replaced whole (as Spark's overwrite does)."""
+    return write_part(table, emptied(directory), 0)
+
+
 def write_part(table: pa.Table, directory: Path, index: int) -> Path:
     """Write ``table`` as the directory's part ``index``, whole or not at all."""
     return write_groups([table], table.schema, directory, index)

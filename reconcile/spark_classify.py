@@ -37,10 +37,11 @@ from reconcile.in_process.classify import classify
 from reconcile.in_process.engine import RECORD_COLUMNS, RECORDS_SCHEMA
 from reconcile.in_process.inputs import read_outbox
 from reconcile.input_formats import OUTBOX_ARROW_SCHEMA
+from reconcile.ledgers import ACKS_ARROW_SCHEMA
 from reconcile.parquet_parts import write_part
 from reconcile.segment_scan import Segment, SegmentStats
 
-# Input bytes (segments, ledgers, the outbox) a bucket of ids gets: about 240k records of 1 KiB
+# Input bytes (segments and ledgers) a bucket of ids gets: about 240k records of 1 KiB
 # bodies with their ledger lines. At 10M records (54 buckets) a Python worker's anonymous memory
 # peaked at 452 MB; 108 buckets took 12 % longer, 27 no less time than 54 (docs/benchmarks.md).
 # Sized by bytes, as the records are not counted before the scan: a log of small messages puts
@@ -52,15 +53,13 @@ BUCKETS_PER_CORE = 4
 # values it hands the shuffle (fewer, larger values cost less to move).
 MAP_ROWS_MAX = 1_000_000
 KIND_LOG, KIND_OUTBOX = 0, 1
+# The columns of inputs/acks the classification reads.
 ACKS_CLASSIFIED_SCHEMA = pa.schema(
     [
-        pa.field(name, kind)
-        for name, kind in (
-            ("message_id", pa.string()), ("topic", pa.string()), ("state", pa.string()),
-            ("time_ms", pa.int64()), ("cause", pa.string()), ("malformed", pa.bool_()),
-        )
+        ACKS_ARROW_SCHEMA.field(name)
+        for name in ("message_id", "topic", "state", "time_ms", "cause", "malformed")
     ]
-)  # fmt: skip
+)
 # read_outbox's columns: the export's fields, any of which an entry may lack, and malformed.
 OUTBOX_SCHEMA = pa.schema(
     [*(f.with_nullable(True) for f in OUTBOX_ARROW_SCHEMA), pa.field("malformed", pa.bool_())]
@@ -175,7 +174,7 @@ def _map_unit(
         entries = read_outbox(Path(unit[1]))
         stats.outbox.add({(-1, 0, 0): figures.outbox_stats(entries)})
         good = entries.filter(pc.invert(entries["malformed"])).cast(OUTBOX_SCHEMA)
-        yield from _bucketed(KIND_OUTBOX, good, job.buckets)
+        yield from _bucketed(KIND_OUTBOX, [good], job.buckets)
 
 
 def _gathered(batches: Iterable[pa.RecordBatch], schema: pa.Schema) -> Iterator[pa.Table]:
@@ -193,9 +192,9 @@ def _gathered(batches: Iterable[pa.RecordBatch], schema: pa.Schema) -> Iterator[
 
 
 def _bucketed(
-    kind: int, tables: pa.Table | Iterable[pa.Table], buckets: int
+    kind: int, tables: Iterable[pa.Table], buckets: int
 ) -> Iterator[tuple[int, tuple[int, bytes]]]:
-    for table in [tables] if isinstance(tables, pa.Table) else tables:
+    for table in tables:
         for bucket, rows in split(table, buckets):
             yield bucket, (kind, to_ipc(rows))
 

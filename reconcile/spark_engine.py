@@ -29,7 +29,7 @@ from reconcile.config import ENGINE_SPARK, JobConfig
 from reconcile.figures import latency_document, no_ledger, summarise_ledger
 from reconcile.in_process import figures
 from reconcile.ledgers import parse_ledgers
-from reconcile.parquet_parts import emptied, write_part
+from reconcile.parquet_parts import emptied, write_directory
 from reconcile.segment_scan import Segment, SegmentStats
 from reconcile.spark_classify import Classification, InputStats
 from reconcile.spark_latency import latency_summary
@@ -73,7 +73,7 @@ def reconcile(spark: SparkSession, config: JobConfig, sources: list[CommitlogSou
     counts_path = details / "counts"
     with phase("counts"):
         counts = figures.roll_up(classified.cells)
-        write_part(counts, emptied(counts_path), 0)
+        write_directory(counts, counts_path)
         total, per_topic, per_bucket, per_topic_bucket = figures.levels(counts, limit)
     with phase("latency"):
         # Every later figure is read back from the written table: the scan ran once, above.
@@ -128,11 +128,3 @@ def _classify(
             return merged.segments, outbox, classified
         whole = frozenset(merged.rescan)
     raise AssertionError(f"segments {sorted(whole)} read past damage though scanned whole")
-
-
-def _size_bytes(path: Path) -> int:
-    """A ledger's size; 0 when it cannot be read (its parse then says why)."""
-    try:
-        return path.stat().st_size
-    except OSError:
-        return 0

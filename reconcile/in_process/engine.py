@@ -16,7 +16,6 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
@@ -28,7 +27,7 @@ from reconcile.figures import no_ledger, summarise_ledger
 from reconcile.in_process import figures
 from reconcile.in_process.classify import classify
 from reconcile.in_process.inputs import read_ledgers, read_outbox
-from reconcile.parquet_parts import emptied, write_part
+from reconcile.parquet_parts import write_directory
 from reconcile.segment_scan import COMMITLOG_ARROW_SCHEMA, SegmentStats, scan_segment
 from reconcile.summary_document import Found, Phases, split_scope
 
@@ -84,7 +83,7 @@ def find(
     details = config.out_dir / "details"
     acks = inputs.acks
     if acks is not None:
-        _write(acks, config.out_dir / "inputs" / "acks")
+        write_directory(acks, config.out_dir / "inputs" / "acks")
     ledger, scope = split_scope(
         summarise_ledger(figures.ledger_rows(acks)) if acks else no_ledger()
     )
@@ -92,11 +91,11 @@ def find(
         classified = classify(
             inputs.records, acks, inputs.outbox, scope, config.bucket_ms, fold_copies
         )
-        _write(classified, details / "messages")
+        write_directory(classified, details / "messages")
     limit = config.summary_rows_max
     with phase("counts"):
         counts = figures.counts(classified)
-        _write(counts, details / "counts")
+        write_directory(counts, details / "counts")
         total, per_topic, per_bucket, per_topic_bucket = figures.levels(counts, limit)
     with phase("latency"):
         latency = figures.latency(classified, limit)
@@ -154,8 +153,3 @@ def scan(
             said = time.monotonic()
             progress(f"scanned {n:,} of {len(segments):,} segments: {total:,} records")
     return pa.Table.from_batches(batches, RECORDS_SCHEMA), scanned
-
-
-def _write(table: pa.Table, directory: Path) -> None:
-    """A Parquet directory of one part, replaced whole (as Spark's overwrite does)."""
-    write_part(table, emptied(directory), 0)
