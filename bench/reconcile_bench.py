@@ -142,13 +142,13 @@ def time_scan(spark: SparkSession, store: Path) -> float:
     sc = spark.sparkContext
     job = spark_classify.Classification(
         messages_dir="",
+        acks_dir="",
         buckets=spark_classify.bucket_count(
             sum(s.size_bytes for s in segments), sc.defaultParallelism, None
         ),
-        scope=(),
         bucket_ms=BUCKET_MS_DEFAULT,
         fold_copies=False,
-        ack_parts=None,
+        ledgers=False,
         ids_max=DRILL_DOWN_IDS_MAX_DEFAULT,
         batch_records_max=SCAN_BATCH_RECORDS_MAX,
     )
@@ -156,7 +156,7 @@ def time_scan(spark: SparkSession, store: Path) -> float:
         segments, part_bytes(segments, sc.defaultParallelism), frozenset(), Path()
     )
     logs = [u for u in units if u[0] == spark_classify.KIND_LOG]
-    stats = spark_classify.InputStats(stats_accumulator(spark), stats_accumulator(spark))
+    stats = spark_classify.InputStats(*(stats_accumulator(spark) for _ in range(3)))
     began = time.perf_counter()
     spark_classify.mapped(sc, job, logs, stats).count()
     return time.perf_counter() - began

@@ -7,24 +7,23 @@ sidecars or load generators) are read as one.
 The lines are parsed by Arrow's JSON reader, as the in-process engine parses them
 (in_process/inputs.py's ``read_ledgers``, the one definition of a ledger line as read): each
 ledger is cut at line ends into byte ranges (on the driver, reading a few bytes at each cut; a
-range is a share of the cores' work, within bounds), and a task parses each. Its rules for a
+range is a share of the cores' work, within bounds), and a map task of the classification's
+stage parses each, beside the tasks that scan the segments (spark_classify.py). Its rules for a
 malformed line are Spark's permissive reader's (tests/reconcile/test_engines.py holds the two
 engines to it).
 
 The job parses the JSON once: each task writes its range's lines as a Parquet part of the job's
-``inputs/acks`` itself (parquet_parts.py), which the classification reads back, and hands the
-driver only its range's statistics and first malformed lines.
+``inputs/acks`` itself (parquet_parts.py), which the classification's tasks read back, and
+hands on only where its part's row groups are, its statistics and its first malformed lines.
 """
 
 from __future__ import annotations
 
-import functools
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
-from pyspark.sql import SparkSession
 
 from reconcile.errors import InputError
 from reconcile.id_buckets import from_ipc, split, to_ipc
@@ -32,7 +31,7 @@ from reconcile.in_process.figures import ledger_rows
 from reconcile.in_process.inputs import line_end_after
 from reconcile.in_process.inputs import read_ledgers as read_ledger_range
 from reconcile.input_formats import LEDGER_ARROW_SCHEMA
-from reconcile.parquet_parts import emptied, write_groups
+from reconcile.parquet_parts import write_groups
 from reconcile.summary_document import SCOPE_TOPICS_MAX
 
 # Bytes of a ledger one task parses: at most the MAX (about 400k lines), and at least the MIN
@@ -54,42 +53,62 @@ ACKS_ARROW_SCHEMA = pa.schema(
 )
 
 
+Range = tuple[int, str, int, int]  # (index, path, start, end): what one task parses
+
+
+@dataclass(frozen=True, slots=True)
+class ParsedRange:
+    """What a task that parsed one range hands on."""
+
+    part: str  # its part of inputs/acks
+    groups: tuple[int, ...]  # the part's row group of each id bucket (-1: none of its lines)
+    rows: list[dict[str, Any]]  # lines per (malformed, topic, state, ambiguous), bounded
+    malformed: bytes  # its first malformed lines (IPC, ACKS_ARROW_SCHEMA)
+
+    @property
+    def topics(self) -> tuple[str, ...]:
+        """The topics its well-formed lines name: its share of the scope."""
+        return tuple(sorted({r["topic"] for r in self.rows if not r["malformed"]}))
+
+
 @dataclass(slots=True)
 class ParsedLedgers:
-    # inputs/acks' parts, in the ledgers' order, each with the row group of every id bucket
-    # (-1: none of its lines are of that bucket)
-    parts: list[tuple[Path, tuple[int, ...]]]
     rows: list[dict[str, Any]]  # lines per (malformed, topic, state, ambiguous), per range
     malformed: pa.Table  # the first malformed lines (ACKS_ARROW_SCHEMA), at most ids_max
 
 
-def parse_ledgers(
-    spark: SparkSession,
-    paths: tuple[Path, ...],
-    out: Path,
-    malformed_max: int,
-    buckets: int,
-    part_bytes: int | None = None,
-) -> ParsedLedgers:
-    """Parse every line of every ledger into Parquet parts at ``out`` (ACKS_ARROW_SCHEMA: the
-    ledger columns, ``malformed``, ``line``, the text of a malformed line, cut, and ``source``,
-    the file as ``file:/abs/path``), one task a byte range of ``part_bytes`` (None: sized for
-    the cores); their statistics and first malformed lines. A part holds a row group a bucket
-    of message ids (id_buckets.py, of ``buckets``), in bucket order: the classification's task
-    of a bucket reads its row groups, and the lines never cross Spark's shuffle."""
-    part_bytes_max = part_bytes or _part_bytes(paths, spark.sparkContext.defaultParallelism)
+def ledger_ranges(
+    paths: tuple[Path, ...], cores: int, part_bytes: int | None = None
+) -> list[Range]:
+    """The ledgers cut at line ends into ranges of ``part_bytes`` (None: sized for the cores),
+    numbered in the ledgers' order."""
+    part_bytes_max = part_bytes or _part_bytes(paths, cores)
     ranges = [(str(p), start, end) for p in paths for start, end in line_ranges(p, part_bytes_max)]
-    emptied(out)
-    units = list(enumerate(ranges))
-    parse = functools.partial(_parse_range, str(out), malformed_max, buckets)
-    # One range per partition, so one task each.
-    found = spark.sparkContext.parallelize(units, len(units)).map(parse).collect()
-    found.sort(key=lambda f: f[0])
-    malformed = from_ipc([f[2] for f in found], ACKS_ARROW_SCHEMA).slice(0, malformed_max)
+    return [(index, *r) for index, r in enumerate(ranges)]
+
+
+def parse_range(out: Path, malformed_max: int, buckets: int, unit: Range) -> ParsedRange:
+    """A task: one byte range's lines written as part ``index`` of ``out``, a row group a
+    bucket of message ids (id_buckets.py, of ``buckets``) in bucket order, so that the
+    classification's task of a bucket reads its row groups and the lines never cross Spark's
+    shuffle; the range's statistics and first malformed lines."""
+    index, path, start, end = unit
+    table = read_ledger_range((Path(path),), ((start, end),)).cast(ACKS_ARROW_SCHEMA)
+    groups = [-1] * buckets
+    in_buckets = list(split(table, buckets))
+    for group, (bucket, _) in enumerate(in_buckets):
+        groups[bucket] = group
+    part = write_groups((rows for _, rows in in_buckets), ACKS_ARROW_SCHEMA, out, index)
+    malformed = table.filter(table["malformed"]).slice(0, malformed_max)
+    return ParsedRange(str(part), tuple(groups), _bounded(ledger_rows(table)), to_ipc(malformed))
+
+
+def parsed_ledgers(found: dict[int, ParsedRange], malformed_max: int) -> ParsedLedgers:
+    """The ranges' findings (by index) put together on the driver, in the ledgers' order."""
+    ordered = [found[index] for index in sorted(found)]
+    malformed = from_ipc([f.malformed for f in ordered], ACKS_ARROW_SCHEMA)
     return ParsedLedgers(
-        parts=[(out / name, groups) for _, _, _, name, groups in found],
-        rows=[row for f in found for row in f[1]],
-        malformed=malformed,
+        rows=[row for f in ordered for row in f.rows], malformed=malformed.slice(0, malformed_max)
     )
 
 
@@ -116,23 +135,6 @@ def line_ranges(path: Path, part_bytes_max: int) -> list[tuple[int, int]]:
         raise InputError(f"cannot read acknowledgement ledger {path}: {e}") from e
     ends = [*cuts[1:], size]
     return list(zip(cuts, ends, strict=True))
-
-
-def _parse_range(
-    out: str, malformed_max: int, buckets: int, unit: tuple[int, tuple[str, int, int]]
-) -> tuple[int, list[dict[str, Any]], bytes, str, tuple[int, ...]]:
-    """A task: one byte range's lines written as part ``index`` of ``out``, a row group a
-    bucket; the index, the range's statistics, its first malformed lines (IPC), the part's name
-    and the row group of each bucket."""
-    index, (path, start, end) = unit
-    table = read_ledger_range((Path(path),), ((start, end),)).cast(ACKS_ARROW_SCHEMA)
-    groups = [-1] * buckets
-    in_buckets = list(split(table, buckets))
-    for group, (bucket, _) in enumerate(in_buckets):
-        groups[bucket] = group
-    part = write_groups((rows for _, rows in in_buckets), ACKS_ARROW_SCHEMA, Path(out), index)
-    malformed = table.filter(table["malformed"]).slice(0, malformed_max)
-    return index, _bounded(ledger_rows(table)), to_ipc(malformed), part.name, tuple(groups)
 
 
 def _bounded(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:

@@ -1,8 +1,9 @@
 """The Spark session of the reconciliation, and the one place Spark's exceptions are translated.
 
 Locally (``local[*]``, ``local[N]``) the session is sized for one machine: 4 shuffle partitions
-per core, a 2 GiB driver (it is also the only executor), Python workers running this interpreter
-(which has pyarrow and this package), Spark's temporary files in a directory removed afterwards.
+per core, a 2 GiB driver (it is also the only executor) whose JIT compiles only what is hot,
+Python workers running this interpreter (which has pyarrow and this package), Spark's temporary
+files in a directory removed afterwards.
 Everywhere: no UI, no progress bars, Spark's logs at ERROR from the JVM's first line, times in
 UTC. On a cluster (any other master) the job ships ``reconcile/``, ``broker/store/codec/`` and
 ``outbox/``'s top-level modules to the executors, which may not have rocketbox installed; they
@@ -40,6 +41,12 @@ SHUFFLE_PARTITIONS_PER_CORE = 4
 LOCAL_DRIVER_MEMORY = "2g"
 JVM_STOP_DEADLINE_S = 30.0
 _DRIVER_JAVA_OPTIONS = "spark.driver.extraJavaOptions"
+# A local driver's JIT compiles methods only when called ten times as often as by default. The
+# JVM here mostly schedules tasks and moves opaque bytes: by default it compiled Spark's control
+# code again in every job of a session, 1.7-2.2 s of a compiler thread's CPU against 0.8 s of its
+# task threads in a 1M-record job (/proc, docs/benchmarks.md); the hot loops of an SQL
+# aggregation (the latency figures) still get the optimising compiler, as fast as by default.
+_LOCAL_JIT_OPTIONS = "-XX:CompileThresholdScaling=10"
 # Spark's own logging at ERROR from the first line (the default prints INFO and WARN; PySpark
 # sets the root logger to the level of the class that starts the JVM, hence those too).
 _LOG4J2 = """\
@@ -83,11 +90,12 @@ def spark_session(config: SparkSettings) -> Iterator[SparkSession]:
         log4j = Path(tmp) / "log4j2.properties"
         log4j.write_text(_LOG4J2, encoding="utf-8")
         builder = SparkSession.builder.master(config.master).appName(config.app_name)
+        quiet_logs = f"-Dlog4j2.configurationFile=file:{log4j}"
         settings = {
             "spark.ui.enabled": "false",
             "spark.ui.showConsoleProgress": "false",
             "spark.sql.session.timeZone": "UTC",
-            _DRIVER_JAVA_OPTIONS: f"-Dlog4j2.configurationFile=file:{log4j}",
+            _DRIVER_JAVA_OPTIONS: quiet_logs,
         }
         if config.local:
             cores = local_cores(config.master)
@@ -96,11 +104,11 @@ def spark_session(config: SparkSettings) -> Iterator[SparkSession]:
             )
             settings["spark.driver.memory"] = LOCAL_DRIVER_MEMORY
             settings["spark.local.dir"] = str(Path(tmp) / "spark-local")
+            settings[_DRIVER_JAVA_OPTIONS] += f" {_LOCAL_JIT_OPTIONS}"
             # Python workers run this interpreter, which has pyarrow and this package.
             os.environ["PYSPARK_PYTHON"] = sys.executable
         elif config.shuffle_partitions:
             settings["spark.sql.shuffle.partitions"] = str(config.shuffle_partitions)
-        quiet_logs = settings[_DRIVER_JAVA_OPTIONS]
         settings.update(dict(config.conf))
         if quiet_logs not in settings[_DRIVER_JAVA_OPTIONS]:
             # The caller's JVM options (a GC, a heap dump path) and still quiet logs.

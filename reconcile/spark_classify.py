@@ -2,12 +2,13 @@
 
     scan parts of the segments ─┬─► map tasks: each row to its id's bucket (id_buckets.py),
     the outbox export ──────────┘   a bucket's rows as one Arrow IPC value
+    ledgers' byte ranges ─► map tasks: the lines written as inputs/acks' parts, a row group a
+        bucket (ledgers.py); to every bucket, where its row group is and the range's topics
         ─► Spark's shuffle, bucket b to partition b
-    inputs/acks' parts, a row group a bucket (ledgers.py) ─┐
         ─► a task a bucket: in_process/classify.py over the bucket's rows and its row groups of
-           ``inputs/acks``, written as ``details/messages``' part b (parquet_parts.py); its
-           counts per (topic, bucket), drill-down candidates and slave copies handed back to
-           the driver
+           ``inputs/acks`` (the scope: the ranges' topics), written as ``details/messages``'
+           part b (parquet_parts.py); its counts per (topic, bucket), drill-down candidates and
+           slave copies handed back to the driver
 
 A bucket holds every row of each of its ids, so classifying the buckets apart classifies the
 whole: the same code as the in-process engine, on a share of the ids small enough for a task's
@@ -15,12 +16,17 @@ memory. Spark schedules the tasks, moves the buckets and retries what fails; it 
 row into its own format, which was most of this job's time when Spark grouped the rows by id
 itself (docs/benchmarks.md). Nothing per message reaches the driver: a bucket's counts are a row
 per (topic, time bucket), its candidates at most a few ``drill_down_ids_max`` rows.
+
+The ledgers are parsed in the same stage as the segments are scanned, so that neither waits for
+the other's last task; the scope (the topics the ledgers name, outcomes.py) is known only when
+every range is parsed, so each range tells every bucket its topics, and each bucket's task puts
+the scope together itself. The driver's summary has the ranges' statistics from an accumulator.
 """
 
 from __future__ import annotations
 
 import functools
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -37,7 +43,7 @@ from reconcile.in_process.classify import classify
 from reconcile.in_process.engine import RECORD_COLUMNS, RECORDS_SCHEMA
 from reconcile.in_process.inputs import read_outbox
 from reconcile.input_formats import OUTBOX_ARROW_SCHEMA
-from reconcile.ledgers import ACKS_ARROW_SCHEMA
+from reconcile.ledgers import ACKS_ARROW_SCHEMA, Range, parse_range
 from reconcile.parquet_parts import write_part
 from reconcile.segment_scan import Segment, SegmentStats
 
@@ -52,7 +58,7 @@ BUCKETS_PER_CORE = 4
 # Rows a map task gathers before it cuts them into buckets: its memory, and the size of the
 # values it hands the shuffle (fewer, larger values cost less to move).
 MAP_ROWS_MAX = 1_000_000
-KIND_LOG, KIND_OUTBOX = 0, 1
+KIND_LOG, KIND_OUTBOX, KIND_LEDGER = 0, 1, 2
 # The columns of inputs/acks the classification reads.
 ACKS_CLASSIFIED_SCHEMA = pa.schema(
     [
@@ -65,6 +71,9 @@ OUTBOX_SCHEMA = pa.schema(
     [*(f.with_nullable(True) for f in OUTBOX_ARROW_SCHEMA), pa.field("malformed", pa.bool_())]
 )
 _SCHEMAS = {KIND_LOG: RECORDS_SCHEMA, KIND_OUTBOX: OUTBOX_SCHEMA}
+# What a ledger range tells each bucket: (range index, its part, the bucket's row group in it
+# or -1, the range's topics).
+LedgerRef = tuple[int, str, int, tuple[str, ...]]
 Unit = tuple[Any, ...]  # (kind, ...) : what one map task reads
 
 
@@ -73,12 +82,11 @@ class Classification:
     """What the driver hands every task: where and how to classify."""
 
     messages_dir: str  # details/messages
+    acks_dir: str  # inputs/acks
     buckets: int
-    scope: tuple[str, ...]
     bucket_ms: int
     fold_copies: bool
-    # inputs/acks' parts and the row group of each bucket in them (-1: none); None: no ledgers
-    ack_parts: tuple[tuple[str, tuple[int, ...]], ...] | None
+    ledgers: bool  # any ledger read (none: no message is checked against one)
     ids_max: int
     batch_records_max: int
 
@@ -107,9 +115,10 @@ def units(
     part_bytes_max: int,
     whole: frozenset[tuple[int, int]],
     outbox: Path,
+    ledgers: Sequence[Range] = (),
 ) -> list[Unit]:
     """The map tasks' inputs: each part of each segment (the segments in ``whole`` in one
-    part), the outbox export."""
+    part), each range of the ledgers, the outbox export."""
     found: list[Unit] = [
         (KIND_LOG, str(s.path), s.file_from_offset, s.source, start, end)
         for s in segments
@@ -117,6 +126,7 @@ def units(
             [(0, None)] if (s.source, s.file_from_offset) in whole else parts(s, part_bytes_max)
         )
     ]
+    found.extend((KIND_LEDGER, *r) for r in ledgers)
     found.append((KIND_OUTBOX, str(outbox)))
     return found
 
@@ -127,6 +137,7 @@ class InputStats:
 
     scan: Accumulator[dict[StatsKey, dict[str, Any]]]  # per part of a segment
     outbox: Accumulator[dict[StatsKey, dict[str, Any]]]  # the outbox's figures.outbox_stats
+    ledger: Accumulator[dict[StatsKey, Any]]  # ledgers.ParsedRange a range, key (index, 0, 0)
 
 
 def run(sc: SparkContext, job: Classification, inputs: list[Unit], stats: InputStats) -> Classified:
@@ -143,11 +154,14 @@ def run(sc: SparkContext, job: Classification, inputs: list[Unit], stats: InputS
     )
 
 
+Mapped = tuple[int, tuple[int, Any]]  # (bucket, (kind, IPC of rows, or a LedgerRef))
+
+
 def mapped(
     sc: SparkContext, job: Classification, inputs: list[Unit], stats: InputStats
-) -> RDD[tuple[int, tuple[int, bytes]]]:
-    """The map stage: every unit's rows as (bucket, (kind, IPC of the bucket's rows)), a task
-    a unit."""
+) -> RDD[Mapped]:
+    """The map stage: every unit's rows as (bucket, (kind, IPC of the bucket's rows)), every
+    ledger range's as (bucket, (KIND_LEDGER, LedgerRef)) to every bucket; a task a unit."""
     return sc.parallelize(inputs, len(inputs)).flatMap(functools.partial(_map_unit, job, stats))
 
 
@@ -155,10 +169,9 @@ def _identity(bucket: int) -> int:
     return bucket
 
 
-def _map_unit(
-    job: Classification, stats: InputStats, unit: Unit
-) -> Iterator[tuple[int, tuple[int, bytes]]]:
-    """A map task: the unit's rows as (bucket, (kind, IPC of the bucket's rows))."""
+def _map_unit(job: Classification, stats: InputStats, unit: Unit) -> Iterator[Mapped]:
+    """A map task: the unit's rows as (bucket, (kind, IPC of the bucket's rows)); a ledger
+    range's part as a LedgerRef to every bucket."""
     kind = unit[0]
     if kind == KIND_LOG:
         _, path, from_offset, source, part_from, part_to = unit
@@ -170,6 +183,15 @@ def _map_unit(
         yield from _bucketed(KIND_LOG, _gathered(batches, RECORDS_SCHEMA), job.buckets)
         # After the part's last record: the stats are complete only once the scan has ended.
         stats.scan.add({(source, from_offset, part_from): asdict(found)})
+    elif kind == KIND_LEDGER:
+        _, index, path, start, end = unit
+        parsed = parse_range(
+            Path(job.acks_dir), job.ids_max, job.buckets, (index, path, start, end)
+        )
+        stats.ledger.add({(index, 0, 0): parsed})
+        topics = parsed.topics
+        for bucket, group in enumerate(parsed.groups):
+            yield bucket, (KIND_LEDGER, (index, parsed.part, group, topics))
     else:
         entries = read_outbox(Path(unit[1]))
         stats.outbox.add({(-1, 0, 0): figures.outbox_stats(entries)})
@@ -191,30 +213,32 @@ def _gathered(batches: Iterable[pa.RecordBatch], schema: pa.Schema) -> Iterator[
         yield pa.Table.from_batches(held, schema)
 
 
-def _bucketed(
-    kind: int, tables: Iterable[pa.Table], buckets: int
-) -> Iterator[tuple[int, tuple[int, bytes]]]:
+def _bucketed(kind: int, tables: Iterable[pa.Table], buckets: int) -> Iterator[Mapped]:
     for table in tables:
         for bucket, rows in split(table, buckets):
             yield bucket, (kind, to_ipc(rows))
 
 
 def _classify_bucket(
-    job: Classification, bucket: int, rows: Iterator[tuple[int, tuple[int, bytes]]]
+    job: Classification, bucket: int, rows: Iterator[Mapped]
 ) -> Iterator[tuple[int, bytes, bytes, int, int]]:
     """A reduce task: the bucket's ids classified and written as part ``bucket``; its message
     count, cells (IPC), drill-down candidates (IPC), slave copies and messages with a delivery
     latency."""
-    payloads: dict[int, list[bytes]] = {kind: [] for kind in _SCHEMAS}
+    payloads: dict[int, list[Any]] = {kind: [] for kind in (*_SCHEMAS, KIND_LEDGER)}
     for found_bucket, (kind, payload) in rows:
         assert found_bucket == bucket, f"bucket {found_bucket} in partition {bucket}"
         payloads[kind].append(payload)
     inputs = {kind: from_ipc(payloads[kind], schema) for kind, schema in _SCHEMAS.items()}
+    refs: list[LedgerRef] = sorted(payloads[KIND_LEDGER])
+    # Every range told every bucket its topics: the scope is theirs, as the driver's summary has
+    # it (figures.summarise_ledger).
+    scope = sorted({topic for ref in refs for topic in ref[3]})
     classified = classify(
         inputs[KIND_LOG],
-        _acks(job.ack_parts, bucket) if job.ack_parts is not None else None,
+        _acks(refs) if job.ledgers else None,
         inputs[KIND_OUTBOX],
-        list(job.scope),
+        scope,
         job.bucket_ms,
         job.fold_copies,
     )
@@ -229,12 +253,13 @@ def _classify_bucket(
     )
 
 
-def _acks(parts: tuple[tuple[str, tuple[int, ...]], ...], bucket: int) -> pa.Table:
-    """The bucket's ledger lines: its row group of each part of inputs/acks."""
+def _acks(refs: list[LedgerRef]) -> pa.Table:
+    """The bucket's ledger lines: its row group of each part of inputs/acks, in the ledgers'
+    order."""
     tables = [
-        pq.ParquetFile(path).read_row_group(groups[bucket], ACKS_CLASSIFIED_SCHEMA.names)
-        for path, groups in parts
-        if groups[bucket] >= 0
+        pq.ParquetFile(part).read_row_group(group, ACKS_CLASSIFIED_SCHEMA.names)
+        for _, part, group, _ in refs
+        if group >= 0
     ]
     if not tables:
         return ACKS_CLASSIFIED_SCHEMA.empty_table()

@@ -1,12 +1,13 @@
 """The Spark engine: the reconciliation as Spark jobs, for any size, locally or on a cluster.
 
-    ledgers (JSON lines; a task a byte range, Arrow's reader) ─► inputs/acks (Parquet parts,
-        a row group a bucket of ids), the ledgers' statistics and scope ─► the driver
     segments of every commitlog (driver lists names, cuts them in parts) ─┐
-    outbox export (JSON lines or Parquet) ────────────────────────────────┴─► spark_classify.py:
-        rows into buckets of ids (Spark's shuffle); a task a bucket, with the bucket's row
-        groups of inputs/acks ─► details/messages (Parquet, a row per id with its outcome)
-        ─► the buckets' counts and drill-down candidates ─► Found (summary_document.py)
+    outbox export (JSON lines or Parquet) ────────────────────────────────┤
+    ledgers (JSON lines; driver cuts them in byte ranges at line ends) ───┴─► spark_classify.py:
+        one stage of map tasks: rows into buckets of ids (Spark's shuffle), ledger lines into
+        inputs/acks (Parquet parts, a row group a bucket of ids); a task a bucket, with the
+        bucket's row groups of inputs/acks ─► details/messages (Parquet, a row per id with its
+        outcome) ─► the buckets' counts and drill-down candidates, the ledgers' statistics
+        ─► Found (summary_document.py)
     details/messages ─► the delivery latency (one Spark aggregation, spark_latency.py; none
         when no message has one)
 
@@ -28,7 +29,7 @@ from reconcile.commitlog_sources import CommitlogSource
 from reconcile.config import ENGINE_SPARK, JobConfig
 from reconcile.figures import latency_document, no_ledger, summarise_ledger
 from reconcile.in_process import figures
-from reconcile.ledgers import parse_ledgers
+from reconcile.ledgers import ParsedLedgers, ledger_ranges, parsed_ledgers
 from reconcile.parquet_parts import emptied, write_directory
 from reconcile.segment_scan import Segment, SegmentStats
 from reconcile.spark_classify import Classification, InputStats
@@ -47,28 +48,22 @@ def reconcile(spark: SparkSession, config: JobConfig, sources: list[CommitlogSou
     buckets = spark_classify.bucket_count(
         input_bytes, sc.defaultParallelism, config.spark.shuffle_partitions
     )
-    parsed = None
-    if config.ledgers:
-        with phase("ledger_parse"):
-            parsed = parse_ledgers(
-                spark, config.ledgers, config.out_dir / "inputs" / "acks",
-                config.drill_down_ids_max, buckets,
-            )  # fmt: skip
-    ledger, scope = split_scope(summarise_ledger(parsed.rows) if parsed else no_ledger())
     messages_path = details / "messages"
     fold_copies = len(sources) > 1
     job = spark_classify.Classification(
         messages_dir=str(messages_path),
+        acks_dir=str(config.out_dir / "inputs" / "acks"),
         buckets=buckets,
-        scope=tuple(scope),
         bucket_ms=config.bucket_ms,
         fold_copies=fold_copies,
-        ack_parts=tuple((str(p), g) for p, g in parsed.parts) if parsed else None,
+        ledgers=bool(config.ledgers),
         ids_max=config.drill_down_ids_max,
         batch_records_max=config.scan_batch_records_max,
     )
-    with phase("scan_classify_write"):
-        scanned, outbox, classified = _classify(spark, config, segments, job)
+    with phase("scan_parse_classify_write"):
+        scanned, outbox, parsed, classified = _classify(spark, config, segments, job)
+    # Too many topics is refused here, after the job: the ranges' topics are known only then.
+    ledger, scope = split_scope(summarise_ledger(parsed.rows) if parsed else no_ledger())
     limit = config.summary_rows_max
     counts_path = details / "counts"
     with phase("counts"):
@@ -107,9 +102,9 @@ def reconcile(spark: SparkSession, config: JobConfig, sources: list[CommitlogSou
 
 def _classify(
     spark: SparkSession, config: JobConfig, segments: list[Segment], job: Classification
-) -> tuple[list[SegmentStats], dict[str, int], spark_classify.Classified]:
-    """Scan, classify and write ``details/messages``; what each segment's scan found, the
-    outbox's statistics and the buckets' findings.
+) -> tuple[list[SegmentStats], dict[str, int], ParsedLedgers | None, spark_classify.Classified]:
+    """Scan, parse the ledgers, classify and write ``details/messages``; what each segment's
+    scan found, the outbox's statistics, the ledgers' and the buckets' findings.
 
     The segments are scanned in parts (commitlog_source.py); should a part have read past damage
     an earlier part of its segment stopped at, the whole is done again with those segments
@@ -117,14 +112,21 @@ def _classify(
     sc = spark.sparkContext
     whole: frozenset[tuple[int, int]] = frozenset()
     part_bytes_max = part_bytes(segments, sc.defaultParallelism)
+    ranges = ledger_ranges(config.ledgers, sc.defaultParallelism)
     for _ in range(2):
-        stats = InputStats(stats_accumulator(spark), stats_accumulator(spark))
-        units = spark_classify.units(segments, part_bytes_max, whole, config.outbox)
+        stats = InputStats(*(stats_accumulator(spark) for _ in range(3)))
+        units = spark_classify.units(segments, part_bytes_max, whole, config.outbox, ranges)
         emptied(Path(job.messages_dir))
+        emptied(Path(job.acks_dir))
         classified = spark_classify.run(sc, job, units, stats)
         merged = segment_stats(stats.scan.value)
         if not merged.rescan:
             (outbox,) = stats.outbox.value.values()
-            return merged.segments, outbox, classified
+            parsed = (
+                parsed_ledgers({k[0]: v for k, v in stats.ledger.value.items()}, job.ids_max)
+                if ranges
+                else None
+            )
+            return merged.segments, outbox, parsed, classified
         whole = frozenset(merged.rescan)
     raise AssertionError(f"segments {sorted(whole)} read past damage though scanned whole")
