@@ -13,7 +13,7 @@ For each size (default 1M and 10M records; ``--quick``: 100k and 1M), under ``--
 - (read) the physical limit: every segment file read sequentially, 4 MiB at a time, one thread
   per core (the files were just written: this is mostly the page cache, as the scan sees it);
 - (scan) the commitlog scan alone: the classification's map stage over the segments (scanned in
-  Spark's tasks, cut into id buckets), no shuffle;
+  Spark's tasks, cut into id buckets, written as files of them), no shuffle;
 - (job) the whole job on the Spark engine, ``reconcile.job.run``: scan, ledger, outbox, the
   classification by message id (one shuffle), details/messages written as Parquet, the summary's
   aggregates; and the same job with the outbox alone (no ledger: half the rows to shuffle);
@@ -58,6 +58,7 @@ from reconcile.config import (
 )
 from reconcile.job import run
 from reconcile.outcomes import BUCKET_MS_DEFAULT
+from reconcile.parquet_parts import emptied
 from reconcile.segment_scan import SCAN_BATCH_RECORDS_MAX, commitlog_dir, list_segments
 from reconcile.session import quiet_pyspark, spark_session
 from tests.reconcile.testdata import (
@@ -135,14 +136,16 @@ def read_files(paths: list[Path]) -> float:
     return time.perf_counter() - began
 
 
-def time_scan(spark: SparkSession, store: Path) -> float:
-    """The classification's map stage over the segments alone: scanned in Spark's tasks and cut
-    into id buckets, without the shuffle."""
+def time_scan(spark: SparkSession, store: Path, exchange: Path) -> float:
+    """The classification's map stage over the segments alone: scanned in Spark's tasks, cut
+    into id buckets and written as files of them (under ``exchange``), without the shuffle."""
+    emptied(exchange)
     segments = list_segments(commitlog_dir(store))
     sc = spark.sparkContext
     job = spark_classify.Classification(
         messages_dir="",
         acks_dir="",
+        exchange_dir=str(exchange),
         buckets=spark_classify.bucket_count(
             sum(s.size_bytes for s in segments), sc.defaultParallelism, None
         ),
@@ -159,7 +162,9 @@ def time_scan(spark: SparkSession, store: Path) -> float:
     stats = spark_classify.InputStats(*(stats_accumulator(spark) for _ in range(3)))
     began = time.perf_counter()
     spark_classify.mapped(sc, job, logs, stats).count()
-    return time.perf_counter() - began
+    seconds = time.perf_counter() - began
+    shutil.rmtree(exchange)
+    return seconds
 
 
 def time_job(
@@ -208,7 +213,7 @@ def measure(
         print(f"  {count:,} records: {len(files)} segments, {result.log_bytes / 1e9:.1f} GB "
               f"written in {result.generate_s:.0f} s", flush=True)  # fmt: skip
     result.read_s = read_files(files)
-    result.scan_s = time_scan(spark, store)
+    result.scan_s = time_scan(spark, store, root / "exchange")
     result.job_s, result.job_phases_s = time_job(
         spark, store, outbox, (ledger,), root / "out", count
     )

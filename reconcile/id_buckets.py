@@ -8,8 +8,8 @@ Python per row, and the same on every machine and in every process (Python's ``h
 string is salted per process). Every byte counts: ids an application makes may share a long
 suffix or prefix (a host name, a topic), and one bucket must not get them all.
 
-A bucket's rows cross Spark's shuffle as one Arrow IPC stream (bytes): Spark moves a few large
-opaque values instead of converting every row to its own format and back.
+A map task writes its rows by bucket as one file (bucket_files.py); small tables (a bucket's
+counts, a ledger range's malformed lines) reach the driver as Arrow IPC streams (bytes).
 """
 
 from __future__ import annotations

@@ -1,21 +1,23 @@
 """The Spark engine's classification: the in-process classification, one bucket of ids a task.
 
     scan parts of the segments ─┬─► map tasks: each row to its id's bucket (id_buckets.py),
-    the outbox export ──────────┘   a bucket's rows as one Arrow IPC value
+    the outbox export ──────────┘   written as a file of record batches by bucket
+                                    (bucket_files.py); to each bucket, its batches in the file
     ledgers' byte ranges ─► map tasks: the lines written as inputs/acks' parts, a row group a
         bucket (ledgers.py); to every bucket, where its row group is and the range's topics
-        ─► Spark's shuffle, bucket b to partition b
-        ─► a task a bucket: in_process/classify.py over the bucket's rows and its row groups of
-           ``inputs/acks`` (the scope: the ranges' topics), written as ``details/messages``'
+        ─► Spark's shuffle (where the rows are, not the rows), bucket b to partition b
+        ─► a task a bucket: in_process/classify.py over the bucket's batches and its row groups
+           of ``inputs/acks`` (the scope: the ranges' topics), written as ``details/messages``'
            part b (parquet_parts.py); its counts per (topic, bucket), drill-down candidates and
            slave copies handed back to the driver
 
 A bucket holds every row of each of its ids, so classifying the buckets apart classifies the
 whole: the same code as the in-process engine, on a share of the ids small enough for a task's
-memory. Spark schedules the tasks, moves the buckets and retries what fails; it never turns a
-row into its own format, which was most of this job's time when Spark grouped the rows by id
-itself (docs/benchmarks.md). Nothing per message reaches the driver: a bucket's counts are a row
-per (topic, time bucket), its candidates at most a few ``drill_down_ids_max`` rows.
+memory. Spark schedules the tasks, tells each bucket's task where its rows are and retries what
+fails; it never moves a row, nor turns one into its own format, which was most of this job's
+time when Spark grouped the rows by id itself (docs/benchmarks.md). Nothing per message reaches
+the driver: a bucket's counts are a row per (topic, time bucket), its candidates at most a few
+``drill_down_ids_max`` rows.
 
 The ledgers are parsed in the same stage as the segments are scanned, so that neither waits for
 the other's last task; the scope (the topics the ledgers name, outcomes.py) is known only when
@@ -36,8 +38,9 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 from pyspark import RDD, Accumulator, SparkContext
 
+from reconcile.bucket_files import BucketRef, read_buckets, write_buckets
 from reconcile.commitlog_source import StatsKey, parts, scan_part
-from reconcile.id_buckets import from_ipc, split, to_ipc
+from reconcile.id_buckets import to_ipc
 from reconcile.in_process import figures
 from reconcile.in_process.classify import classify
 from reconcile.in_process.engine import RECORD_COLUMNS, RECORDS_SCHEMA
@@ -56,7 +59,7 @@ BUCKET_INPUT_BYTES = 256 * 1024 * 1024
 # At least this many buckets a core, so that no core waits long for the last.
 BUCKETS_PER_CORE = 4
 # Rows a map task gathers before it cuts them into buckets: its memory, and the size of the
-# values it hands the shuffle (fewer, larger values cost less to move).
+# record batches it writes (fewer, larger batches cost less to write and to read).
 MAP_ROWS_MAX = 1_000_000
 KIND_LOG, KIND_OUTBOX, KIND_LEDGER = 0, 1, 2
 # The columns of inputs/acks the classification reads.
@@ -83,6 +86,7 @@ class Classification:
 
     messages_dir: str  # details/messages
     acks_dir: str  # inputs/acks
+    exchange_dir: str  # the map tasks' files of rows by bucket (bucket_files.py)
     buckets: int
     bucket_ms: int
     fold_copies: bool
@@ -154,14 +158,15 @@ def run(sc: SparkContext, job: Classification, inputs: list[Unit], stats: InputS
     )
 
 
-Mapped = tuple[int, tuple[int, Any]]  # (bucket, (kind, IPC of rows, or a LedgerRef))
+Mapped = tuple[int, tuple[int, Any]]  # (bucket, (kind, a BucketRef or a LedgerRef))
 
 
 def mapped(
     sc: SparkContext, job: Classification, inputs: list[Unit], stats: InputStats
 ) -> RDD[Mapped]:
-    """The map stage: every unit's rows as (bucket, (kind, IPC of the bucket's rows)), every
-    ledger range's as (bucket, (KIND_LEDGER, LedgerRef)) to every bucket; a task a unit."""
+    """The map stage: every unit's rows written by bucket (bucket_files.py), and for each
+    bucket (bucket, (kind, BucketRef)); every ledger range's part written, and to every bucket
+    (bucket, (KIND_LEDGER, LedgerRef)); a task a unit."""
     return sc.parallelize(inputs, len(inputs)).flatMap(functools.partial(_map_unit, job, stats))
 
 
@@ -170,8 +175,8 @@ def _identity(bucket: int) -> int:
 
 
 def _map_unit(job: Classification, stats: InputStats, unit: Unit) -> Iterator[Mapped]:
-    """A map task: the unit's rows as (bucket, (kind, IPC of the bucket's rows)); a ledger
-    range's part as a LedgerRef to every bucket."""
+    """A map task: the unit's rows written by bucket, and where each bucket's are; a ledger
+    range's part, and a LedgerRef to every bucket."""
     kind = unit[0]
     if kind == KIND_LOG:
         _, path, from_offset, source, part_from, part_to = unit
@@ -180,9 +185,11 @@ def _map_unit(job: Classification, stats: InputStats, unit: Unit) -> Iterator[Ma
             b.select(list(RECORD_COLUMNS))
             for b in scan_part(Path(path), found, job.batch_records_max, part_from, part_to)
         )
-        yield from _bucketed(KIND_LOG, _gathered(batches, RECORDS_SCHEMA), job.buckets)
+        name = f"log-{source}-{from_offset}-{part_from}.arrow"
+        refs = _written(job, _gathered(batches, RECORDS_SCHEMA), RECORDS_SCHEMA, name)
         # After the part's last record: the stats are complete only once the scan has ended.
         stats.scan.add({(source, from_offset, part_from): asdict(found)})
+        yield from ((bucket, (KIND_LOG, ref)) for bucket, ref in refs.items())
     elif kind == KIND_LEDGER:
         _, index, path, start, end = unit
         parsed = parse_range(
@@ -196,7 +203,8 @@ def _map_unit(job: Classification, stats: InputStats, unit: Unit) -> Iterator[Ma
         entries = read_outbox(Path(unit[1]))
         stats.outbox.add({(-1, 0, 0): figures.outbox_stats(entries)})
         good = entries.filter(pc.invert(entries["malformed"])).cast(OUTBOX_SCHEMA)
-        yield from _bucketed(KIND_OUTBOX, [good], job.buckets)
+        refs = _written(job, [good], OUTBOX_SCHEMA, "outbox.arrow")
+        yield from ((bucket, (KIND_OUTBOX, ref)) for bucket, ref in refs.items())
 
 
 def _gathered(batches: Iterable[pa.RecordBatch], schema: pa.Schema) -> Iterator[pa.Table]:
@@ -213,10 +221,10 @@ def _gathered(batches: Iterable[pa.RecordBatch], schema: pa.Schema) -> Iterator[
         yield pa.Table.from_batches(held, schema)
 
 
-def _bucketed(kind: int, tables: Iterable[pa.Table], buckets: int) -> Iterator[Mapped]:
-    for table in tables:
-        for bucket, rows in split(table, buckets):
-            yield bucket, (kind, to_ipc(rows))
+def _written(
+    job: Classification, tables: Iterable[pa.Table], schema: pa.Schema, name: str
+) -> dict[int, BucketRef]:
+    return write_buckets(tables, schema, Path(job.exchange_dir) / name, job.buckets)
 
 
 def _classify_bucket(
@@ -229,7 +237,7 @@ def _classify_bucket(
     for found_bucket, (kind, payload) in rows:
         assert found_bucket == bucket, f"bucket {found_bucket} in partition {bucket}"
         payloads[kind].append(payload)
-    inputs = {kind: from_ipc(payloads[kind], schema) for kind, schema in _SCHEMAS.items()}
+    inputs = {kind: read_buckets(payloads[kind], schema) for kind, schema in _SCHEMAS.items()}
     refs: list[LedgerRef] = sorted(payloads[KIND_LEDGER])
     # Every range told every bucket its topics: the scope is theirs, as the driver's summary has
     # it (figures.summarise_ledger).

@@ -19,11 +19,13 @@ locally and on a cluster.
 
 from __future__ import annotations
 
+import shutil
 from pathlib import Path
 
 from pyspark.sql import SparkSession
 
 from reconcile import spark_classify
+from reconcile.bucket_files import EXCHANGE_DIR_NAME
 from reconcile.commitlog_source import part_bytes, segment_stats, stats_accumulator
 from reconcile.commitlog_sources import CommitlogSource
 from reconcile.config import ENGINE_SPARK, JobConfig
@@ -53,6 +55,7 @@ def reconcile(spark: SparkSession, config: JobConfig, sources: list[CommitlogSou
     job = spark_classify.Classification(
         messages_dir=str(messages_path),
         acks_dir=str(config.out_dir / "inputs" / "acks"),
+        exchange_dir=str(config.out_dir / EXCHANGE_DIR_NAME),
         buckets=buckets,
         bucket_ms=config.bucket_ms,
         fold_copies=fold_copies,
@@ -118,7 +121,12 @@ def _classify(
         units = spark_classify.units(segments, part_bytes_max, whole, config.outbox, ranges)
         emptied(Path(job.messages_dir))
         emptied(Path(job.acks_dir))
-        classified = spark_classify.run(sc, job, units, stats)
+        exchange = emptied(Path(job.exchange_dir))
+        try:
+            classified = spark_classify.run(sc, job, units, stats)
+        finally:
+            # The rows by bucket were only on their way: the job's outputs hold them.
+            shutil.rmtree(exchange, ignore_errors=True)
         merged = segment_stats(stats.scan.value)
         if not merged.rescan:
             (outbox,) = stats.outbox.value.values()

@@ -7,8 +7,9 @@ copies, a torn tail and a torn ledger line):
   per bucket, per topic and bucket, delivery latency, the commitlog's scan, the ledgers, the
   outbox, the drill-down), and its ``details/messages`` holds the same rows, column for column;
   with the JSON lines export, the Parquet one, and no ledger; with the Spark engine's ids in its
-  default buckets, in one bucket, and in 97 (some empty); both write every ledger line to
-  ``inputs/acks`` once;
+  default buckets, in one bucket, and in 97 (some empty); with the ledger as two files of other
+  topics (the scope put together from two ranges); both write every ledger line to
+  ``inputs/acks`` once; both refuse a ledger that names too many topics;
 - ledger and outbox lines Spark's permissive reader calls malformed (not JSON, a field of the
   wrong type, an unknown state, no id) are malformed in process too, with the same text kept;
 - ``auto`` runs in process below its record limit and hands over to Spark above it, with the same
@@ -37,8 +38,10 @@ from reconcile.config import (
     JobConfig,
     SparkSettings,
 )
+from reconcile.errors import InputError
 from reconcile.in_process import engine
 from reconcile.job import run
+from reconcile.summary_document import SCOPE_TOPICS_MAX
 from tests.reconcile.planted import Planted, counts, planted
 from tests.rocketbox_process import REPO_ROOT
 
@@ -79,7 +82,30 @@ def detail_rows(summary: dict[str, Any]) -> list[dict[str, Any]]:
     return sorted(rows, key=lambda r: r["message_id"])
 
 
-@pytest.mark.parametrize("inputs", ["jsonl", "parquet", "no ledger", "one bucket", "97 buckets"])
+def ledger_by_topic(acks: Path, out: Path) -> tuple[Path, Path]:
+    """The ledger as two: the first topic's lines, and the rest (the malformed ones among them).
+    The Spark engine parses each in a task of its own, so neither range names every topic."""
+    lines = acks.read_text(encoding="utf-8").splitlines(keepends=True)
+    first = _topic(lines[0])
+    mine = [line for line in lines if _topic(line) == first]
+    assert 0 < len(mine) < len(lines)
+    one, rest = out / "one-topic.jsonl", out / "other-topics.jsonl"
+    one.write_text("".join(mine), encoding="utf-8")
+    rest.write_text("".join(line for line in lines if _topic(line) != first), encoding="utf-8")
+    return one, rest
+
+
+def _topic(line: str) -> Any:
+    try:
+        found = json.loads(line)
+    except ValueError:
+        return None
+    return found.get("topic") if isinstance(found, dict) else None
+
+
+@pytest.mark.parametrize(
+    "inputs", ["jsonl", "parquet", "no ledger", "one bucket", "97 buckets", "two ledgers"]
+)
 def test_both_engines_find_the_same(
     spark: SparkSession, plants: Planted, tmp_path: Path, inputs: str
 ) -> None:
@@ -91,6 +117,8 @@ def test_both_engines_find_the_same(
         # the planted data has ids for some (empty buckets).
         "one bucket": {"spark": SparkSettings(shuffle_partitions=1)},
         "97 buckets": {"spark": SparkSettings(shuffle_partitions=97)},
+        # Each range tells the buckets its topics: the scope is put together from both.
+        "two ledgers": {"ledgers": ledger_by_topic(plants.acks, tmp_path)},
     }
     kw = variants[inputs]
 
@@ -153,6 +181,21 @@ def test_malformed_lines_are_malformed_in_both(
     assert what_was_found(local) == what_was_found(with_spark)
 
 
+def test_both_engines_refuse_a_ledger_of_too_many_topics(
+    spark: SparkSession, plants: Planted, tmp_path: Path
+) -> None:
+    ledger = tmp_path / "acks.jsonl"
+    with ledger.open("w", encoding="utf-8") as f:
+        for i in range(SCOPE_TOPICS_MAX + 1):
+            line = {"message_id": f"M-{i}", "topic": f"T{i}", "state": "STORED", "time_ms": i}
+            f.write(json.dumps(line) + "\n")
+    said = f"the ledgers name {SCOPE_TOPICS_MAX + 1} topics, more than {SCOPE_TOPICS_MAX}"
+
+    for engine_name in (ENGINE_IN_PROCESS, ENGINE_SPARK):
+        with pytest.raises(InputError, match=said):
+            run(config(plants, tmp_path / engine_name, engine_name, ledgers=(ledger,)), spark)
+
+
 def test_auto_runs_in_process_below_its_limit_and_spark_above(
     spark: SparkSession, plants: Planted, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -188,6 +231,7 @@ import sys
 from pathlib import Path
 from reconcile.config import JobConfig
 from reconcile.job import run
+from reconcile.summary_document import SCOPE_TOPICS_MAX
 from reconcile.report import write_outputs
 summary = run(JobConfig(commitlogs=(Path({str(plants.store)!r}),),
                         outbox=Path({str(plants.outbox_jsonl)!r}), out_dir=Path({str(tmp_path)!r}),
