@@ -5,10 +5,11 @@ per core, a 2 GiB driver (it is also the only executor) whose JIT compiles only 
 Python workers running this interpreter (which has pyarrow and this package), Spark's temporary
 files in a directory removed afterwards.
 Everywhere: no UI, no progress bars, Spark's logs at ERROR from the JVM's first line, times in
-UTC. On a cluster (any other master) the job ships ``reconcile/``, ``broker/store/codec/`` and
-``outbox/``'s top-level modules to the executors, which may not have rocketbox installed; they
-need a Python with pyarrow, numpy and zlib-ng (``PYSPARK_PYTHON``) and the job's paths on a
-volume they share with the driver.
+UTC, the sort-based shuffle writer always. On a cluster (any other master) the job ships
+``reconcile/``, ``broker/store/codec/`` and ``outbox/``'s top-level modules to the executors,
+which may not have rocketbox installed; they need a Python with pyarrow, numpy and zlib-ng
+(``PYSPARK_PYTHON``) and the job's paths on a volume they share with the driver (the tasks write
+their outputs, and hand each other rows by bucket, under ``--out``: bucket_files.py).
 
 ``spark_session`` stops the session and ends its JVM when its block ends: ``SparkSession.stop``
 alone leaves the JVM running until the process exits.
@@ -47,6 +48,11 @@ _DRIVER_JAVA_OPTIONS = "spark.driver.extraJavaOptions"
 # task threads in a 1M-record job (/proc, docs/benchmarks.md); the hot loops of an SQL
 # aggregation (the latency figures) still get the optimising compiler, as fast as by default.
 _LOCAL_JIT_OPTIONS = "-XX:CompileThresholdScaling=10"
+# Never the shuffle writer that opens a file and a serializer for every reduce partition in each
+# map task: the classification's map tasks each write a small value for every bucket, and
+# creating those serializers (a Kryo each) was most of the JVM's task threads' CPU, 3.5 of 5.6 s
+# in a 10M-record job (docs/benchmarks.md). The sort-based writer serializes into one buffer.
+_SHUFFLE_BYPASS_MERGE_THRESHOLD = "0"
 # Spark's own logging at ERROR from the first line (the default prints INFO and WARN; PySpark
 # sets the root logger to the level of the class that starts the JVM, hence those too).
 _LOG4J2 = """\
@@ -95,6 +101,7 @@ def spark_session(config: SparkSettings) -> Iterator[SparkSession]:
             "spark.ui.enabled": "false",
             "spark.ui.showConsoleProgress": "false",
             "spark.sql.session.timeZone": "UTC",
+            "spark.shuffle.sort.bypassMergeThreshold": _SHUFFLE_BYPASS_MERGE_THRESHOLD,
             _DRIVER_JAVA_OPTIONS: quiet_logs,
         }
         if config.local:

@@ -9,7 +9,8 @@ copies, a torn tail and a torn ledger line):
   with the JSON lines export, the Parquet one, and no ledger; with the Spark engine's ids in its
   default buckets, in one bucket, and in 97 (some empty); with the ledger as two files of other
   topics (the scope put together from two ranges); both write every ledger line to
-  ``inputs/acks`` once; both refuse a ledger that names too many topics;
+  ``inputs/acks`` once, and the Spark engine leaves none of its rows by bucket behind; both
+  refuse a ledger that names too many topics;
 - ledger and outbox lines Spark's permissive reader calls malformed (not JSON, a field of the
   wrong type, an unknown state, no id) are malformed in process too, with the same text kept;
 - ``auto`` runs in process below its record limit and hands over to Spark above it, with the same
@@ -30,6 +31,7 @@ import pytest
 from pyspark.sql import SparkSession
 
 from reconcile import spark_progress
+from reconcile.bucket_files import EXCHANGE_DIR_NAME
 from reconcile.config import (
     ENGINE_AUTO,
     ENGINE_IN_PROCESS,
@@ -128,6 +130,8 @@ def test_both_engines_find_the_same(
     assert (local["engine"], with_spark["engine"]) == (ENGINE_IN_PROCESS, ENGINE_SPARK)
     assert what_was_found(local) == what_was_found(with_spark)
     assert detail_rows(local) == detail_rows(with_spark)
+    # The rows by bucket were on their way only: nothing of them is left.
+    assert not (tmp_path / "spark" / EXCHANGE_DIR_NAME).exists()
     if inputs != "no ledger":
         # inputs/acks: every ledger line once in both (Spark's parts hold a row group a bucket).
         assert ack_rows(tmp_path / "local") == ack_rows(tmp_path / "spark")
