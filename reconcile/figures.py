@@ -50,8 +50,14 @@ def summarise_ledger(rows: list[dict[str, Any]]) -> dict[str, Any]:
         "stored": lines(malformed=False, state="STORED"),
         "spooled": lines(malformed=False, state="SPOOLED"),
         "spooled_ambiguous": lines(malformed=False, ambiguous=True),
-        "topics": sorted({r["topic"] for r in rows if not r["malformed"]}),
+        "topics": scope_topics(rows),
     }
+
+
+def scope_topics(rows: list[dict[str, Any]]) -> list[str]:
+    """The topics that well-formed lines of ``rows`` (lines per (malformed, topic, state,
+    ambiguous)) name, sorted: the scope, or a ledger range's share of it."""
+    return sorted({r["topic"] for r in rows if not r["malformed"]})
 
 
 def counts_only(row: dict[str, Any]) -> dict[str, Any]:

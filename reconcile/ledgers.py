@@ -26,6 +26,7 @@ from typing import Any
 import pyarrow as pa
 
 from reconcile.errors import InputError
+from reconcile.figures import scope_topics
 from reconcile.id_buckets import from_ipc, split, to_ipc
 from reconcile.in_process.figures import ledger_rows
 from reconcile.in_process.inputs import line_end_after
@@ -68,7 +69,7 @@ class ParsedRange:
     @property
     def topics(self) -> tuple[str, ...]:
         """The topics its well-formed lines name: its share of the scope."""
-        return tuple(sorted({r["topic"] for r in self.rows if not r["malformed"]}))
+        return tuple(scope_topics(self.rows))
 
 
 @dataclass(slots=True)
@@ -77,12 +78,10 @@ class ParsedLedgers:
     malformed: pa.Table  # the first malformed lines (ACKS_ARROW_SCHEMA), at most ids_max
 
 
-def ledger_ranges(
-    paths: tuple[Path, ...], cores: int, part_bytes: int | None = None
-) -> list[Range]:
-    """The ledgers cut at line ends into ranges of ``part_bytes`` (None: sized for the cores),
-    numbered in the ledgers' order."""
-    part_bytes_max = part_bytes or _part_bytes(paths, cores)
+def ledger_ranges(paths: tuple[Path, ...], cores: int) -> list[Range]:
+    """The ledgers cut at line ends into ranges sized for the cores, numbered in the ledgers'
+    order."""
+    part_bytes_max = _part_bytes(paths, cores)
     ranges = [(str(p), start, end) for p in paths for start, end in line_ranges(p, part_bytes_max)]
     return [(index, *r) for index, r in enumerate(ranges)]
 
@@ -141,7 +140,7 @@ def _bounded(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """The rows of at most SCOPE_TOPICS_MAX + 1 topics: enough for the driver to refuse too
     many (summary_document.split_scope), without sending it a row per topic of a ledger that
     names a topic a line."""
-    topics = sorted({r["topic"] for r in rows if not r["malformed"]})
+    topics = scope_topics(rows)
     if len(topics) <= SCOPE_TOPICS_MAX:
         return rows
     kept = set(topics[: SCOPE_TOPICS_MAX + 1])

@@ -191,10 +191,8 @@ def _map_unit(job: Classification, stats: InputStats, unit: Unit) -> Iterator[Ma
         stats.scan.add({(source, from_offset, part_from): asdict(found)})
         yield from ((bucket, (KIND_LOG, ref)) for bucket, ref in refs.items())
     elif kind == KIND_LEDGER:
-        _, index, path, start, end = unit
-        parsed = parse_range(
-            Path(job.acks_dir), job.ids_max, job.buckets, (index, path, start, end)
-        )
+        index = unit[1]
+        parsed = parse_range(Path(job.acks_dir), job.ids_max, job.buckets, unit[1:])
         stats.ledger.add({(index, 0, 0): parsed})
         topics = parsed.topics
         for bucket, group in enumerate(parsed.groups):
