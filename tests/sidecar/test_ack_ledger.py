@@ -36,6 +36,7 @@ from sidecar.intake import Spooled, Stored
 from sidecar.ledger import AckLedger
 from sidecar.producer import SendReceipt
 from tests.broker.broker_process import BrokerProcess, wait_until
+from tests.prometheus import metrics_port, sample, scrape
 from tests.services import free_port, start_private_redis
 from tests.sidecar.sidecar_process import (
     CALL_DEADLINE_S,
@@ -45,6 +46,7 @@ from tests.sidecar.sidecar_process import (
     send,
     stored_copies,
 )
+from tests.sidecar.test_coalescing import METRICS_ARGS, METRICS_LINE
 
 LEDGER_DEADLINE_S = 10.0
 HOUR_MS = 3_600_000
@@ -177,8 +179,13 @@ def test_a_batch_cancelled_before_its_answer_was_sent_is_not_recorded(
             next_send_time_ms=created_ms + HOUR_MS, state_changed_ms=created_ms,
         )])  # fmt: skip
     ledger = tmp_path / "acks.jsonl"
-    sidecar = SidecarProcess(broker.endpoint, outbox_url, f"--ack-ledger={ledger}")
+    sidecar = SidecarProcess(broker.endpoint, outbox_url, f"--ack-ledger={ledger}", *METRICS_ARGS)
     try:
+        port = metrics_port(sidecar.output(), METRICS_LINE)
+
+        def inside() -> float:
+            return sample(scrape(port), "rocketbox_sidecar_intake_in_flight")
+
         with sidecar.client() as stub:
             before = send(stub, message("Orders", b"before"))
             os.kill(redis_pid, signal.SIGSTOP)
@@ -195,10 +202,15 @@ def test_a_batch_cancelled_before_its_answer_was_sent_is_not_recorded(
                 lambda: bool(stored_copies(broker.endpoint, "stored-never-answered")),
                 CALL_DEADLINE_S, "the batch's first message stored",
             )  # fmt: skip
+            wait_until(lambda: inside() == 1, CALL_DEADLINE_S, "the fenced message inside")
             assert not call.done()
             call.cancel()
             with pytest.raises(grpc.FutureCancelledError):
                 call.result()
+            # The outbox resumes only once the sidecar saw the cancel (the cancelled handler let
+            # its message go): resumed earlier, the batch could be answered before the cancel
+            # arrived, and an answer crossing a cancel on the wire is recorded as sent.
+            wait_until(lambda: inside() == 0, CALL_DEADLINE_S, "the cancel seen by the sidecar")
             os.kill(redis_pid, signal.SIGCONT)
     finally:
         os.kill(redis_pid, signal.SIGCONT)
