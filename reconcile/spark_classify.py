@@ -3,13 +3,14 @@
     scan parts of the segments ─┬─► map tasks: each row to its id's bucket (id_buckets.py),
     the outbox export ──────────┘   written as a file of record batches by bucket
                                     (bucket_files.py); to each bucket, its batches in the file
-    ledgers' byte ranges ─► map tasks: the lines written as inputs/acks' parts, a row group a
-        bucket (ledgers.py); to every bucket, where its row group is and the range's topics
+    ledgers' byte ranges ─► map tasks: the lines written as inputs/acks' parts, and by bucket
+        as a file of record batches (ledgers.py); to every bucket, its batches in the file and
+        the range's topics
         ─► Spark's shuffle (where the rows are, not the rows), bucket b to partition b
-        ─► a task a bucket: in_process/classify.py over the bucket's batches and its row groups
-           of ``inputs/acks`` (the scope: the ranges' topics), written as ``details/messages``'
-           part b (parquet_parts.py); its counts per (topic, bucket), drill-down candidates and
-           slave copies handed back to the driver
+        ─► a task a bucket: in_process/classify.py over the bucket's batches (the scope: the
+           ranges' topics), written as ``details/messages``' part b (parquet_parts.py); its
+           counts per (topic, bucket), drill-down candidates and slave copies handed back to
+           the driver
 
 A bucket holds every row of each of its ids, so classifying the buckets apart classifies the
 whole: the same code as the in-process engine, on a share of the ids small enough for a task's
@@ -35,7 +36,6 @@ from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
-import pyarrow.parquet as pq
 from pyspark import RDD, Accumulator, SparkContext
 
 from reconcile.bucket_files import BucketRef, read_buckets, write_buckets
@@ -46,7 +46,7 @@ from reconcile.in_process.classify import classify
 from reconcile.in_process.engine import RECORD_COLUMNS, RECORDS_SCHEMA
 from reconcile.in_process.inputs import read_outbox
 from reconcile.input_formats import OUTBOX_ARROW_SCHEMA
-from reconcile.ledgers import ACKS_ARROW_SCHEMA, Range, parse_range
+from reconcile.ledgers import ACKS_CLASSIFIED_SCHEMA, Range, parse_range
 from reconcile.parquet_parts import write_part
 from reconcile.segment_scan import Segment, SegmentStats
 
@@ -62,21 +62,14 @@ BUCKETS_PER_CORE = 4
 # record batches it writes (fewer, larger batches cost less to write and to read).
 MAP_ROWS_MAX = 1_000_000
 KIND_LOG, KIND_OUTBOX, KIND_LEDGER = 0, 1, 2
-# The columns of inputs/acks the classification reads.
-ACKS_CLASSIFIED_SCHEMA = pa.schema(
-    [
-        ACKS_ARROW_SCHEMA.field(name)
-        for name in ("message_id", "topic", "state", "time_ms", "cause", "malformed")
-    ]
-)
 # read_outbox's columns: the export's fields, any of which an entry may lack, and malformed.
 OUTBOX_SCHEMA = pa.schema(
     [*(f.with_nullable(True) for f in OUTBOX_ARROW_SCHEMA), pa.field("malformed", pa.bool_())]
 )
 _SCHEMAS = {KIND_LOG: RECORDS_SCHEMA, KIND_OUTBOX: OUTBOX_SCHEMA}
-# What a ledger range tells each bucket: (range index, its part, the bucket's row group in it
-# or -1, the range's topics).
-LedgerRef = tuple[int, str, int, tuple[str, ...]]
+# What a ledger range tells each bucket: (range index, the bucket's lines in the range's file
+# or None, the range's topics).
+LedgerRef = tuple[int, BucketRef | None, tuple[str, ...]]
 Unit = tuple[Any, ...]  # (kind, ...) : what one map task reads
 
 
@@ -192,11 +185,12 @@ def _map_unit(job: Classification, stats: InputStats, unit: Unit) -> Iterator[Ma
         yield from ((bucket, (KIND_LOG, ref)) for bucket, ref in refs.items())
     elif kind == KIND_LEDGER:
         index = unit[1]
-        parsed = parse_range(Path(job.acks_dir), job.ids_max, job.buckets, unit[1:])
+        exchange = Path(job.exchange_dir)
+        parsed = parse_range(Path(job.acks_dir), exchange, job.ids_max, job.buckets, unit[1:])
         stats.ledger.add({(index, 0, 0): parsed})
         topics = parsed.topics
-        for bucket, group in enumerate(parsed.groups):
-            yield bucket, (KIND_LEDGER, (index, parsed.part, group, topics))
+        for bucket in range(job.buckets):
+            yield bucket, (KIND_LEDGER, (index, parsed.refs.get(bucket), topics))
     else:
         entries = read_outbox(Path(unit[1]))
         stats.outbox.add({(-1, 0, 0): figures.outbox_stats(entries)})
@@ -239,7 +233,7 @@ def _classify_bucket(
     refs: list[LedgerRef] = sorted(payloads[KIND_LEDGER])
     # Every range told every bucket its topics: the scope is theirs, as the driver's summary has
     # it (figures.summarise_ledger).
-    scope = sorted({topic for ref in refs for topic in ref[3]})
+    scope = sorted({topic for ref in refs for topic in ref[2]})
     classified = classify(
         inputs[KIND_LOG],
         _acks(refs) if job.ledgers else None,
@@ -260,13 +254,7 @@ def _classify_bucket(
 
 
 def _acks(refs: list[LedgerRef]) -> pa.Table:
-    """The bucket's ledger lines: its row group of each part of inputs/acks, in the ledgers'
+    """The bucket's ledger lines, mapped from the ranges' exchange files, in the ledgers'
     order."""
-    tables = [
-        pq.ParquetFile(part).read_row_group(group, ACKS_CLASSIFIED_SCHEMA.names)
-        for _, part, group, _ in refs
-        if group >= 0
-    ]
-    if not tables:
-        return ACKS_CLASSIFIED_SCHEMA.empty_table()
-    return pa.concat_tables(tables).cast(ACKS_CLASSIFIED_SCHEMA)
+    found = [ref for _, ref, _ in refs if ref is not None]
+    return read_buckets(found, ACKS_CLASSIFIED_SCHEMA)

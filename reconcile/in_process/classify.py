@@ -34,9 +34,39 @@ def classify(
     assert bucket_ms > 0
     per_id = _from_log(records, fold_copies)
     if acks is not None:
-        per_id = per_id.join(_from_ledgers(acks), _ID, join_type="full outer")
-    per_id = per_id.join(_from_outbox(outbox), _ID, join_type="full outer")
+        per_id = _joined(per_id, _from_ledgers(acks))
+    per_id = _joined(per_id, _from_outbox(outbox))
     return _classified(per_id, scope_topics, bucket_ms)
+
+
+def _joined(left: pa.Table, right: pa.Table) -> pa.Table:
+    """The full outer join on message_id of two tables that each hold an id at most once (what
+    _by_id and _from_outbox return), the id coalesced; a null id matches nothing.
+
+    A merge, not Arrow's hash join: the two id columns are sorted as one (cheap: ids come nearly
+    in order), so an id of both sides is two neighbours, the left's first (the sort is stable),
+    and each side's columns are gathered once by the rows found. From a profile of a 1M-record
+    run's tasks: the two hash joins took more CPU than the rest of the classification."""
+    if not right.num_rows or not left.num_rows:  # nothing to match: one side's rows, widened
+        return pa.concat_tables([left, right], promote_options="default")
+    ids = pa.chunked_array([*left[_ID].chunks, *right[_ID].chunks], pa.string()).combine_chunks()
+    order = np.asarray(pc.sort_indices(ids), np.int64)
+    in_order = ids.take(pa.array(order))
+    same = np.zeros(len(order), np.bool_)  # same[i]: row i's id is row i + 1's
+    if len(order) > 1:
+        equal = pc.equal(in_order.slice(0, len(order) - 1), in_order.slice(1))
+        same[:-1] = np.asarray(pc.fill_null(equal, False).to_numpy(zero_copy_only=False))
+    starts = np.flatnonzero(~np.concatenate([[False], same[:-1]]))
+    first = order[starts]
+    second = np.where(same[starts], order[np.minimum(starts + 1, len(order) - 1)], -1)
+    lefts = left.num_rows
+    left_rows = np.where(first < lefts, first, -1)
+    right_rows = np.where(first >= lefts, first - lefts, np.where(second >= 0, second - lefts, -1))
+    columns = {_ID: in_order.take(pa.array(starts))}
+    for side, rows in ((left, left_rows), (right, right_rows)):
+        taken = side.drop_columns([_ID]).take(pa.array(rows, pa.int64(), mask=rows < 0))
+        columns.update(zip(taken.column_names, taken.columns, strict=True))
+    return pa.table(columns)
 
 
 def _from_log(records: pa.Table, fold: bool) -> pa.Table:
