@@ -274,7 +274,7 @@ def _to_arrow(
     cols: RecordColumns, parked: npt.NDArray[np.bool_], buf: mmap.mmap, found: SegmentStats
 ) -> pa.RecordBatch:
     hosts = store_hosts(buf, cols.phy_offset - found.file_from_offset)
-    found.store_hosts = sorted(set(found.store_hosts).union(hosts))
+    found.store_hosts = sorted(set(found.store_hosts).union(hosts.dictionary.to_pylist()))
     return pa.RecordBatch.from_arrays(
         [
             pa.array(cols.message_id, pa.string()),
@@ -286,7 +286,7 @@ def _to_arrow(
             pa.array(cols.store_timestamp_ms, pa.int64()),
             pa.array(cols.born_timestamp_ms, pa.int64()),
             pa.array(cols.body_size_bytes, pa.int32()),
-            pa.array(hosts, pa.string()),
+            hosts.dictionary.take(hosts.indices),
         ],
         schema=COMMITLOG_ARROW_SCHEMA,
     )

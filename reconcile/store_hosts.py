@@ -9,7 +9,9 @@ another offset or by another broker, and stays a second copy. classify.py folds 
 
 The address sits after BORNHOST, whose width (8 or 20 bytes) the record's SYSFLAG gives, and is
 8 or 20 bytes itself (IPv4 or IPv6 address, then a 4-byte port). Records of one log carry one or
-a few store hosts, so each distinct address is formatted once.
+a few store hosts, so each distinct address is formatted once, and the column is built from them
+by Arrow (a dictionary of them): a list of a Python string a record, and sorting the addresses
+to find the distinct ones where they were all one, cost 15 % of the scan (docs/benchmarks.md).
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ import mmap
 
 import numpy as np
 import numpy.typing as npt
+import pyarrow as pa
 
 from broker.store.codec.layout import POSITION_BORN_HOST, POSITION_SYSFLAG
 from broker.store.codec.message import MessageSysFlag
@@ -29,11 +32,12 @@ _V6_HOST_BYTES = 20
 _STORE_TIMESTAMP_BYTES = 8
 
 
-def store_hosts(buf: mmap.mmap | bytes, positions: npt.NDArray[np.int64]) -> list[str]:
+def store_hosts(buf: mmap.mmap | bytes, positions: npt.NDArray[np.int64]) -> pa.DictionaryArray:
     """``HOST:PORT`` (``[HOST]:PORT`` for IPv6) of the records starting at ``positions`` of
-    ``buf`` (positions in the buffer, of records the scan found valid)."""
+    ``buf`` (positions in the buffer, of records the scan found valid), as indices into the
+    distinct addresses (its ``dictionary``)."""
     if not len(positions):
-        return []
+        return pa.DictionaryArray.from_arrays(pa.array([], pa.int32()), pa.array([], pa.string()))
     arr = np.frombuffer(buf, dtype=np.uint8)
     try:
         sysflag = i32(arr, positions + POSITION_SYSFLAG)
@@ -53,10 +57,14 @@ def store_hosts(buf: mmap.mmap | bytes, positions: npt.NDArray[np.int64]) -> lis
     # An IPv4 host is its first 8 bytes; the last byte tells the kinds apart.
     rows[~store_v6, _V4_HOST_BYTES:] = 0
     rows[store_v6, _V6_HOST_BYTES] = 1
-    keys = np.ascontiguousarray(rows).view(np.dtype((np.void, _V6_HOST_BYTES + 1))).ravel()
-    distinct, inverse = np.unique(keys, return_inverse=True)
+    if (rows == rows[0]).all():  # one broker stored them all: the usual batch
+        distinct, inverse = rows[:1], np.zeros(len(rows), np.int32)
+    else:
+        keys = np.ascontiguousarray(rows).view(np.dtype((np.void, _V6_HOST_BYTES + 1))).ravel()
+        distinct, found = np.unique(keys, return_inverse=True)
+        inverse = found.ravel().astype(np.int32)
     names = [format_host(bytes(key)) for key in distinct]
-    return [names[i] for i in inverse.ravel().tolist()]
+    return pa.DictionaryArray.from_arrays(pa.array(inverse), pa.array(names, pa.string()))
 
 
 def format_host(key: bytes) -> str:
