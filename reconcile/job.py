@@ -13,6 +13,7 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from reconcile.arrow_memory import system_memory_pool
 from reconcile.commitlog_sources import CommitlogSource, read_sources
 from reconcile.config import ENGINE_AUTO, ENGINE_IN_PROCESS, ENGINE_SPARK, JobConfig
 from reconcile.in_process.engine import TooManyRecordsError
@@ -39,21 +40,29 @@ def run(
     started = time.monotonic()
     config.out_dir.mkdir(parents=True, exist_ok=True)
     sources = read_sources(config.commitlogs)
-    found = None
+    with system_memory_pool():
+        found = _reconcile_here(config, sources, progress)
+    if found is None:
+        found = _reconcile_with_spark(config, sources, spark, progress)
+    return summary(config, sources, found, started)
+
+
+def _reconcile_here(
+    config: JobConfig, sources: list[CommitlogSource], progress: Progress | None
+) -> Found | None:
+    """The run in this process (incremental, or the in-process engine), or None: Spark's."""
     if config.checkpoint is not None:
-        found = reconcile_incremental(config, sources, progress)
-    elif config.engine == ENGINE_IN_PROCESS:
-        found = reconcile_in_process(config, sources, None, progress)
-    elif config.engine == ENGINE_AUTO and config.spark.local:
+        return reconcile_incremental(config, sources, progress)
+    if config.engine == ENGINE_IN_PROCESS:
+        return reconcile_in_process(config, sources, None, progress)
+    if config.engine == ENGINE_AUTO and config.spark.local:
         try:
-            found = reconcile_in_process(config, sources, config.in_process_records_max, progress)
+            return reconcile_in_process(config, sources, config.in_process_records_max, progress)
         except TooManyRecordsError as e:
             LOG.info("reconcile: %s: the Spark engine runs instead", e)
             if progress is not None:
                 progress(f"{e}: starting Spark")
-    if found is None:
-        found = _reconcile_with_spark(config, sources, spark, progress)
-    return summary(config, sources, found, started)
+    return None
 
 
 def check_inputs(config: JobConfig) -> None:

@@ -101,10 +101,14 @@ class Classified:
 
 def bucket_count(input_bytes: int, cores: int, asked: int | None) -> int:
     """Buckets for ``input_bytes`` of inputs on ``cores``: ``asked`` (the session's shuffle
-    partitions) when set, else one per BUCKET_INPUT_BYTES, at least BUCKETS_PER_CORE a core."""
+    partitions) when set, else one per BUCKET_INPUT_BYTES, at least BUCKETS_PER_CORE a core, and
+    a whole number a core: buckets take about as long each, and one left over ran alone while
+    the other cores waited (a 1M-record job's 9 buckets on 2 cores: 150 ms of 2.6 s)."""
     if asked:
         return asked
-    return max(BUCKETS_PER_CORE * max(1, cores), -(-input_bytes // BUCKET_INPUT_BYTES))
+    cores = max(1, cores)
+    wanted = max(BUCKETS_PER_CORE * cores, -(-input_bytes // BUCKET_INPUT_BYTES))
+    return -(-wanted // cores) * cores
 
 
 def units(

@@ -7,7 +7,9 @@ Proves, with hypothesis over arbitrary ids (empty, short, long, non-ASCII, null)
 - Arrow IPC carries a bucket's rows unchanged, and no payload gives the schema's empty table;
 and that 64 buckets are filled evenly (each within 5 % of the mean) by a million ids in the
 sidecar's format (one producer's: alike but for a counter) and by a million ids an application
-made alike but for a number at their start (a long suffix in common, lengths that differ).
+made alike but for a number at their start (a long suffix in common, lengths that differ);
+and that the Spark engine's bucket count is the one asked for, or a whole number a core, at
+least BUCKETS_PER_CORE a core and one per BUCKET_INPUT_BYTES.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from reconcile.id_buckets import bucket_of, from_ipc, split, to_ipc
+from reconcile.spark_classify import BUCKET_INPUT_BYTES, BUCKETS_PER_CORE, bucket_count
 from tests.reconcile.testdata import bulk_message_id
 
 ids_lists = st.lists(st.one_of(st.none(), st.text(max_size=40)), max_size=60)
@@ -77,3 +80,18 @@ def test_ids_alike_fill_the_buckets_evenly(make_id: Callable[[int], str]) -> Non
     mean = len(ids) / 64
     assert per_bucket.min() >= 0.95 * mean, per_bucket.tolist()
     assert per_bucket.max() <= 1.05 * mean, per_bucket.tolist()
+
+
+@given(
+    input_bytes=st.integers(min_value=0, max_value=1 << 45),
+    cores=st.integers(min_value=0, max_value=64),
+)
+def test_buckets_are_a_whole_number_a_core(input_bytes: int, cores: int) -> None:
+    buckets = bucket_count(input_bytes, cores, None)
+    assert buckets % max(1, cores) == 0
+    assert buckets >= BUCKETS_PER_CORE * max(1, cores)
+    assert buckets * BUCKET_INPUT_BYTES >= input_bytes
+    assert buckets - max(1, cores) < max(
+        BUCKETS_PER_CORE * max(1, cores), -(-input_bytes // BUCKET_INPUT_BYTES)
+    )
+    assert bucket_count(input_bytes, cores, 7) == 7
