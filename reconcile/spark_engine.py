@@ -3,10 +3,10 @@
     segments of every commitlog (driver lists names, cuts them in parts) ─┐
     outbox export (JSON lines or Parquet) ────────────────────────────────┤
     ledgers (JSON lines; driver cuts them in byte ranges at line ends) ───┴─► spark_classify.py:
-        one stage of map tasks: rows into buckets of ids (Spark's shuffle), ledger lines into
-        inputs/acks (Parquet parts, a row group a bucket of ids); a task a bucket, with the
-        bucket's row groups of inputs/acks ─► details/messages (Parquet, a row per id with its
-        outcome) ─► the buckets' counts and drill-down candidates, the ledgers' statistics
+        one stage of map tasks: rows into buckets of ids (files of the exchange, Spark's
+        shuffle saying where), ledger lines also into inputs/acks (Parquet parts); a task a
+        bucket ─► details/messages (Parquet, a row per id with its outcome) ─► the buckets'
+        counts and drill-down candidates, the ledgers' statistics
         ─► Found (summary_document.py)
     details/messages ─► the delivery latency (one Spark aggregation, spark_latency.py; none
         when no message has one)

@@ -133,7 +133,7 @@ def test_both_engines_find_the_same(
     # The rows by bucket were on their way only: nothing of them is left.
     assert not (tmp_path / "spark" / EXCHANGE_DIR_NAME).exists()
     if inputs != "no ledger":
-        # inputs/acks: every ledger line once in both (Spark's parts hold a row group a bucket).
+        # inputs/acks: every ledger line once in both (Spark's in a part a range).
         assert ack_rows(tmp_path / "local") == ack_rows(tmp_path / "spark")
         assert local["totals"] == counts(plants.plants)
         assert local["drill_down"]["malformed_ledger_lines"]
