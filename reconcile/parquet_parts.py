@@ -10,7 +10,6 @@ from __future__ import annotations
 import os
 import shutil
 import uuid
-from collections.abc import Iterable
 from pathlib import Path
 
 import pyarrow as pa
@@ -45,17 +44,10 @@ def write_directory(table: pa.Table, directory: Path) -> Path:
 
 
 def write_part(table: pa.Table, directory: Path, index: int) -> Path:
-    """Write ``table`` as the directory's part ``index``, whole or not at all."""
-    return write_groups([table], table.schema, directory, index)
-
-
-def write_groups(
-    groups: Iterable[pa.Table], schema: pa.Schema, directory: Path, index: int
-) -> Path:
-    """Write each table of ``groups`` as one row group of the directory's part ``index``, in
-    order, whole or not at all (no group: a part of no rows)."""
+    """Write ``table`` as the directory's part ``index``, one row group, whole or not at all."""
     final = directory / part_name(index)
     hidden = directory / f".{final.name}.{uuid.uuid4().hex}"
+    schema = table.schema
     try:
         with pq.ParquetWriter(
             hidden,
@@ -63,12 +55,7 @@ def write_groups(
             use_dictionary=dictionary_columns(schema),
             write_statistics=[f.name for f in schema if f.name not in UNIQUE_VALUE_COLUMNS],
         ) as writer:
-            wrote = False
-            for group in groups:
-                writer.write_table(group, row_group_size=max(1, group.num_rows))
-                wrote = True
-            if not wrote:
-                writer.write_table(schema.empty_table())
+            writer.write_table(table, row_group_size=max(1, table.num_rows))
         os.replace(hidden, final)
     finally:
         hidden.unlink(missing_ok=True)

@@ -67,9 +67,9 @@ OUTBOX_SCHEMA = pa.schema(
     [*(f.with_nullable(True) for f in OUTBOX_ARROW_SCHEMA), pa.field("malformed", pa.bool_())]
 )
 _SCHEMAS = {KIND_LOG: RECORDS_SCHEMA, KIND_OUTBOX: OUTBOX_SCHEMA}
-# What a ledger range tells each bucket: (range index, the bucket's lines in the range's file
-# or None, the range's topics).
-LedgerRef = tuple[int, BucketRef | None, tuple[str, ...]]
+# What a ledger range tells each bucket: (the bucket's lines in the range's file or None, the
+# range's topics). The files' names keep the ledgers' order (ledgers.py).
+LedgerRef = tuple[BucketRef | None, tuple[str, ...]]
 Unit = tuple[Any, ...]  # (kind, ...) : what one map task reads
 
 
@@ -194,7 +194,7 @@ def _map_unit(job: Classification, stats: InputStats, unit: Unit) -> Iterator[Ma
         stats.ledger.add({(index, 0, 0): parsed})
         topics = parsed.topics
         for bucket in range(job.buckets):
-            yield bucket, (KIND_LEDGER, (index, parsed.refs.get(bucket), topics))
+            yield bucket, (KIND_LEDGER, (parsed.refs.get(bucket), topics))
     else:
         entries = read_outbox(Path(unit[1]))
         stats.outbox.add({(-1, 0, 0): figures.outbox_stats(entries)})
@@ -234,10 +234,10 @@ def _classify_bucket(
         assert found_bucket == bucket, f"bucket {found_bucket} in partition {bucket}"
         payloads[kind].append(payload)
     inputs = {kind: read_buckets(payloads[kind], schema) for kind, schema in _SCHEMAS.items()}
-    refs: list[LedgerRef] = sorted(payloads[KIND_LEDGER])
+    refs: list[LedgerRef] = payloads[KIND_LEDGER]
     # Every range told every bucket its topics: the scope is theirs, as the driver's summary has
     # it (figures.summarise_ledger).
-    scope = sorted({topic for ref in refs for topic in ref[2]})
+    scope = sorted({topic for _, topics in refs for topic in topics})
     classified = classify(
         inputs[KIND_LOG],
         _acks(refs) if job.ledgers else None,
@@ -260,5 +260,5 @@ def _classify_bucket(
 def _acks(refs: list[LedgerRef]) -> pa.Table:
     """The bucket's ledger lines, mapped from the ranges' exchange files, in the ledgers'
     order."""
-    found = [ref for _, ref, _ in refs if ref is not None]
+    found = [ref for ref, _ in refs if ref is not None]
     return read_buckets(found, ACKS_CLASSIFIED_SCHEMA)
