@@ -7,7 +7,6 @@ crash leaves the old state or the new one, never a torn mix.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
 import os
 import threading
@@ -16,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from broker.background import BackgroundTasks
+from rocketbox_api.deadlines import wait_event
 
 
 def write_json_atomic(path: Path, data: Any) -> None:
@@ -66,8 +66,7 @@ class StateWriter:
     async def _run(self) -> None:
         assert self._stopping is not None
         while not self._stopping.is_set():
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._stopping.wait(), self._interval_s)
+            await wait_event(self._stopping, self._interval_s)
             await self.flush()
 
     async def flush(self) -> None:

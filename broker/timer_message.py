@@ -17,7 +17,6 @@ watermark: the timer survives restarts.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import heapq
 import logging
 import threading
@@ -30,6 +29,7 @@ from broker.store.codec.check import DispatchRequest
 from broker.store.codec.message import PROPERTY_TIMER_DELIVER_MS, MessageExtBrokerInner
 from broker.store.message_store import DefaultMessageStore
 from broker.system_topic import park, real_topic_of, unparked_copy
+from rocketbox_api.deadlines import wait_event
 
 LOG = logging.getLogger(__name__)
 
@@ -149,8 +149,7 @@ class TimerMessageService:
             if due:
                 continue
             self._wake.clear()
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._wake.wait(), min(max(wait_s, 0.0), IDLE_WAIT_S))
+            await wait_event(self._wake, min(max(wait_s, 0.0), IDLE_WAIT_S))
 
     async def _deliver(self, entry: tuple[int, int, int, int]) -> None:
         deliver_ms, queue_offset, phy, size = entry

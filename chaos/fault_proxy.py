@@ -27,6 +27,7 @@ from types import TracebackType
 from typing import Self
 
 from chaos.faults import Direction, Fault, FaultKind
+from rocketbox_api.deadlines import within
 
 # One read from a socket; also the largest chunk a latency schedules as one.
 CHUNK_BYTES_MAX = 64 * 1024
@@ -98,7 +99,7 @@ class _Link:
             self.blackholed = proxy.fault.kind is FaultKind.BLACKHOLE
             if not self.blackholed:
                 try:
-                    self.target = await asyncio.wait_for(
+                    self.target = await within(
                         asyncio.open_connection(proxy.target_host, proxy.target_port),
                         CONNECT_DEADLINE_S,
                     )

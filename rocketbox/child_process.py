@@ -18,6 +18,8 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
+from rocketbox_api.deadlines import within
+
 LOG = logging.getLogger("rocketbox")
 
 # A server recovers its store before it serves: a large one takes a while.
@@ -141,7 +143,7 @@ class ChildProcess:
             with contextlib.suppress(ProcessLookupError):
                 process.terminate()
             try:
-                await asyncio.wait_for(process.wait(), CHILD_STOP_DEADLINE_S)
+                await within(process.wait(), CHILD_STOP_DEADLINE_S)
             except TimeoutError:
                 LOG.warning("%s did not stop in %.0f s: killed", self.name, CHILD_STOP_DEADLINE_S)
                 with contextlib.suppress(ProcessLookupError):

@@ -33,6 +33,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from outbox.entry import SpoolCause
+from rocketbox_api.deadlines import wait_event
 from sidecar.errors import SendFailedError
 from sidecar.metrics import OUTBOX_NO_SPACE, READY
 
@@ -155,8 +156,7 @@ class BrokerStateLog:
             self._changed.clear()
             with contextlib.suppress(Exception):  # the outbox's own line says why it failed
                 await self.check()
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._changed.wait(), DRAIN_CHECK_INTERVAL_MS / 1000.0)
+            await wait_event(self._changed, DRAIN_CHECK_INTERVAL_MS / 1000.0)
 
     async def check(self) -> None:
         """One look: a drain's size or end, or a repeat line when it is due."""

@@ -38,7 +38,6 @@ burial a ``rocketbox.bury`` (sidecar/tracing.py).
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import time
 import uuid
@@ -46,6 +45,7 @@ from collections.abc import Callable
 
 from outbox.entry import DeliveryReceipt, EntryState, OutboxEntry
 from outbox.errors import OutboxError
+from rocketbox_api.deadlines import wait_event
 from rocketbox_api.rate_limited_log import RateLimitedLog
 from sidecar.async_outbox import AsyncOutbox
 from sidecar.backoff import Backoff
@@ -178,10 +178,7 @@ class ResendPool:
                 self._tasks.add(task)
                 task.add_done_callback(self._tasks.discard)
             if len(claimed) < self.config.claim_batch_max:
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(
-                        self._wake.wait(), timeout=self.config.poll_interval_ms / 1000.0
-                    )
+                await wait_event(self._wake, self.config.poll_interval_ms / 1000.0)
                 self._wake.clear()
 
     def stop(self) -> None:

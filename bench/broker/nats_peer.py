@@ -40,6 +40,7 @@ from bench.process_control import (
     find_process,
     process_cpu_seconds,
 )
+from rocketbox_api.deadlines import within
 
 
 # -- NATS JetStream: the peer (b) is compared with ------------------------------------------------
@@ -50,7 +51,7 @@ async def nats_connect(window: int) -> tuple[NatsClient, JetStreamContext]:
         errors.append(e)
 
     try:
-        nc = await asyncio.wait_for(
+        nc = await within(
             nats.connect(
                 NATS_URL,
                 connect_timeout=2,
@@ -96,7 +97,7 @@ async def bench_nats(count: int, window: int, warmup: int) -> Figure:
             async def publish_bounded(n: int) -> None:
                 deadline = STALL_DEADLINE_S + n / SLOWEST_RATE
                 try:
-                    await asyncio.wait_for(publish(n), deadline)
+                    await within(publish(n), deadline)
                 except TimeoutError as e:
                     raise BenchError(f"NATS: {n:,} publishes not acked in {deadline:.0f} s") from e
 
@@ -210,7 +211,7 @@ async def _nats_run(
         start = time.perf_counter()
         deadline = publish_deadline_s(n, rate)
         try:
-            await asyncio.wait_for(_nats_publish(js, subject, n, rate), deadline)
+            await within(_nats_publish(js, subject, n, rate), deadline)
         except TimeoutError as e:
             raise BenchError(f"NATS: {n:,} publishes not acked in {deadline:.0f} s") from e
         produced = time.perf_counter() - start

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 
 from bench.process_control import BenchError
 from bench.sidecar.processes import RPC_TIMEOUT_S, Child
+from rocketbox_api.deadlines import within
 
 SLOWEST_RATE = 200  # msgs/s: slower than this, a run is stuck rather than slow
 OUTCOME_CHARS_MAX = 300  # an unexpected outcome is kept this long (its text varies)
@@ -121,7 +122,7 @@ async def closed_loop(
     count = calls * per_call
     start = time.perf_counter()
     try:
-        await asyncio.wait_for(
+        await within(
             asyncio.gather(*(sender() for _ in range(min(window, calls)))), deadline_s(count)
         )
     except TimeoutError as e:
@@ -192,7 +193,7 @@ async def open_loop(send: Send, count: int, rate: float) -> OpenLoop:
         await asyncio.sleep(max(0.0, start + started / rate - time.perf_counter()))
     offered_seconds = time.perf_counter() - start
     if tasks:
-        await asyncio.wait_for(asyncio.gather(*tasks), RPC_TIMEOUT_S * 2)
+        await within(asyncio.gather(*tasks), RPC_TIMEOUT_S * 2)
     return OpenLoop(scheduled_ms, started_ms, count, offered_seconds, time.perf_counter() - start)
 
 

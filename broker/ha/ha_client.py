@@ -21,7 +21,6 @@ slave's store aside to have it copy the master again.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import time
 from collections.abc import Callable
@@ -44,6 +43,7 @@ from broker.store.codec.layout import (
 )
 from broker.store.config import RECORD_FIXED_BYTES_MAX
 from broker.store.message_store import DefaultMessageStore
+from rocketbox_api.deadlines import wait_event, within
 
 LOG = logging.getLogger(__name__)
 
@@ -117,12 +117,11 @@ class HAClient:
             backoff_s = min(backoff_s * 2, RECONNECT_BACKOFF_MAX_S)
 
     async def _sleep_or_changed(self, seconds: float) -> None:
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(self._changed.wait(), seconds)
+        await wait_event(self._changed, seconds)
 
     async def _replicate_until_changed(self, address: str) -> None:
         host, _, port = address.rpartition(":")
-        reader, writer = await asyncio.wait_for(
+        reader, writer = await within(
             asyncio.open_connection(host.strip("[]"), int(port)), CONNECT_TIMEOUT_S
         )
         try:
@@ -158,9 +157,7 @@ class HAClient:
                 writer.write(report(CONFIG_REQUEST))
                 last_sync_s = time.monotonic()
             try:
-                header = await asyncio.wait_for(
-                    reader.readexactly(FRAME_HEADER.size), self._heartbeat_s
-                )
+                header = await within(reader.readexactly(FRAME_HEADER.size), self._heartbeat_s)
             except TimeoutError:
                 header = b""
             now_s = time.monotonic()
@@ -173,7 +170,7 @@ class HAClient:
                 if not 0 <= size <= self._batch_bytes:
                     raise HAError(f"a frame of {size} bytes (ha_transfer_batch_bytes="
                                   f"{self._batch_bytes})")  # fmt: skip
-                data = await asyncio.wait_for(reader.readexactly(size), self._housekeeping_s)
+                data = await within(reader.readexactly(size), self._housekeeping_s)
                 self.master_offset_seen = max(self.master_offset_seen, start + size)
                 if size and self._take(start, data):
                     writer.write(report(self._store.commit_log.max_offset))
@@ -183,14 +180,14 @@ class HAClient:
             if now_s - last_report_s >= self._heartbeat_s:
                 writer.write(report(self._store.commit_log.max_offset))
                 last_report_s = now_s
-            await asyncio.wait_for(writer.drain(), self._housekeeping_s)
+            await within(writer.drain(), self._housekeeping_s)
 
     async def _take_config(self, reader: asyncio.StreamReader, size: int) -> None:
         if not 0 <= size <= HA_CONFIG_BYTES_MAX:
             raise HAError(
                 f"a config frame of {size} bytes (HA_CONFIG_BYTES_MAX={HA_CONFIG_BYTES_MAX})"
             )
-        payload = await asyncio.wait_for(reader.readexactly(size), self._housekeeping_s)
+        payload = await within(reader.readexactly(size), self._housekeeping_s)
         if self.on_config is not None:
             try:
                 self.on_config(payload)

@@ -21,6 +21,7 @@ from typing import Protocol
 
 from broker.ha.protocol import CONFIG_FRAME, CONFIG_REQUEST, REPORT, HAError, frame
 from broker.store.commit_log import CommitLog
+from rocketbox_api.deadlines import within
 
 LOG = logging.getLogger(__name__)
 
@@ -104,7 +105,7 @@ class HAConnection:
         LOG.info("slave %s connected; transferring from phy_offset %s", self.slave_address, start)
 
     async def _read_report(self) -> int:
-        data = await asyncio.wait_for(self._reader.readexactly(REPORT.size), self._housekeeping_s)
+        data = await within(self._reader.readexactly(REPORT.size), self._housekeeping_s)
         (offset,) = REPORT.unpack(data)
         if offset == CONFIG_REQUEST and self.slave_ack_offset >= 0:
             self._config_requested = True
@@ -139,7 +140,7 @@ class HAConnection:
                 await self._owner.wait_for_data(HA_TRANSFER_POLL_MS / 1000)
                 continue
             last_write_s = time.monotonic()
-            await asyncio.wait_for(writer.drain(), self._housekeeping_s)
+            await within(writer.drain(), self._housekeeping_s)
 
     def _read_log(self, phy_offset: int) -> bytes:
         """The log's bytes from ``phy_offset`` to the end of its segment's written part, at

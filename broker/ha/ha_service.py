@@ -23,6 +23,7 @@ from broker.ha.ha_connection import HAConnection
 from broker.ha.protocol import cancel_and_wait
 from broker.store.message_store import DefaultMessageStore
 from broker.store.status import PutMessageResult, PutMessageStatus
+from rocketbox_api.deadlines import wait_event, within
 
 LOG = logging.getLogger(__name__)
 
@@ -108,8 +109,7 @@ class HAService:
 
     async def wait_for_data(self, timeout_s: float) -> None:
         """Until a SYNC_MASTER's put appended, or ``timeout_s`` passed."""
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(self._data_event.wait(), timeout_s)
+        await wait_event(self._data_event, timeout_s)
         self._data_event.clear()
 
     def config_snapshot(self) -> bytes | None:
@@ -149,7 +149,7 @@ class HAService:
         self._waiters.append((end, fut))
         self._data_event.set()  # the connections send it now, not at their next poll
         try:
-            await asyncio.wait_for(fut, self._timeout_s)
+            await within(fut, self._timeout_s)
         except TimeoutError:
             with contextlib.suppress(ValueError):  # an ack may have taken it meanwhile
                 self._waiters.remove((end, fut))

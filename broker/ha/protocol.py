@@ -31,7 +31,6 @@ FRAME_HEADER = struct.Struct(">qi")
 CONFIG_REQUEST = -1
 CONFIG_FRAME = -1
 HA_CONFIG_BYTES_MAX = 64 * 1024 * 1024
-CANCEL_RETRY_S = 0.2
 
 
 class HAError(Exception):
@@ -40,14 +39,11 @@ class HAError(Exception):
 
 
 async def cancel_and_wait(tasks: Collection[asyncio.Task[Any]]) -> None:
-    """Cancel ``tasks`` and wait until they are done, cancelling again while any runs: on
-    Python 3.11 ``asyncio.wait_for`` loses a cancellation that meets its inner await's end, and
-    an HA loop is mostly such waits."""
-    pending = {t for t in tasks if not t.done()}
-    while pending:
-        for task in pending:
-            task.cancel()
-        _, pending = await asyncio.wait(pending, timeout=CANCEL_RETRY_S)
+    """Cancel ``tasks`` and wait until they are done. Their waits keep a cancel
+    (rocketbox_api/deadlines.py), so one cancel ends each."""
+    for task in tasks:
+        task.cancel()
+    await asyncio.gather(*tasks, return_exceptions=True)
 
 
 def report(max_phy_offset: int) -> bytes:

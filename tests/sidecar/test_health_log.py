@@ -167,3 +167,30 @@ def test_the_outbox_lines(caplog: pytest.LogCaptureFixture) -> None:
 def test_the_interval_is_checked() -> None:
     with pytest.raises(ValueError, match="state_log_interval_ms"):
         BrokerStateLog(interval_ms=0)
+
+
+# Only reached if the cancel was lost: the loop would then run on until the test gives up.
+RUN_ENDED_DEADLINE_S = 5.0
+
+
+@pytest.mark.parametrize("turns", range(4))
+def test_run_ends_on_a_stop_that_meets_the_broker_coming_back(turns: int) -> None:
+    """The sidecar's stop cancels ``run``; a delivery that wakes it just before (the broker came
+    back as SIGTERM arrived) must not keep it running: the stop would wait on it for ever."""
+
+    async def main() -> bool:
+        log = BrokerStateLog(Pending(2), INTERVAL_MS, Clock())
+        log.failed(DOWN, SPOOLED)
+        task = asyncio.create_task(log.run())
+        for _ in range(3):  # its first check done, it waits for a change
+            await asyncio.sleep(0)
+        log.delivered(1)  # SPOOLING -> DRAINING: the change it waits for
+        for _ in range(turns):
+            await asyncio.sleep(0)
+        task.cancel()
+        done, _ = await asyncio.wait({task}, timeout=RUN_ENDED_DEADLINE_S)
+        if not done:
+            task.cancel()
+        return bool(done) and task.cancelled()
+
+    assert asyncio.run(main())

@@ -20,6 +20,7 @@ import sys
 import grpc
 import pytest
 
+from rocketbox_api.deadlines import within
 from rocketbox_api.v1 import sidecar_pb2 as api
 from rocketbox_api.v1 import sidecar_pb2_grpc
 from sidecar.config import SidecarConfig
@@ -56,7 +57,7 @@ def test_a_dying_background_task_stops_the_sidecar_and_stop_raises_it(
                     assert outcome(response.result) == "stored"
                 sidecar.failing.set()
                 # Nothing ever sets it: only the failure ends this wait, by cancelling it.
-                await asyncio.wait_for(asyncio.Event().wait(), WAIT_DEADLINE_S)
+                await within(asyncio.Event().wait(), WAIT_DEADLINE_S)
             finally:
                 await sidecar.stop()
 
