@@ -38,10 +38,10 @@ async def ended_by_a_cancel_as_it_wakes(wait_once: object, turns: int) -> bool:
             event.clear()
 
     task = asyncio.create_task(loop())
-    await asyncio.sleep(0)  # it waits now
+    await asyncio.sleep(0)  # sleep: a turn of the loop, after which the task waits
     event.set()
     for _ in range(turns):
-        await asyncio.sleep(0)
+        await asyncio.sleep(0)  # sleep: the turns between the wake-up and the cancel
     task.cancel()
     done, _ = await asyncio.wait({task}, timeout=ENDED_DEADLINE_S)
     if not done:
@@ -73,7 +73,7 @@ def test_wait_event_says_whether_the_event_came() -> None:
 def test_within_returns_the_result_or_times_out_cancelling_what_it_waited_on() -> None:
     async def main() -> tuple[int, bool]:
         async def answer() -> int:
-            await asyncio.sleep(0)
+            await asyncio.sleep(0)  # sleep: a turn of the loop before the answer
             return 42
 
         result = await within(answer(), LONG_WAIT_S)

@@ -182,11 +182,11 @@ def test_run_ends_on_a_stop_that_meets_the_broker_coming_back(turns: int) -> Non
         log = BrokerStateLog(Pending(2), INTERVAL_MS, Clock())
         log.failed(DOWN, SPOOLED)
         task = asyncio.create_task(log.run())
-        for _ in range(3):  # its first check done, it waits for a change
-            await asyncio.sleep(0)
+        for _ in range(3):
+            await asyncio.sleep(0)  # sleep: turns in which it checks once, then waits
         log.delivered(1)  # SPOOLING -> DRAINING: the change it waits for
         for _ in range(turns):
-            await asyncio.sleep(0)
+            await asyncio.sleep(0)  # sleep: the turns between the change and the cancel
         task.cancel()
         done, _ = await asyncio.wait({task}, timeout=RUN_ENDED_DEADLINE_S)
         if not done:
