@@ -16,14 +16,17 @@ The servers (``broker``, ``namesrv``, ``sidecar``, ``up``) take (b) for every op
 sets them per container), not a shell's shared aim.
 
 ``RocketboxGroup`` applies the rule to each command it is given, and to that command's own
-subcommands, when it is added: a new command is named by the rule without doing anything. An
-``envvar=`` written on an option is replaced, so that the rule has no exceptions. Click's own
+subcommands, when it is added (a command it imports on first use, when it is imported): a new
+command is named by the rule without doing anything. An ``envvar=`` written on an option is
+replaced, so that the rule has no exceptions. Click's own
 ``auto_envvar_prefix`` is not used: it names variables after the Python parameter
 (ROCKETBOX_SIDECAR_OUTBOX_URL) and would keep those names alive beside these.
 """
 
 from __future__ import annotations
 
+import importlib
+from collections.abc import Mapping
 from typing import Any
 
 import click
@@ -77,10 +80,15 @@ def name_envvars(command: click.Command, command_path: tuple[str, ...]) -> None:
 
 
 class RocketboxGroup(click.Group):
-    """The root group: names its own options' variables, and each added command's."""
+    """The root group: names its own options' variables, and each command's. A command of
+    ``lazy_commands`` (name → ``"module:attribute"``) is imported when it is first looked up,
+    and named then."""
 
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
+    def __init__(
+        self, *args: Any, lazy_commands: Mapping[str, str] | None = None, **kwargs: Any
+    ) -> None:
         super().__init__(*args, **kwargs)
+        self.lazy_commands = dict(lazy_commands or {})
         name_envvars(self, ())
 
     def add_command(self, cmd: click.Command, name: str | None = None) -> None:
@@ -88,3 +96,26 @@ class RocketboxGroup(click.Group):
         added = name or cmd.name
         assert added is not None, "click names every command it adds"
         name_envvars(cmd, (added,))
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted({*self.commands, *self.lazy_commands})
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        if cmd_name not in self.commands and cmd_name in self.lazy_commands:
+            module_name, attribute = self.lazy_commands[cmd_name].split(":")
+            command = getattr(importlib.import_module(module_name), attribute)
+            if not isinstance(command, click.Command):
+                raise TypeError(f"{self.lazy_commands[cmd_name]} is no click command")
+            self.add_command(command, cmd_name)
+        return super().get_command(ctx, cmd_name)
+
+
+def commands_of(group: click.Group) -> dict[str, click.Command]:
+    """Every command of ``group`` by name, a lazy one imported (what its --help lists)."""
+    ctx = click.Context(group)
+    found = {}
+    for name in group.list_commands(ctx):
+        command = group.get_command(ctx, name)
+        if command is not None:
+            found[name] = command
+    return found

@@ -29,6 +29,7 @@ from rocketmq import ClientConfiguration, Credentials, Producer
 
 from chaos.processes import FAST_RESEND_ARGS, SIDECAR_METRICS_LINE, SIDECAR_READY_LINE
 from rocketbox.cli import main
+from rocketbox.envvars import commands_of
 from rocketbox_api.v1 import sidecar_pb2 as api
 from rocketbox_api.v1 import sidecar_pb2_grpc
 from tests.broker.broker_process import BrokerProcess
@@ -84,7 +85,7 @@ def cli(outputs: Outputs, where: str, args: list[str], env: dict[str, str], stdi
 
 
 def every_command(group: click.Group, path: tuple[str, ...] = ()) -> Iterator[tuple[str, ...]]:
-    for name, command in group.commands.items():
+    for name, command in commands_of(group).items():
         yield (*path, name)
         if isinstance(command, click.Group):
             yield from every_command(command, (*path, name))

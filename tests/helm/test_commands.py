@@ -22,6 +22,7 @@ import click
 import pytest
 
 from rocketbox.cli import main
+from rocketbox.envvars import commands_of
 from sidecar.channels import Endpoint
 from tests.helm.chart import by_name, find
 from tests.helm.conftest import Rendered
@@ -56,7 +57,7 @@ def parse(
     assert args[0] == command_name
     # The image's ENTRYPOINT is `rocketbox`: the root group, then the subcommand, as click runs it.
     root = main.make_context("rocketbox", list(args))
-    command = main.commands[command_name]
+    command = commands_of(main)[command_name]
     return command.make_context(command_name, list(args[1:]), parent=root)
 
 

@@ -17,8 +17,8 @@ import click
 import pytest
 from click.testing import CliRunner
 
-from rocketbox.cli import main
-from rocketbox.envvars import RocketboxGroup
+from rocketbox.cli import COMMANDS, main
+from rocketbox.envvars import RocketboxGroup, commands_of
 from rocketbox.wording import noun_form, plural
 from tests.broker.broker_process import READY_LINE, SMALL_STORE_ARGS
 from tests.rocketbox_process import RocketboxProcess
@@ -38,7 +38,7 @@ def walk(
 ) -> Iterator[tuple[tuple[str, ...], click.Command]]:
     yield path, command
     if isinstance(command, click.Group):
-        for name, sub in command.commands.items():
+        for name, sub in commands_of(command).items():
             yield from walk(sub, (*path, name))
 
 
@@ -52,8 +52,9 @@ def test_every_summary_is_a_whole_sentence_that_fits() -> None:
     for path, group in walk(main):
         if not isinstance(group, click.Group):
             continue
-        limit = HELP_WIDTH - 6 - max(len(name) for name in group.commands)
-        for name, command in group.commands.items():
+        commands = commands_of(group)
+        limit = HELP_WIDTH - 6 - max(len(name) for name in commands)
+        for name, command in commands.items():
             summary = command.get_short_help_str(limit)
             where = " ".join(("rocketbox", *path, name))
             assert not summary.endswith("..."), f"{where}: summary cut: {summary!r}"
@@ -110,10 +111,10 @@ def test_every_option_is_read_from_the_variable_the_rule_names() -> None:
             checked += 1
         assert len(names) == len(set(names)), f"rocketbox {' '.join(path)}: a variable twice"
     assert checked > 100  # every command's options, not a few
-    sidecar = main.commands["sidecar"]
+    sidecar = commands_of(main)["sidecar"]
     outbox = next(p for p in sidecar.params if p.name == "outbox_url")
     assert outbox.envvar == "ROCKETBOX_SIDECAR_OUTBOX"  # the long option, not the parameter
-    stats = main.commands["outbox"]
+    stats = commands_of(main)["outbox"]
     assert isinstance(stats, click.Group)
     stats_outbox = next(p for p in stats.commands["stats"].params if p.name == "outbox_url")
     assert stats_outbox.envvar == "ROCKETBOX_OUTBOX"
@@ -175,3 +176,27 @@ def test_plural_groups_thousands_and_takes_an_irregular_plural() -> None:
     assert plural(1, "record", grouped=True) == "1 record"
     assert noun_form(2, "child", "children") == "children"
     assert noun_form(1, "child", "children") == "child"
+
+
+def test_each_command_is_imported_only_when_it_is_used() -> None:
+    """``rocketbox --version`` imports none of the servers: the root names its commands by
+    module and imports one when it is looked up."""
+    script = (
+        "import sys\n"
+        "from rocketbox.cli import main\n"
+        "main(sys.argv[1:], standalone_mode=False)\n"
+        "loaded = {m.split('.')[0] for m in sys.modules}\n"
+        "print(sorted(loaded & {'broker', 'sidecar', 'outbox', 'reconcile', 'namesrv', "
+        "'pyarrow', 'grpc'}))\n"
+    )
+    argv = [sys.executable, "-c", script, "--version"]
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=60, check=False)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines()[-1] == "[]"
+
+
+def test_every_command_the_root_names_is_the_click_command_of_that_name() -> None:
+    commands = commands_of(main)
+    assert sorted(commands) == sorted(COMMANDS)
+    for name, command in commands.items():
+        assert command.name == name, f"{COMMANDS[name]} is the command {command.name!r}"

@@ -14,7 +14,6 @@ from pathlib import Path
 
 from broker.store.consume_queue import CQ_STORE_UNIT_SIZE_BYTES
 from broker.store.index_file import index_file_size_bytes
-from rocketbox.cli import UP_STORE_GEOMETRY
 from rocketbox.store_geometry import (
     FIELDS,
     MIB,
@@ -22,6 +21,7 @@ from rocketbox.store_geometry import (
     StoreGeometry,
     sizes_on_disk,
 )
+from rocketbox.up_cli import UP_STORE_GEOMETRY
 
 ALL_DEFAULT = frozenset(FIELDS)
 
