@@ -26,6 +26,7 @@ from broker.background import BackgroundTasks
 from broker.broker_outer_api import BrokerOuterAPI
 from broker.config import BrokerConfig, BrokerRole
 from broker.topic_config import TopicConfigManager, TopicMessageType
+from rocketbox_api.deadlines import wait_event
 from rocketbox_api.namesrv.v1 import namesrv_pb2 as npb
 from rocketbox_api.rate_limited_log import RateLimitedLog
 
@@ -97,9 +98,7 @@ class RegisterBrokerService:
         while True:
             self._changed.clear()
             await self.register_broker_all()
-            with contextlib.suppress(TimeoutError):
-                async with asyncio.timeout(interval_s):
-                    await self._changed.wait()
+            await wait_event(self._changed, interval_s)
 
     async def register_broker_all(self) -> bool:
         """One round: register with every NameServer; whether any accepted it."""

@@ -113,11 +113,8 @@ class HAClient:
                     self.connected = False
                 if time.monotonic() - started_s > RECONNECT_BACKOFF_MAX_S:
                     backoff_s = RECONNECT_BACKOFF_MIN_S  # it had worked a while: retry soon
-            await self._sleep_or_changed(backoff_s)
+            await wait_event(self._changed, backoff_s)
             backoff_s = min(backoff_s * 2, RECONNECT_BACKOFF_MAX_S)
-
-    async def _sleep_or_changed(self, seconds: float) -> None:
-        await wait_event(self._changed, seconds)
 
     async def _replicate_until_changed(self, address: str) -> None:
         host, _, port = address.rpartition(":")
