@@ -32,6 +32,7 @@ import os
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
@@ -42,6 +43,7 @@ from broker.store.codec.layout import END_FILE_MIN_BLANK_LENGTH, FILE_NAME_DIGIT
 from broker.store.codec.message import PROPERTY_REAL_TOPIC
 from broker.store.codec.scan import ScanEndKind, SegmentScanner
 from broker.store.codec.scan_columns import RecordColumns
+from broker.store.codec.text_columns import CodedColumn, TextColumn
 from reconcile.errors import InputError
 from reconcile.store_hosts import store_hosts
 
@@ -235,60 +237,72 @@ def _kept(
     cols: RecordColumns, topics: dict[str, int], buf: mmap.mmap, found: SegmentStats
 ) -> pa.RecordBatch:
     """The batch as Arrow, without what is only counted and with parked copies resolved."""
-    kinds = [topics.get(t) for t in cols.topic]
-    if None in kinds:
-        for t in set(cols.topic):
+    for t in cols.topic.names:
+        if t not in topics:
             topics[t] = topic_kind(t)
-        kinds = [topics[t] for t in cols.topic]
-    if not any(kinds) and None not in cols.message_id:
+    kinds = np.asarray([topics[t] for t in cols.topic.names], np.int8)[cols.topic.codes]
+    has_id = cols.message_id.valid
+    if not kinds.any() and has_id.all():
         return _to_arrow(cols, np.zeros(len(cols), np.bool_), buf, found)
-    keep: list[int] = []
-    for i, (kind, message_id) in enumerate(zip(kinds, cols.message_id, strict=True)):
-        if kind == _SYSTEM:
-            found.system_topic_records += 1
-        elif message_id is None:
-            found.records_without_id += 1
-        else:
-            if kind == _PARKED:
-                found.parked_records += 1
-                # Rare: decode the whole record with the codec to learn its real topic.
-                msg = decode_message(buf, int(cols.phy_offset[i]) - found.file_from_offset)
-                cols.topic[i] = msg.properties.get(PROPERTY_REAL_TOPIC, cols.topic[i])
-            keep.append(i)
-    index = np.asarray(keep, dtype=np.int64)
-    kept = RecordColumns(
-        message_id=[cols.message_id[i] for i in keep],
-        topic=[cols.topic[i] for i in keep],
-        queue_id=cols.queue_id[index],
-        queue_offset=cols.queue_offset[index],
-        phy_offset=cols.phy_offset[index],
-        store_timestamp_ms=cols.store_timestamp_ms[index],
-        born_timestamp_ms=cols.born_timestamp_ms[index],
-        body_size_bytes=cols.body_size_bytes[index],
-    )
-    parked = np.asarray([kinds[i] == _PARKED for i in keep], np.bool_)
-    return _to_arrow(kept, parked, buf, found)
+    system = kinds == _SYSTEM
+    keep = ~system & has_id
+    parked = keep & (kinds == _PARKED)
+    found.system_topic_records += int(system.sum())
+    found.records_without_id += int((~system & ~has_id).sum())
+    found.parked_records += int(parked.sum())
+    codes, names = cols.topic.codes.copy(), list(cols.topic.names)
+    for i in np.flatnonzero(parked).tolist():
+        # Rare: decode the whole record with the codec to learn its real topic.
+        msg = decode_message(buf, int(cols.phy_offset[i]) - found.file_from_offset)
+        real = msg.properties.get(PROPERTY_REAL_TOPIC, names[codes[i]])
+        codes[i] = len(names)
+        names.append(real)
+    cols.topic = CodedColumn(codes, names)
+    return _to_arrow(cols, parked, buf, found, np.flatnonzero(keep))
 
 
 def _to_arrow(
-    cols: RecordColumns, parked: npt.NDArray[np.bool_], buf: mmap.mmap, found: SegmentStats
+    cols: RecordColumns,
+    parked: npt.NDArray[np.bool_],
+    buf: mmap.mmap,
+    found: SegmentStats,
+    keep: npt.NDArray[np.int64] | None = None,
 ) -> pa.RecordBatch:
-    hosts = store_hosts(buf, cols.phy_offset - found.file_from_offset)
+    """The records (those at ``keep``, or all) as a batch of COMMITLOG_ARROW_SCHEMA. The text
+    columns go to Arrow as the scan laid them out (text_columns.py): no Python string a record."""
+    ids = string_array(cols.message_id)
+    codes = cols.topic.codes
+    numbers: list[npt.NDArray[Any]] = [cols.queue_id, cols.queue_offset, cols.phy_offset,
+        cols.store_timestamp_ms, cols.born_timestamp_ms, cols.body_size_bytes]  # fmt: skip
+    if keep is not None:
+        ids = ids.take(pa.array(keep))
+        codes, parked = codes[keep], parked[keep]
+        numbers = [column[keep] for column in numbers]
+    hosts = store_hosts(buf, numbers[2] - found.file_from_offset)  # by phy_offset
     found.store_hosts = sorted(set(found.store_hosts).union(hosts.dictionary.to_pylist()))
+    fields = COMMITLOG_ARROW_SCHEMA
     return pa.RecordBatch.from_arrays(
         [
-            pa.array(cols.message_id, pa.string()),
-            pa.array(cols.topic, pa.string()),
+            ids,
+            pa.array(cols.topic.names, pa.string()).take(pa.array(codes)),
             pa.array(parked, pa.bool_()),
-            pa.array(cols.queue_id, pa.int32()),
-            pa.array(cols.queue_offset, pa.int64()),
-            pa.array(cols.phy_offset, pa.int64()),
-            pa.array(cols.store_timestamp_ms, pa.int64()),
-            pa.array(cols.born_timestamp_ms, pa.int64()),
-            pa.array(cols.body_size_bytes, pa.int32()),
+            *(pa.array(c, fields.field(i).type) for i, c in enumerate(numbers, start=3)),
             hosts.dictionary.take(hosts.indices),
         ],
         schema=COMMITLOG_ARROW_SCHEMA,
+    )
+
+
+def string_array(column: TextColumn) -> pa.Array:
+    """A TextColumn as Arrow's string array, its buffers as they are (checked as UTF-8 by the
+    scan); absent values null."""
+    valid = column.valid
+    nulls = None if valid.all() else pa.py_buffer(np.packbits(valid, bitorder="little"))
+    return pa.StringArray.from_buffers(
+        len(column),
+        pa.py_buffer(column.offsets.astype(np.int32)),
+        pa.py_buffer(column.data),
+        nulls,
     )
 
 

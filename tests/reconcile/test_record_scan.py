@@ -10,7 +10,9 @@ several lengths, a V2-magic record):
   walk: whole-record CRC required, each record at the phy_offset it claims), with
   ``check_record``'s reason, for a flipped byte in every field and for a record cut at every
   length; it returns every record before and nothing after, even a valid record that follows;
-- a blank marker of the wrong size and a record claiming another phy_offset end it too;
+- a blank marker of the wrong size and a record claiming another phy_offset end it too, and so
+  does a message id or topic that is not UTF-8 under a matching CRC (a writer's fault), with
+  recovery's reason, whichever record of a batch it is;
 - it reads a real mapped segment file in place and leaves it closable;
 - with a stop position it ends (PART) at the first record boundary at or past it, and a scan
   begun where ``skip_chain`` (the size chain alone) finds that boundary begins there: the two
@@ -22,7 +24,10 @@ from __future__ import annotations
 import mmap
 import struct
 import zlib
+from collections import defaultdict
+from dataclasses import dataclass, field, fields
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -102,15 +107,25 @@ def varied_log(count: int = 60) -> tuple[bytes, list[int]]:
     return bytes(out), starts
 
 
-def scan_all(buf: ScanBuffer, limit: int, batch: int = 16) -> tuple[RecordColumns, SegmentScanner]:
+@dataclass
+class Scanned:
+    """Every batch of a scan, column by column, as Python lists."""
+
+    columns: dict[str, list[Any]] = field(default_factory=lambda: defaultdict(list))
+
+    def __getattr__(self, name: str) -> list[Any]:
+        return self.columns[name]
+
+    def __len__(self) -> int:
+        return len(self.columns["phy_offset"])
+
+
+def scan_all(buf: ScanBuffer, limit: int, batch: int = 16) -> tuple[Scanned, SegmentScanner]:
     scanner = SegmentScanner(buf, BASE, limit)
-    out = RecordColumns()
+    out = Scanned()
     for cols in scanner.batches(batch):
-        out.message_id += cols.message_id
-        out.topic += cols.topic
-        for name in ("queue_id", "queue_offset", "phy_offset", "store_timestamp_ms",
-                     "born_timestamp_ms", "body_size_bytes"):  # fmt: skip
-            setattr(out, name, [*getattr(out, name), *getattr(cols, name).tolist()])
+        for f in fields(RecordColumns):
+            out.columns[f.name] += getattr(cols, f.name).tolist()
     return out, scanner
 
 
@@ -254,6 +269,35 @@ def test_nothing_after_a_torn_record_is_read_even_a_valid_one() -> None:
     assert (scanner.end.kind, scanner.end.position) == (ScanEndKind.CORRUPT, torn_at)
     assert "AFTER" not in got.message_id
     assert len(got) == len(starts)
+
+
+def with_crc_renewed(rec: bytes, old: bytes, new: bytes) -> bytes:
+    """``rec`` with ``old`` replaced by ``new`` (as long) and its record CRC written anew: what
+    a writer that wrote the bytes wrong would leave, which the CRC cannot catch."""
+    out = bytearray(rec.replace(old, new, 1))
+    out[-11:-1] = crc32_digits(zlib.crc32(bytes(out[:-20])) & 0x7FFFFFFF)
+    return bytes(out)
+
+
+@pytest.mark.parametrize("batch", [1, 7, 16])
+@pytest.mark.parametrize("field", ["message_id", "topic"])
+def test_an_id_or_topic_that_is_not_utf8_ends_the_scan_as_recovery_would(
+    field: str, batch: int
+) -> None:
+    log, _ = varied_log(20)
+    fine = record(len(log), 20, topic="TopicQQ", message_id="id-QQ-20")
+    bad = with_crc_renewed(fine, b"QQ-20" if field == "message_id" else b"TopicQQ",
+                           b"\xff\xfe-20" if field == "message_id" else b"Topic\xc3(")  # fmt: skip
+    buf = log + bad + record(len(log) + len(bad), 21, message_id="AFTER") + bytes(1024)
+
+    scanner = assert_agrees(buf, len(buf), batch)
+    got, _ = scan_all(buf, len(buf), batch)
+
+    assert scanner.end is not None
+    assert (scanner.end.kind, scanner.end.position) == (ScanEndKind.CORRUPT, len(log))
+    assert "utf-8" in scanner.end.reason
+    assert len(got) == 20
+    assert "AFTER" not in got.message_id
 
 
 def test_a_record_claiming_another_phy_offset_ends_the_scan() -> None:

@@ -202,7 +202,7 @@ def commitlog_ids(data_dir: Path) -> set[str]:
         with path.open("rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as buf:
             scanner = SegmentScanner(buf, int(path.name), len(buf))
             for batch in scanner.batches(SCAN_BATCH_RECORDS_MAX):
-                ids.update(i for i in batch.message_id if i)
+                ids.update(i for i in batch.message_id.tolist() if i)
     return ids
 
 

@@ -85,7 +85,7 @@ def commitlog_copies(broker: BrokerProcess) -> Counter[str]:
         data = segment.read_bytes()
         scanner = SegmentScanner(data, int(segment.name), len(data))
         for columns in scanner.batches(SCAN_BATCH_MAX):
-            copies.update(i for i in columns.message_id if i is not None)
+            copies.update(i for i in columns.message_id.tolist() if i is not None)
         assert scanner.end is not None
         assert scanner.end.kind != ScanEndKind.CORRUPT, scanner.end
     return copies

@@ -85,6 +85,7 @@ from broker.store.codec.scan_columns import (
     same_size_run,
     valid_prefix,
 )
+from broker.store.codec.text_columns import CodedColumn, TextColumn
 
 _CRC_PROPERTY_PREFIX = np.frombuffer(CRC32_PREFIX, np.uint8)
 _CRC_NAME_BYTES = len(CRC32_PREFIX)
@@ -295,7 +296,7 @@ class SegmentScanner:
         n = valid_prefix(ok[:n])
         topics, n = self._topic_strings(arr, topic_len_at[:n] + 1, topic_len[:n])
         ids, n = message_ids(arr, buf, props_at[:n], crc_at[:n])
-        topics = topics[:n]
+        topics = topics.head(n)
         if n < len(starts):
             at = int(starts[n])
             self.end = ScanEnd(ScanEndKind.CORRUPT, at, self._reason(at))
@@ -325,14 +326,15 @@ class SegmentScanner:
         arr: npt.NDArray[np.uint8],
         topic_at: npt.NDArray[np.int64],
         topic_len: npt.NDArray[np.int64],
-    ) -> tuple[list[str], int]:
+    ) -> tuple[CodedColumn, int]:
         """The records' topics, and how many lead before one that does not decode.
 
         A log holds few topics, written in runs: each pass takes the first record not yet
         named, and names at once every record whose topic bytes equal its own. After
         ``TOPIC_RUNS_MAX`` passes (many topics in one batch) the rest are named one by one."""
         n = len(topic_at)
-        out = np.empty(n, dtype=object)
+        codes = np.zeros(n, np.int32)
+        names: dict[str, int] = {}
         todo = np.arange(n)
         for _ in range(TOPIC_RUNS_MAX):
             if not len(todo):
@@ -347,7 +349,7 @@ class SegmentScanner:
                 n = first
                 todo = todo[todo < n]
                 continue
-            out[same] = topic
+            codes[same] = names.setdefault(topic, len(names))
             todo = np.setdiff1d(todo, same, assume_unique=True)
         for i in todo.tolist():
             at = int(topic_at[i])
@@ -355,9 +357,8 @@ class SegmentScanner:
             if topic is None:
                 n = i
                 break
-            out[i] = topic
-        topics: list[str] = out[:n].tolist()
-        return topics, n
+            codes[i] = names.setdefault(topic, len(names))
+        return CodedColumn(codes[:n], list(names)), n
 
     def _decode_one_v2(self) -> RecordColumns:
         """The V2 record at ``position`` (2-byte topic length), through check_record."""
@@ -381,8 +382,8 @@ class SegmentScanner:
         finally:
             del arr
         return RecordColumns(
-            message_id=[request.uniq_key],
-            topic=[request.topic],
+            message_id=TextColumn.of([request.uniq_key]),
+            topic=CodedColumn(np.zeros(1, np.int32), [request.topic]),
             queue_id=np.asarray([request.queue_id], np.int32),
             queue_offset=np.asarray([request.consume_queue_offset], np.int64),
             phy_offset=np.asarray([phy_offset], np.int64),

@@ -29,6 +29,7 @@ from broker.store.codec.layout import (
     TOTAL_AND_MAGIC,
 )
 from broker.store.codec.message import PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX, MessageSysFlag
+from broker.store.codec.text_columns import CodedColumn, TextColumn, utf8_prefix
 
 # What the scan reads from: it searches the properties in place (``find``) and looks topics up
 # by their bytes (hashable slices).
@@ -65,8 +66,8 @@ def _empty_i32() -> npt.NDArray[np.int32]:
 class RecordColumns:
     """One batch of records, column by column (what the reconciliation turns into Arrow)."""
 
-    message_id: list[str | None] = field(default_factory=list)  # UNIQ_KEY; None when absent
-    topic: list[str] = field(default_factory=list)
+    message_id: TextColumn = field(default_factory=TextColumn)  # UNIQ_KEY; absent: not valid
+    topic: CodedColumn = field(default_factory=CodedColumn)
     queue_id: npt.NDArray[np.int32] = field(default_factory=_empty_i32)
     queue_offset: npt.NDArray[np.int64] = field(default_factory=_empty_i64)
     phy_offset: npt.NDArray[np.int64] = field(default_factory=_empty_i64)
@@ -91,8 +92,8 @@ def concat(a: RecordColumns, b: RecordColumns) -> RecordColumns:
     if not len(b):
         return a
     return RecordColumns(
-        a.message_id + b.message_id,
-        a.topic + b.topic,
+        a.message_id.concat(b.message_id),
+        a.topic.concat(b.topic),
         *(np.concatenate([x, y]) for x, y in zip(_arrays(a), _arrays(b), strict=True)),
     )
 
@@ -112,9 +113,16 @@ def gather(
     arr: npt.NDArray[np.uint8], at: npt.NDArray[np.int64], width: int
 ) -> npt.NDArray[np.uint8]:
     """``width`` bytes at each position, as rows. Positions are clipped into the buffer: a torn
-    record may point anywhere, and its checks fail on whatever is read."""
-    windows = np.lib.stride_tricks.sliding_window_view(arr, width)
-    return windows[np.clip(at, 0, len(arr) - width)]
+    record may point anywhere, and its checks fail on whatever is read.
+
+    The buffer is seen as one ``width``-byte item starting at every byte, so that each row is
+    taken as one item (2 to 6 times faster than rows of a sliding window view, which numpy
+    copies byte column by byte column)."""
+    if not width:
+        return np.empty((len(at), 0), np.uint8)
+    every_byte = np.ndarray((len(arr) - width + 1,), f"V{width}", buffer=arr, strides=(1,))
+    rows = every_byte[np.clip(at, 0, len(arr) - width)]
+    return rows.view(np.uint8).reshape(len(at), width)
 
 
 def field_of(rows: npt.NDArray[np.uint8], at: int, dtype: str) -> npt.NDArray[np.int64]:
@@ -151,66 +159,82 @@ def message_ids(
     buf: ScanBuffer,
     props_at: npt.NDArray[np.int64],
     crc_at: npt.NDArray[np.int64],
-) -> tuple[list[str | None], int]:
-    """The records' message ids (None where a record has none), and how many lead before one
-    that does not decode.
+) -> tuple[TextColumn, int]:
+    """The records' message ids (absent where a record has none), and how many lead before one
+    whose id is not UTF-8.
 
     One producer's records carry their UNIQ_KEY property at the same place with ids of one
-    length: each pass finds it in the first record not yet done, then takes it from every
-    record that has it at the same place, all at once. After ``ID_LAYOUTS_MAX`` passes (records
-    of many producers mixed), the rest are searched one by one."""
+    length: each pass finds it in the first record not yet done, then finds it in every record
+    that has it at the same place, all at once. After ``ID_LAYOUTS_MAX`` passes (records of many
+    producers mixed), the rest are searched one by one. The ids' bytes are then gathered into
+    one buffer, checked as UTF-8 once (text_columns.py)."""
     n = len(props_at)
-    out = np.empty(n, dtype=object)
+    id_at = np.zeros(n, np.int64)  # where each id's bytes begin in the buffer
+    id_len = np.full(n, -1, np.int64)  # -1: the record has no id
     todo = np.arange(n)
     for _ in range(ID_LAYOUTS_MAX):
         if not len(todo):
             break
         first = int(todo[0])
-        start, stop = int(props_at[first]), int(crc_at[first])
-        found = _message_id(bytes(buf[start:stop]))
-        if found is None:  # no id (or an undecodable one): one by one, below
+        start = int(props_at[first])
+        span = _message_id_span(bytes(buf[start : int(crc_at[first])]))
+        if span is None:  # no id: one by one, below
             break
-        raw = found.encode()
-        rel = bytes(buf[start:stop]).find(_UNIQ_KEY_NAME + raw + _PAIR_END)
-        width = _UNIQ_KEY_NAME_LEN + len(raw) + 1
-        at = props_at[todo] + rel
-        rows = gather(arr, at, width)
-        id_bytes = rows[:, _UNIQ_KEY_NAME_LEN:-1]
+        length = span[1] - span[0]
+        name_at = props_at[todo] + span[0] - _UNIQ_KEY_NAME_LEN
+        width = _UNIQ_KEY_NAME_LEN + length + 1
+        rows = gather(arr, name_at, width)
         same = (
-            (at + width <= crc_at[todo])
+            (name_at + width <= crc_at[todo])
             & (rows[:, :_UNIQ_KEY_NAME_LEN] == _UNIQ_KEY_NAME_ARRAY).all(axis=1)
             & (rows[:, -1] == PAIR_END_BYTE)
-            & ~(id_bytes == PAIR_END_BYTE).any(axis=1)
+            & ~(rows[:, _UNIQ_KEY_NAME_LEN:-1] == PAIR_END_BYTE).any(axis=1)
         )
-        if rel > 0:
-            same &= arr[at - 1] == PAIR_END_BYTE
-        try:
-            # bytes.decode a value: about 3.5 times faster than numpy's char.decode.
-            fixed = np.ascontiguousarray(id_bytes[same]).view(f"S{len(raw)}").ravel()
-            text = [value.decode() for value in fixed.tolist()]
-        except UnicodeDecodeError:
-            break
-        out[todo[same]] = text
+        if span[0] > _UNIQ_KEY_NAME_LEN:  # not the first pair: a pair must end just before it
+            same &= arr[name_at - 1] == PAIR_END_BYTE
+        done = todo[same]
+        id_at[done] = name_at[same] + _UNIQ_KEY_NAME_LEN
+        id_len[done] = length
         todo = todo[~same]
     for i in todo.tolist():
-        try:
-            out[i] = _message_id(bytes(buf[int(props_at[i]) : int(crc_at[i])]))
-        except UnicodeDecodeError:
-            n = i
-            break
-    ids: list[str | None] = out[:n].tolist()
-    return ids, n
+        start = int(props_at[i])
+        span = _message_id_span(bytes(buf[start : int(crc_at[i])]))
+        if span is not None:
+            id_at[i], id_len[i] = start + span[0], span[1] - span[0]
+    ids = _text(arr, id_at, id_len)
+    n = utf8_prefix(ids.data, ids.offsets)
+    return (ids if n == len(ids) else ids.head(n)), n
 
 
-def _message_id(props: bytes) -> str | None:
-    """The UNIQ_KEY value: the name must start a pair (a name may end in ``UNIQ_KEY``)."""
+def _text(
+    arr: npt.NDArray[np.uint8], at: npt.NDArray[np.int64], length: npt.NDArray[np.int64]
+) -> TextColumn:
+    """The ``length`` bytes at each of ``at`` (none where ``length`` is -1) as one column."""
+    valid = length >= 0
+    lengths = np.where(valid, length, 0)
+    offsets = np.zeros(len(at) + 1, np.int64)
+    np.cumsum(lengths, out=offsets[1:])
+    present = lengths[valid]
+    if not offsets[-1]:
+        data = np.empty(0, np.uint8)
+    elif (present == present[0]).all():  # ids of one length (one producer's): one gather
+        data = gather(arr, at[valid], int(present[0])).ravel()
+    else:  # each byte's place in the buffer: its id's start, then one more a byte
+        shift = np.repeat(at[valid] - offsets[:-1][valid], present)
+        data = arr[shift + np.arange(offsets[-1])]
+    return TextColumn(data, offsets, valid)
+
+
+def _message_id_span(props: bytes) -> tuple[int, int] | None:
+    """Where the UNIQ_KEY value lies in ``props``: the name must start a pair (a name may end in
+    ``UNIQ_KEY``), and the value ends at the next pair's end (the CRC property, last, ends one)."""
     at = props.find(_UNIQ_KEY_NAME)
     while at > 0 and props[at - 1] != PAIR_END_BYTE:
         at = props.find(_UNIQ_KEY_NAME, at + 1)
     if at < 0:
         return None
     start = at + _UNIQ_KEY_NAME_LEN
-    return props[start : props.index(_PAIR_END, start)].decode()
+    return start, props.index(_PAIR_END, start)
 
 
 def skip_chain(buf: ScanBuffer, limit: int, position: int, target: int) -> int:
