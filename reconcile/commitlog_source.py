@@ -8,10 +8,15 @@ segment keeps every core busy); each part is one task of the classification's ma
 
 A part's nominal byte range is arithmetic; its real one runs from the first record boundary at or
 past its nominal start to the first at or past its nominal end, so every record is read by the one
-part it starts in. The task finds its start by walking the chain of TOTALSIZE fields from the
-segment's start (broker.store.codec.scan_columns.skip_chain), which reads nothing but the sizes;
-the part before stops at the same boundary (end kind PART). Where the chain ends first (zeros, a
-blank marker, a torn record), every later part finds the same end and reads nothing.
+part it starts in. The task finds its start as the first record past its nominal start that
+claims its own phy_offset (broker.store.codec.boundary, which reads the bytes of the one record
+spanning the cut), or, where there is none within reach (zeros, a blank marker, damage, a huge
+record), by walking the chain of TOTALSIZE fields from the segment's start
+(broker.store.codec.scan_columns.skip_chain). The part before stops at the first boundary its
+own scan reaches at or past the cut (end kind PART): the two must agree, and where they do not (a
+record forged inside another's body claimed the cut) the segment is scanned again whole. Where
+the chain ends first (zeros, a blank marker, a torn record), every later part finds the same end
+and reads nothing.
 
 Each part's counts reach the driver through a Spark accumulator keyed by (source, segment start,
 the part's nominal start), so a task run twice (a retry, a recomputed stage) reports the same
@@ -23,6 +28,7 @@ a segment is named in ``PartsMerged.rescan``; the job scans it again whole (spar
 
 from __future__ import annotations
 
+import itertools
 import mmap
 import os
 from collections.abc import Iterable, Iterator
@@ -34,6 +40,7 @@ import pyarrow as pa
 from pyspark import Accumulator, AccumulatorParam
 from pyspark.sql import SparkSession
 
+from broker.store.codec.boundary import CLAIMED_SEARCH_BYTES_MAX, first_claimed_record
 from broker.store.codec.scan import ScanEndKind
 from broker.store.codec.scan_columns import skip_chain
 from reconcile.segment_scan import (
@@ -80,9 +87,9 @@ def stats_accumulator(spark: SparkSession) -> Accumulator[dict[StatsKey, dict[st
 
 
 def part_bytes(segments: list[Segment], cores: int) -> int:
-    """Whole segments when there are enough to keep every core busy: each later part walks the
-    size chain over the parts before it, reading every page of them once more (from the disk,
-    should the page cache have let them go). Else parts of at most SCAN_PART_BYTES_MAX."""
+    """Whole segments when there are enough to keep every core busy: a part may have to walk the
+    size chain over the parts before it (part_start). Else parts of at most
+    SCAN_PART_BYTES_MAX."""
     if len(segments) >= SCAN_TASKS_PER_CORE * cores:
         return max(1, *(s.size_bytes for s in segments))
     return SCAN_PART_BYTES_MAX
@@ -100,14 +107,15 @@ def scan_part(
     path: Path, found: SegmentStats, batch_records_max: int, part_from: int, part_to: int | None
 ) -> Iterator[pa.RecordBatch]:
     """The kept records of the records starting in [part_from, part_to) of a segment."""
-    start = part_start(path, part_from) if part_from else 0
+    start = part_start(path, found.file_from_offset, part_from) if part_from else 0
     yield from scan_segment(path, found, batch_records_max, start, part_to)
 
 
-def part_start(path: Path, part_from: int) -> int:
-    """The first record boundary at or past ``part_from``, by the size chain from the segment's
-    start (or where the chain ends before it). An unreadable file: ``part_from``, where the scan
-    then says it is unreadable."""
+def part_start(path: Path, file_from_offset: int, part_from: int) -> int:
+    """The first record boundary at or past ``part_from``: the first record there that claims
+    its own place (boundary.py), else by the size chain from the segment's start (or where the
+    chain ends before it). ``merge_parts`` confirms it against where the part before ended. An
+    unreadable file: ``part_from``, where the scan then says it is unreadable."""
     try:
         fd = os.open(path, os.O_RDONLY)
     except OSError:
@@ -117,7 +125,10 @@ def part_start(path: Path, part_from: int) -> int:
         if size <= part_from:
             return part_from
         with mmap.mmap(fd, size, access=mmap.ACCESS_READ) as buf:
-            return skip_chain(buf, size, 0, part_from)
+            claimed = first_claimed_record(
+                buf, size, file_from_offset, part_from, CLAIMED_SEARCH_BYTES_MAX
+            )
+            return skip_chain(buf, size, 0, part_from) if claimed is None else claimed
     except (OSError, ValueError):
         return part_from
     finally:
@@ -147,14 +158,18 @@ def segment_stats(scanned: dict[StatsKey, dict[str, Any]]) -> PartsMerged:
 
 
 def merge_parts(found: Iterable[SegmentStats]) -> tuple[SegmentStats, bool]:
-    """One segment's parts (in order) as one SegmentStats, and whether a part read records past
-    where the segment's scan ended (the first part that did not reach its end)."""
+    """One segment's parts (in order) as one SegmentStats, and whether they must be scanned again
+    whole: a part read records past where the segment's scan ended (the first part that did not
+    reach its end), or a part began elsewhere than where the one before it ended."""
     parts_found = list(found)
     last = next(
         (i for i, p in enumerate(parts_found) if p.end_kind != ScanEndKind.PART),
         len(parts_found) - 1,
     )
     counted = parts_found[: last + 1]
+    # A part must begin where the one before it ended: a start found by a record claiming its
+    # place (part_start) that the chain does not reach was inside a record's body.
+    apart = any(a.scanned_bytes != b.start_position for a, b in itertools.pairwise(counted))
     one = SegmentStats(**{f.name: getattr(counted[0], f.name) for f in fields(SegmentStats)})
     for name in _SUMMED:
         setattr(one, name, sum(getattr(p, name) for p in counted))
@@ -166,5 +181,5 @@ def merge_parts(found: Iterable[SegmentStats]) -> tuple[SegmentStats, bool]:
     one.first_store_timestamp_ms = firsts[0] if firsts else None
     one.last_store_timestamp_ms = lasts[-1] if lasts else None
     one.store_hosts = sorted({h for p in counted for h in p.store_hosts})
-    read_past = any(p.records for p in parts_found[last + 1 :])
+    read_past = apart or any(p.records for p in parts_found[last + 1 :])
     return one, read_past

@@ -110,8 +110,9 @@ def _classify(
     scan found, the outbox's statistics, the ledgers' and the buckets' findings.
 
     The segments are scanned in parts (commitlog_source.py); should a part have read past damage
-    an earlier part of its segment stopped at, the whole is done again with those segments
-    scanned whole: rare (a damaged record whose size is intact), and then correct."""
+    an earlier part of its segment stopped at, or begun elsewhere than where the part before it
+    ended, the whole is done again with those segments scanned whole: rare (a damaged record
+    whose size is intact, a record forged inside another's body), and then correct."""
     sc = spark.sparkContext
     whole: frozenset[tuple[int, int]] = frozenset()
     part_bytes_max = part_bytes(segments, sc.defaultParallelism)

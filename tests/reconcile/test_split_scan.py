@@ -9,8 +9,11 @@ Proves, on segments of records of varied sizes written as the broker writes them
   it is reported, so the segment is scanned again whole; the merged stats stop at the damage;
 - ``skip_chain`` finds the first record boundary at or past any position, on a log of one size
   and of varied sizes, and stops where the chain ends;
+- a part begins at the first record past its cut that claims its own place (found without
+  walking the chain), and where that is a record forged inside another's body, the part before
+  did not end there: the segment is scanned again whole;
 - the Spark engine with parts of a few KiB (many parts a segment, a torn tail, damage that a
-  later part reads past) finds what the in-process engine finds.
+  later part reads past, a forged record at a cut) finds what the in-process engine finds.
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ from pathlib import Path
 import pytest
 from pyspark.sql import SparkSession
 
+from broker.store.codec.layout import POSITION_BODY_LENGTH_V4
 from broker.store.codec.scan import ScanEndKind
 from broker.store.codec.scan_columns import skip_chain
 from reconcile import commitlog_source
@@ -29,6 +33,7 @@ from reconcile.config import ENGINE_IN_PROCESS, ENGINE_SPARK, JobConfig
 from reconcile.job import run
 from reconcile.segment_scan import Segment, SegmentStats, scan_segment
 from tests.reconcile.test_engines import what_was_found
+from tests.reconcile.test_record_scan import BASE, record
 from tests.reconcile.testdata import CommitLogWriter
 
 SEGMENT_BYTES = 16 * 1024
@@ -191,3 +196,60 @@ def test_spark_scans_in_small_parts_and_finds_what_the_in_process_engine_finds(
     stops = with_spark["commitlog"]["stops"]
     assert [s["kind"] for s in stops] == [ScanEndKind.CORRUPT, ScanEndKind.CORRUPT]
     assert with_spark["totals"]["messages"] < 200
+
+
+def forged_log(directory: Path) -> tuple[Segment, int, int]:
+    """A segment whose second record's body holds a valid record (its CRC right) that claims
+    its own place, as a producer that learned where its message would be stored could write.
+    Returns the segment, where the host record starts and where the forged one does."""
+    host_at = len(record(0, 0, message_id="M-0"))
+    forged_at = host_at + POSITION_BODY_LENGTH_V4 + 4  # the host record's body starts there
+    forged = record(forged_at, 99, message_id="FORGED")
+    log = record(0, 0, message_id="M-0")
+    log += record(host_at, 1, message_id="M-1", body=forged + b"y" * 40)
+    assert log.index(forged) == forged_at
+    for i in range(2, 12):
+        log += record(len(log), i, message_id=f"M-{i}")
+    directory.mkdir(parents=True)
+    path = directory / f"{BASE:020d}"
+    path.write_bytes(log + bytes(4096))
+    return Segment(path, BASE, path.stat().st_size), host_at, forged_at
+
+
+def test_a_part_begun_at_a_record_forged_inside_a_body_is_caught_by_the_part_before(
+    tmp_path: Path,
+) -> None:
+    segment, host_at, forged_at = forged_log(tmp_path / "commitlog")
+    expected, whole = scan_whole(segment)
+    assert BASE + forged_at not in expected
+    # Cut just past the host record's start: the forged record is the first that claims its
+    # place past the cut, and the size chain's next boundary lies past the host record.
+    got, _, read_past = scan_in_parts(segment, host_at + 1)
+
+    assert BASE + forged_at in got  # the part after the cut began at the forged record
+    assert read_past  # and did not begin where the part before ended: scanned again whole
+    for part_bytes in (host_at, forged_at + 1, 2 * host_at):  # cuts the forgery cannot fool
+        got, merged, read_past = scan_in_parts(segment, part_bytes)
+        assert (got, asdict(merged), read_past) == (expected, asdict(whole), False), part_bytes
+
+
+def test_spark_scans_a_log_with_a_forged_record_whole_and_finds_what_in_process_finds(
+    spark: SparkSession, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    store = tmp_path / "store" / "commitlog"
+    _, host_at, _ = forged_log(store)
+    outbox = tmp_path / "outbox.jsonl"
+    outbox.write_text("")
+    monkeypatch.setattr(commitlog_source, "SCAN_PART_BYTES_MAX", host_at + 1)
+    monkeypatch.setattr(commitlog_source, "SCAN_TASKS_PER_CORE", 1000)
+
+    def config(engine: str) -> JobConfig:
+        return JobConfig(
+            commitlogs=(store,), outbox=outbox, out_dir=tmp_path / engine, engine=engine
+        )
+
+    local = run(config(ENGINE_IN_PROCESS))
+    with_spark = run(config(ENGINE_SPARK), spark)
+
+    assert what_was_found(with_spark) == what_was_found(local)
+    assert with_spark["totals"]["messages"] == 12  # FORGED is no message of the log
