@@ -10,6 +10,8 @@ For each size (default 1M and 10M records; ``--quick``: 100k and 1M), under ``--
   segments, blank padding, the last segment preallocated), 8 queues of one topic, message ids in
   the sidecar's format; a ledger acknowledging every record STORED (as the sidecar writes it),
   and an empty outbox export;
+- the files written are flushed to the disk (``os.sync``, timed apart) before anything is
+  timed: their writeback would otherwise run beside the first measurements;
 - (read) the physical limit: every segment file read sequentially, 4 MiB at a time, one thread
   per core (the files were just written: this is mostly the page cache, as the scan sees it);
 - (scan) the commitlog scan alone: the classification's map stage over the segments (scanned in
@@ -94,6 +96,7 @@ class SizeResult:
     segments: int = 0
     log_bytes: int = 0
     generate_s: float = 0.0
+    flush_s: float = 0.0  # os.sync() after generating: the writeback, before any timing
     read_s: float = 0.0
     scan_s: float = 0.0
     job_s: float = 0.0
@@ -204,6 +207,11 @@ def measure(
     began = time.perf_counter()
     store, ledger, outbox = generate(root, count, segment_bytes)
     result.generate_s = time.perf_counter() - began
+    # What was just written goes to the disk before anything is timed: the kernel's writeback of
+    # it would otherwise run beside the first measurements (a job reads a log written earlier).
+    began = time.perf_counter()
+    os.sync()
+    result.flush_s = time.perf_counter() - began
     files = sorted((store / "commitlog").iterdir())
     result.segments = len(files)
     result.log_bytes = sum(p.stat().st_size for p in files)
@@ -211,7 +219,8 @@ def measure(
     assert result.segments == -(-count // per_segment), "the records are not the expected size"
     if progress:
         print(f"  {count:,} records: {len(files)} segments, {result.log_bytes / 1e9:.1f} GB "
-              f"written in {result.generate_s:.0f} s", flush=True)  # fmt: skip
+              f"written in {result.generate_s:.0f} s, flushed to disk in {result.flush_s:.1f} s",
+              flush=True)  # fmt: skip
     result.read_s = read_files(files)
     result.scan_s = time_scan(spark, store, root / "exchange")
     result.job_s, result.job_phases_s = time_job(
