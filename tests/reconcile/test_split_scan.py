@@ -20,6 +20,7 @@ from __future__ import annotations
 
 from dataclasses import asdict
 from pathlib import Path
+from typing import Any
 
 import pytest
 from pyspark.sql import SparkSession
@@ -167,6 +168,29 @@ def test_skip_chain_stops_where_the_chain_ends(tmp_path: Path) -> None:
         assert skip_chain(buf, len(buf), 0, target) == beyond
 
 
+def both_engines(
+    spark: SparkSession,
+    store: Path,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    part_bytes: int,
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The summaries of the in-process engine and of the Spark engine scanning in parts of
+    ``part_bytes``, over ``store`` and an empty outbox."""
+    outbox = tmp_path / "outbox.jsonl"
+    outbox.write_text("")
+    monkeypatch.setattr(commitlog_source, "SCAN_PART_BYTES_MAX", part_bytes)
+    # Split even though the segments alone would keep the cores busy.
+    monkeypatch.setattr(commitlog_source, "SCAN_TASKS_PER_CORE", 1000)
+
+    def config(engine: str) -> JobConfig:
+        return JobConfig(
+            commitlogs=(store,), outbox=outbox, out_dir=tmp_path / engine, engine=engine
+        )
+
+    return run(config(ENGINE_IN_PROCESS)), run(config(ENGINE_SPARK), spark)
+
+
 def test_spark_scans_in_small_parts_and_finds_what_the_in_process_engine_finds(
     spark: SparkSession, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -178,19 +202,7 @@ def test_spark_scans_in_small_parts_and_finds_what_the_in_process_engine_finds(
     victim = next(o for o in offsets if o > int(second.name) + 3000) - int(second.name)
     data[victim + _BODY_DAMAGE_AT] ^= 0x5A
     second.write_bytes(bytes(data))
-    outbox = tmp_path / "outbox.jsonl"
-    outbox.write_text("")
-    monkeypatch.setattr(commitlog_source, "SCAN_PART_BYTES_MAX", 1500)
-    # Split even though the segments alone would keep the cores busy.
-    monkeypatch.setattr(commitlog_source, "SCAN_TASKS_PER_CORE", 1000)
-
-    def config(engine: str) -> JobConfig:
-        return JobConfig(
-            commitlogs=(store,), outbox=outbox, out_dir=tmp_path / engine, engine=engine
-        )
-
-    local = run(config(ENGINE_IN_PROCESS))
-    with_spark = run(config(ENGINE_SPARK), spark)
+    local, with_spark = both_engines(spark, store, tmp_path, monkeypatch, 1500)
 
     assert what_was_found(with_spark) == what_was_found(local)
     stops = with_spark["commitlog"]["stops"]
@@ -238,18 +250,8 @@ def test_spark_scans_a_log_with_a_forged_record_whole_and_finds_what_in_process_
 ) -> None:
     store = tmp_path / "store" / "commitlog"
     _, host_at, _ = forged_log(store)
-    outbox = tmp_path / "outbox.jsonl"
-    outbox.write_text("")
-    monkeypatch.setattr(commitlog_source, "SCAN_PART_BYTES_MAX", host_at + 1)
-    monkeypatch.setattr(commitlog_source, "SCAN_TASKS_PER_CORE", 1000)
 
-    def config(engine: str) -> JobConfig:
-        return JobConfig(
-            commitlogs=(store,), outbox=outbox, out_dir=tmp_path / engine, engine=engine
-        )
-
-    local = run(config(ENGINE_IN_PROCESS))
-    with_spark = run(config(ENGINE_SPARK), spark)
+    local, with_spark = both_engines(spark, store, tmp_path, monkeypatch, host_at + 1)
 
     assert what_was_found(with_spark) == what_was_found(local)
     assert with_spark["totals"]["messages"] == 12  # FORGED is no message of the log

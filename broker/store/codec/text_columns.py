@@ -19,26 +19,14 @@ import numpy.typing as npt
 _ASCII_END = 0x80
 
 
-def _no_bytes() -> npt.NDArray[np.uint8]:
-    return np.empty(0, np.uint8)
-
-
-def _one_offset() -> npt.NDArray[np.int64]:
-    return np.zeros(1, np.int64)
-
-
-def _no_flags() -> npt.NDArray[np.bool_]:
-    return np.empty(0, np.bool_)
-
-
 @dataclass(slots=True)
 class TextColumn:
     """Strings or None: value ``i`` is ``data[offsets[i]:offsets[i + 1]]`` where ``valid[i]``
     (an absent value spans no bytes). Built only from bytes checked as UTF-8 (``utf8_prefix``)."""
 
-    data: npt.NDArray[np.uint8] = field(default_factory=_no_bytes)
-    offsets: npt.NDArray[np.int64] = field(default_factory=_one_offset)
-    valid: npt.NDArray[np.bool_] = field(default_factory=_no_flags)
+    data: npt.NDArray[np.uint8] = field(default_factory=lambda: np.empty(0, np.uint8))
+    offsets: npt.NDArray[np.int64] = field(default_factory=lambda: np.zeros(1, np.int64))
+    valid: npt.NDArray[np.bool_] = field(default_factory=lambda: np.empty(0, np.bool_))
 
     def __len__(self) -> int:
         return len(self.valid)
