@@ -29,6 +29,7 @@ the scope together itself. The driver's summary has the ranges' statistics from 
 from __future__ import annotations
 
 import functools
+import gc
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -171,9 +172,23 @@ def _identity(bucket: int) -> int:
     return bucket
 
 
+def heap_frozen_for_the_task() -> None:
+    """What is alive as a task starts (modules, caches) taken out of the collector's reach.
+
+    PySpark's reused worker runs a full ``gc.collect()`` after every task (pyspark/daemon.py).
+    A worker holding pyarrow, numpy, PySpark and this package tracks enough objects that the
+    collection cost about 23 ms of CPU a task, a quarter of the workers' CPU in a 1M-record job
+    (py-spy, docs/benchmarks.md). Frozen (``gc.freeze``), they are skipped: the collection after
+    the task looks at what the task made. The previous task's garbage was collected before this
+    one started, so only live objects are frozen; one that later becomes cyclic garbage stays
+    until the worker exits."""
+    gc.freeze()
+
+
 def _map_unit(job: Classification, stats: InputStats, unit: Unit) -> Iterator[Mapped]:
     """A map task: the unit's rows written by bucket, and where each bucket's are; a ledger
     range's part, and a LedgerRef to every bucket."""
+    heap_frozen_for_the_task()
     kind = unit[0]
     if kind == KIND_LOG:
         _, path, from_offset, source, part_from, part_to = unit
@@ -229,6 +244,7 @@ def _classify_bucket(
     """A reduce task: the bucket's ids classified and written as part ``bucket``; its message
     count, cells (IPC), drill-down candidates (IPC), slave copies and messages with a delivery
     latency."""
+    heap_frozen_for_the_task()
     payloads: dict[int, list[Any]] = {kind: [] for kind in (*_SCHEMAS, KIND_LEDGER)}
     for found_bucket, (kind, payload) in rows:
         assert found_bucket == bucket, f"bucket {found_bucket} in partition {bucket}"
