@@ -272,13 +272,17 @@ def _to_arrow(
     columns go to Arrow as the scan laid them out (text_columns.py): no Python string a record."""
     ids = string_array(cols.message_id)
     codes = cols.topic.codes
-    numbers: list[npt.NDArray[Any]] = [cols.queue_id, cols.queue_offset, cols.phy_offset,
-        cols.store_timestamp_ms, cols.born_timestamp_ms, cols.body_size_bytes]  # fmt: skip
+    # The numeric columns by name, in the schema's order (between ``parked`` and the host).
+    numbers: dict[str, npt.NDArray[Any]] = {
+        name: getattr(cols, name)
+        for name in ("queue_id", "queue_offset", "phy_offset", "store_timestamp_ms",
+                     "born_timestamp_ms", "body_size_bytes")
+    }  # fmt: skip
     if keep is not None:
         ids = ids.take(pa.array(keep))
         codes, parked = codes[keep], parked[keep]
-        numbers = [column[keep] for column in numbers]
-    hosts = store_hosts(buf, numbers[2] - found.file_from_offset)  # by phy_offset
+        numbers = {name: column[keep] for name, column in numbers.items()}
+    hosts = store_hosts(buf, numbers["phy_offset"] - found.file_from_offset)
     found.store_hosts = sorted(set(found.store_hosts).union(hosts.dictionary.to_pylist()))
     fields = COMMITLOG_ARROW_SCHEMA
     return pa.RecordBatch.from_arrays(
@@ -286,7 +290,7 @@ def _to_arrow(
             ids,
             pa.array(cols.topic.names, pa.string()).take(pa.array(codes)),
             pa.array(parked, pa.bool_()),
-            *(pa.array(c, fields.field(i).type) for i, c in enumerate(numbers, start=3)),
+            *(pa.array(column, fields.field(name).type) for name, column in numbers.items()),
             hosts.dictionary.take(hosts.indices),
         ],
         schema=COMMITLOG_ARROW_SCHEMA,
