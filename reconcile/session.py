@@ -1,9 +1,9 @@
 """The Spark session of the reconciliation, and the one place Spark's exceptions are translated.
 
 Locally (``local[*]``, ``local[N]``) the session is sized for one machine: 4 shuffle partitions
-per core, a 2 GiB driver (it is also the only executor) whose JIT compiles only what is hot,
-Python workers running this interpreter (which has pyarrow and this package), Spark's temporary
-files in a directory removed afterwards.
+per core, a 2 GiB driver (it is also the only executor) whose JIT compiles only what is hot and
+whose memory pages are small, Python workers running this interpreter (which has pyarrow and this
+package), Spark's temporary files in a directory removed afterwards.
 Everywhere: no UI, no progress bars, Spark's logs at ERROR from the JVM's first line, times in
 UTC, the sort-based shuffle writer always. On a cluster (any other master) the job ships
 ``reconcile/``, ``broker/store/codec/`` and ``outbox/``'s top-level modules to the executors,
@@ -48,6 +48,14 @@ _DRIVER_JAVA_OPTIONS = "spark.driver.extraJavaOptions"
 # task threads in a 1M-record job (/proc, docs/benchmarks.md); the hot loops of an SQL
 # aggregation (the latency figures) still get the optimising compiler, as fast as by default.
 _LOCAL_JIT_OPTIONS = "-XX:CompileThresholdScaling=10"
+# A local driver's memory pages (Tungsten's: a shuffle's sort buffer, an aggregation's hash map)
+# are 1 MiB, not the 32 MiB Spark derives from a 2 GiB heap on 2 cores. Every map task of the
+# classification opens a shuffle sorter for its few small values, and each took a page: a 32 MiB
+# array on the heap a task, which G1 allocates as a humongous object and which, some hundreds of
+# MB a job, started a concurrent marking cycle after cycle: 0.5-1.1 s more of the JVM's CPU in a
+# 1M-record job in one session of two (jcmd/JFR, /proc, docs/benchmarks.md). The few SQL
+# aggregations (the latency figures) take more pages as they need them.
+_LOCAL_PAGE_SIZE = "1m"
 # Never the shuffle writer that opens a file and a serializer for every reduce partition in each
 # map task: the classification's map tasks each write a small value for every bucket, and
 # creating those serializers (a Kryo each) was most of the JVM's task threads' CPU, 3.5 of 5.6 s
@@ -112,6 +120,7 @@ def spark_session(config: SparkSettings) -> Iterator[SparkSession]:
             settings["spark.driver.memory"] = LOCAL_DRIVER_MEMORY
             settings["spark.local.dir"] = str(Path(tmp) / "spark-local")
             settings[_DRIVER_JAVA_OPTIONS] += f" {_LOCAL_JIT_OPTIONS}"
+            settings["spark.buffer.pageSize"] = _LOCAL_PAGE_SIZE
             # Python workers run this interpreter, which has pyarrow and this package.
             os.environ["PYSPARK_PYTHON"] = sys.executable
         elif config.shuffle_partitions:

@@ -3,7 +3,9 @@
 Proves that the map task and the bucket task each take what is alive as they start out of the
 collector's reach (``gc.freeze``): PySpark's reused worker runs a full collection after every
 task, which cost a quarter of the workers' CPU in a 1M-record job while every module and cache
-of the worker was in it.
+of the worker was in it. And that a local session's tasks take small memory pages: a map task's
+shuffle sorter took a page of 32 MiB for a few small values, and the JVM's collector spent up
+to a second of CPU a 1M-record job on them (session.py).
 """
 
 from __future__ import annotations
@@ -68,3 +70,11 @@ def test_a_map_task_and_a_bucket_task_freeze_what_lives_as_they_start(
 
     assert [f[0] for f in found] == [0]  # no message in the bucket
     assert gc.get_freeze_count() > 0
+
+
+def test_a_local_session_gives_its_tasks_pages_of_one_mib(spark: SparkSession) -> None:
+    # Spark's memory manager takes the setting, when there is one, as every task's page size
+    # (MemoryManager.pageSizeBytes); unset, it derives 32 MiB from this session's heap and cores.
+    page_size = spark.sparkContext.getConf().get("spark.buffer.pageSize")
+
+    assert page_size == "1m"
