@@ -52,8 +52,8 @@ _LOCAL_JIT_OPTIONS = "-XX:CompileThresholdScaling=10"
 # are 1 MiB, not the 32 MiB Spark derives from a 2 GiB heap on 2 cores. Every map task of the
 # classification opens a shuffle sorter for its few small values, and each took a page: a 32 MiB
 # array on the heap a task, which G1 allocates as a humongous object and which, some hundreds of
-# MB a job, started a concurrent marking cycle after cycle: 0.5-1.1 s more of the JVM's CPU in a
-# 1M-record job in one session of two (jcmd/JFR, /proc, docs/benchmarks.md). The few SQL
+# MB a job, started a concurrent marking cycle after cycle: 0.3-1.0 s more of the JVM's CPU in the
+# first 1M-record job of 10 sessions of 13 (GC log, JFR, /proc: docs/benchmarks.md). The few SQL
 # aggregations (the latency figures) take more pages as they need them.
 _LOCAL_PAGE_SIZE = "1m"
 # Never the shuffle writer that opens a file and a serializer for every reduce partition in each
