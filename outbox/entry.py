@@ -69,6 +69,9 @@ class OutboxMessage:
     delivery_timestamp_ms: int | None = None
     properties: Mapping[str, str] = field(default_factory=dict)
     born_timestamp_ms: int = 0
+    # The app's own delivery budget for this message, from its entry's ``created_ms``: past it,
+    # the resend pool gives up (DEAD). None: the sidecar's default (``age_max_s``).
+    delivery_timeout_ms: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -169,6 +172,7 @@ def entry_to_dict(entry: OutboxEntry, *, with_body: bool) -> dict[str, Any]:
         "delivery_timestamp_ms": m.delivery_timestamp_ms,
         "properties": dict(m.properties),
         "born_timestamp_ms": m.born_timestamp_ms,
+        "delivery_timeout_ms": m.delivery_timeout_ms,
         "body_size": len(m.body),
         "state": entry.state.value,
         "cause": entry.cause.value,
@@ -210,6 +214,7 @@ def entry_from_dict(d: Mapping[str, Any]) -> OutboxEntry:
         delivery_timestamp_ms=d.get("delivery_timestamp_ms"),
         properties=dict(d.get("properties", {})),
         born_timestamp_ms=int(d.get("born_timestamp_ms", 0)),
+        delivery_timeout_ms=d.get("delivery_timeout_ms"),
     )
     return OutboxEntry(
         message=message,

@@ -54,6 +54,7 @@ EXPORT_SCHEMA = pa.schema(
         pa.field("delivery_timestamp_ms", _INT),
         pa.field("properties", pa.map_(_STRING, _STRING), nullable=False),
         pa.field("born_timestamp_ms", _INT, nullable=False),
+        pa.field("delivery_timeout_ms", _INT),
         pa.field("body_size", _INT, nullable=False),
         pa.field("state", _STRING, nullable=False),
         pa.field("cause", _STRING, nullable=False),

@@ -15,6 +15,7 @@ from grpc_status import rpc_status
 from outbox.entry import OutboxMessage, SpoolCause
 from rocketbox_api.tracing import traced_properties
 from rocketbox_api.v1 import sidecar_pb2 as api
+from sidecar.delivery_budget import delivery_timeout_ms_of
 from sidecar.errors import SendRejectedError
 from sidecar.intake import Accepted, Stored
 from sidecar.message_id import MessageIdGenerator
@@ -48,6 +49,10 @@ def to_outbox_message(
         t = m.delivery_time
         validate_timestamp("delivery_time", t.seconds, t.nanos)
         delivery_timestamp_ms = t.ToMilliseconds()
+    delivery_timeout_ms = None
+    if m.HasField("delivery_timeout"):
+        d = m.delivery_timeout
+        delivery_timeout_ms = delivery_timeout_ms_of("delivery_timeout", d.seconds, d.nanos)
     return OutboxMessage(
         topic=m.topic,
         body=m.body,
@@ -58,6 +63,7 @@ def to_outbox_message(
         delivery_timestamp_ms=delivery_timestamp_ms,
         properties=traced_properties(m.user_properties, trace),
         born_timestamp_ms=now_ms,
+        delivery_timeout_ms=delivery_timeout_ms,
     )
 
 

@@ -26,7 +26,7 @@ from google.protobuf import duration_pb2 as google_dot_protobuf_dot_duration__pb
 from google.protobuf import timestamp_pb2 as google_dot_protobuf_dot_timestamp__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1erocketbox_api/v1/sidecar.proto\x12\x0crocketbox.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xd2\x02\n\x07Message\x12\r\n\x05topic\x18\x01 \x01(\t\x12\x0c\n\x04\x62ody\x18\x02 \x01(\x0c\x12\x10\n\x03tag\x18\x03 \x01(\tH\x00\x88\x01\x01\x12\x0c\n\x04keys\x18\x04 \x03(\t\x12\x1a\n\rmessage_group\x18\x05 \x01(\tH\x01\x88\x01\x01\x12\x31\n\rdelivery_time\x18\x06 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x42\n\x0fuser_properties\x18\x07 \x03(\x0b\x32).rocketbox.v1.Message.UserPropertiesEntry\x12\x17\n\nmessage_id\x18\x08 \x01(\tH\x02\x88\x01\x01\x1a\x35\n\x13UserPropertiesEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\x42\x06\n\x04_tagB\x10\n\x0e_message_groupB\r\n\x0b_message_id\"5\n\x0bSendRequest\x12&\n\x07message\x18\x01 \x01(\x0b\x32\x15.rocketbox.v1.Message\"8\n\x0cSendResponse\x12(\n\x06result\x18\x01 \x01(\x0b\x32\x18.rocketbox.v1.SendResult\";\n\x10SendBatchRequest\x12\'\n\x08messages\x18\x01 \x03(\x0b\x32\x15.rocketbox.v1.Message\">\n\x11SendBatchResponse\x12)\n\x07results\x18\x01 \x03(\x0b\x32\x18.rocketbox.v1.SendResult\"O\n\x11SendStreamRequest\x12\x12\n\nrequest_id\x18\x01 \x01(\x04\x12&\n\x07message\x18\x02 \x01(\x0b\x32\x15.rocketbox.v1.Message\"R\n\x12SendStreamResponse\x12\x12\n\nrequest_id\x18\x01 \x01(\x04\x12(\n\x06result\x18\x02 \x01(\x0b\x32\x18.rocketbox.v1.SendResult\"\xaa\x01\n\nSendResult\x12\x12\n\nmessage_id\x18\x01 \x01(\t\x12&\n\x06stored\x18\x02 \x01(\x0b\x32\x14.rocketbox.v1.StoredH\x00\x12(\n\x07spooled\x18\x03 \x01(\x0b\x32\x15.rocketbox.v1.SpooledH\x00\x12+\n\x08rejected\x18\x04 \x01(\x0b\x32\x17.rocketbox.v1.RejectionH\x00\x42\t\n\x07outcome\"h\n\x06Stored\x12\x13\n\x0b\x62roker_name\x18\x01 \x01(\t\x12\x10\n\x08queue_id\x18\x02 \x01(\x05\x12\x14\n\x0cqueue_offset\x18\x03 \x01(\x03\x12\x0f\n\x07\x64urable\x18\x04 \x01(\x08\x12\x10\n\x08\x61ttempts\x18\x05 \x01(\x05\"\x8f\x01\n\x07Spooled\x12\'\n\x05\x63\x61use\x18\x01 \x01(\x0e\x32\x18.rocketbox.v1.SpoolCause\x12\x0e\n\x06\x64\x65tail\x18\x02 \x01(\t\x12\x35\n\x11next_attempt_time\x18\x03 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x14\n\x0cmaybe_stored\x18\x04 \x01(\x08\"h\n\tRejection\x12\x0c\n\x04\x63ode\x18\x01 \x01(\x05\x12\r\n\x05\x66ield\x18\x02 \x01(\t\x12\x0e\n\x06reason\x18\x03 \x01(\t\x12.\n\x0bretry_after\x18\x04 \x01(\x0b\x32\x19.google.protobuf.Duration*\xd1\x01\n\nSpoolCause\x12\x1b\n\x17SPOOL_CAUSE_UNSPECIFIED\x10\x00\x12\x19\n\x15SPOOL_CAUSE_THROTTLED\x10\x01\x12\x1b\n\x17SPOOL_CAUSE_UNAVAILABLE\x10\x02\x12\x19\n\x15SPOOL_CAUSE_AMBIGUOUS\x10\x03\x12\x1a\n\x16SPOOL_CAUSE_FIFO_FENCE\x10\x04\x12\x1c\n\x18SPOOL_CAUSE_UNAUTHORIZED\x10\x05\x12\x19\n\x15SPOOL_CAUSE_FORBIDDEN\x10\x06\x32\xf2\x01\n\x0eSidecarService\x12=\n\x04Send\x12\x19.rocketbox.v1.SendRequest\x1a\x1a.rocketbox.v1.SendResponse\x12L\n\tSendBatch\x12\x1e.rocketbox.v1.SendBatchRequest\x1a\x1f.rocketbox.v1.SendBatchResponse\x12S\n\nSendStream\x12\x1f.rocketbox.v1.SendStreamRequest\x1a .rocketbox.v1.SendStreamResponse(\x01\x30\x01\x62\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1erocketbox_api/v1/sidecar.proto\x12\x0crocketbox.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\x87\x03\n\x07Message\x12\r\n\x05topic\x18\x01 \x01(\t\x12\x0c\n\x04\x62ody\x18\x02 \x01(\x0c\x12\x10\n\x03tag\x18\x03 \x01(\tH\x00\x88\x01\x01\x12\x0c\n\x04keys\x18\x04 \x03(\t\x12\x1a\n\rmessage_group\x18\x05 \x01(\tH\x01\x88\x01\x01\x12\x31\n\rdelivery_time\x18\x06 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x42\n\x0fuser_properties\x18\x07 \x03(\x0b\x32).rocketbox.v1.Message.UserPropertiesEntry\x12\x17\n\nmessage_id\x18\x08 \x01(\tH\x02\x88\x01\x01\x12\x33\n\x10\x64\x65livery_timeout\x18\t \x01(\x0b\x32\x19.google.protobuf.Duration\x1a\x35\n\x13UserPropertiesEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\x42\x06\n\x04_tagB\x10\n\x0e_message_groupB\r\n\x0b_message_id\"5\n\x0bSendRequest\x12&\n\x07message\x18\x01 \x01(\x0b\x32\x15.rocketbox.v1.Message\"8\n\x0cSendResponse\x12(\n\x06result\x18\x01 \x01(\x0b\x32\x18.rocketbox.v1.SendResult\";\n\x10SendBatchRequest\x12\'\n\x08messages\x18\x01 \x03(\x0b\x32\x15.rocketbox.v1.Message\">\n\x11SendBatchResponse\x12)\n\x07results\x18\x01 \x03(\x0b\x32\x18.rocketbox.v1.SendResult\"O\n\x11SendStreamRequest\x12\x12\n\nrequest_id\x18\x01 \x01(\x04\x12&\n\x07message\x18\x02 \x01(\x0b\x32\x15.rocketbox.v1.Message\"R\n\x12SendStreamResponse\x12\x12\n\nrequest_id\x18\x01 \x01(\x04\x12(\n\x06result\x18\x02 \x01(\x0b\x32\x18.rocketbox.v1.SendResult\"\xaa\x01\n\nSendResult\x12\x12\n\nmessage_id\x18\x01 \x01(\t\x12&\n\x06stored\x18\x02 \x01(\x0b\x32\x14.rocketbox.v1.StoredH\x00\x12(\n\x07spooled\x18\x03 \x01(\x0b\x32\x15.rocketbox.v1.SpooledH\x00\x12+\n\x08rejected\x18\x04 \x01(\x0b\x32\x17.rocketbox.v1.RejectionH\x00\x42\t\n\x07outcome\"h\n\x06Stored\x12\x13\n\x0b\x62roker_name\x18\x01 \x01(\t\x12\x10\n\x08queue_id\x18\x02 \x01(\x05\x12\x14\n\x0cqueue_offset\x18\x03 \x01(\x03\x12\x0f\n\x07\x64urable\x18\x04 \x01(\x08\x12\x10\n\x08\x61ttempts\x18\x05 \x01(\x05\"\x8f\x01\n\x07Spooled\x12\'\n\x05\x63\x61use\x18\x01 \x01(\x0e\x32\x18.rocketbox.v1.SpoolCause\x12\x0e\n\x06\x64\x65tail\x18\x02 \x01(\t\x12\x35\n\x11next_attempt_time\x18\x03 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x14\n\x0cmaybe_stored\x18\x04 \x01(\x08\"h\n\tRejection\x12\x0c\n\x04\x63ode\x18\x01 \x01(\x05\x12\r\n\x05\x66ield\x18\x02 \x01(\t\x12\x0e\n\x06reason\x18\x03 \x01(\t\x12.\n\x0bretry_after\x18\x04 \x01(\x0b\x32\x19.google.protobuf.Duration*\xd1\x01\n\nSpoolCause\x12\x1b\n\x17SPOOL_CAUSE_UNSPECIFIED\x10\x00\x12\x19\n\x15SPOOL_CAUSE_THROTTLED\x10\x01\x12\x1b\n\x17SPOOL_CAUSE_UNAVAILABLE\x10\x02\x12\x19\n\x15SPOOL_CAUSE_AMBIGUOUS\x10\x03\x12\x1a\n\x16SPOOL_CAUSE_FIFO_FENCE\x10\x04\x12\x1c\n\x18SPOOL_CAUSE_UNAUTHORIZED\x10\x05\x12\x19\n\x15SPOOL_CAUSE_FORBIDDEN\x10\x06\x32\xf2\x01\n\x0eSidecarService\x12=\n\x04Send\x12\x19.rocketbox.v1.SendRequest\x1a\x1a.rocketbox.v1.SendResponse\x12L\n\tSendBatch\x12\x1e.rocketbox.v1.SendBatchRequest\x1a\x1f.rocketbox.v1.SendBatchResponse\x12S\n\nSendStream\x12\x1f.rocketbox.v1.SendStreamRequest\x1a .rocketbox.v1.SendStreamResponse(\x01\x30\x01\x62\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -35,32 +35,32 @@ if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
   _globals['_MESSAGE_USERPROPERTIESENTRY']._loaded_options = None
   _globals['_MESSAGE_USERPROPERTIESENTRY']._serialized_options = b'8\001'
-  _globals['_SPOOLCAUSE']._serialized_start=1389
-  _globals['_SPOOLCAUSE']._serialized_end=1598
+  _globals['_SPOOLCAUSE']._serialized_start=1442
+  _globals['_SPOOLCAUSE']._serialized_end=1651
   _globals['_MESSAGE']._serialized_start=114
-  _globals['_MESSAGE']._serialized_end=452
-  _globals['_MESSAGE_USERPROPERTIESENTRY']._serialized_start=358
-  _globals['_MESSAGE_USERPROPERTIESENTRY']._serialized_end=411
-  _globals['_SENDREQUEST']._serialized_start=454
-  _globals['_SENDREQUEST']._serialized_end=507
-  _globals['_SENDRESPONSE']._serialized_start=509
-  _globals['_SENDRESPONSE']._serialized_end=565
-  _globals['_SENDBATCHREQUEST']._serialized_start=567
-  _globals['_SENDBATCHREQUEST']._serialized_end=626
-  _globals['_SENDBATCHRESPONSE']._serialized_start=628
-  _globals['_SENDBATCHRESPONSE']._serialized_end=690
-  _globals['_SENDSTREAMREQUEST']._serialized_start=692
-  _globals['_SENDSTREAMREQUEST']._serialized_end=771
-  _globals['_SENDSTREAMRESPONSE']._serialized_start=773
-  _globals['_SENDSTREAMRESPONSE']._serialized_end=855
-  _globals['_SENDRESULT']._serialized_start=858
-  _globals['_SENDRESULT']._serialized_end=1028
-  _globals['_STORED']._serialized_start=1030
-  _globals['_STORED']._serialized_end=1134
-  _globals['_SPOOLED']._serialized_start=1137
-  _globals['_SPOOLED']._serialized_end=1280
-  _globals['_REJECTION']._serialized_start=1282
-  _globals['_REJECTION']._serialized_end=1386
-  _globals['_SIDECARSERVICE']._serialized_start=1601
-  _globals['_SIDECARSERVICE']._serialized_end=1843
+  _globals['_MESSAGE']._serialized_end=505
+  _globals['_MESSAGE_USERPROPERTIESENTRY']._serialized_start=411
+  _globals['_MESSAGE_USERPROPERTIESENTRY']._serialized_end=464
+  _globals['_SENDREQUEST']._serialized_start=507
+  _globals['_SENDREQUEST']._serialized_end=560
+  _globals['_SENDRESPONSE']._serialized_start=562
+  _globals['_SENDRESPONSE']._serialized_end=618
+  _globals['_SENDBATCHREQUEST']._serialized_start=620
+  _globals['_SENDBATCHREQUEST']._serialized_end=679
+  _globals['_SENDBATCHRESPONSE']._serialized_start=681
+  _globals['_SENDBATCHRESPONSE']._serialized_end=743
+  _globals['_SENDSTREAMREQUEST']._serialized_start=745
+  _globals['_SENDSTREAMREQUEST']._serialized_end=824
+  _globals['_SENDSTREAMRESPONSE']._serialized_start=826
+  _globals['_SENDSTREAMRESPONSE']._serialized_end=908
+  _globals['_SENDRESULT']._serialized_start=911
+  _globals['_SENDRESULT']._serialized_end=1081
+  _globals['_STORED']._serialized_start=1083
+  _globals['_STORED']._serialized_end=1187
+  _globals['_SPOOLED']._serialized_start=1190
+  _globals['_SPOOLED']._serialized_end=1333
+  _globals['_REJECTION']._serialized_start=1335
+  _globals['_REJECTION']._serialized_end=1439
+  _globals['_SIDECARSERVICE']._serialized_start=1654
+  _globals['_SIDECARSERVICE']._serialized_end=1896
 # @@protoc_insertion_point(module_scope)

@@ -29,7 +29,7 @@ SPOOL_CAUSE_UNAUTHORIZED: SpoolCause
 SPOOL_CAUSE_FORBIDDEN: SpoolCause
 
 class Message(_message.Message):
-    __slots__ = ("topic", "body", "tag", "keys", "message_group", "delivery_time", "user_properties", "message_id")
+    __slots__ = ("topic", "body", "tag", "keys", "message_group", "delivery_time", "user_properties", "message_id", "delivery_timeout")
     class UserPropertiesEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -45,6 +45,7 @@ class Message(_message.Message):
     DELIVERY_TIME_FIELD_NUMBER: _ClassVar[int]
     USER_PROPERTIES_FIELD_NUMBER: _ClassVar[int]
     MESSAGE_ID_FIELD_NUMBER: _ClassVar[int]
+    DELIVERY_TIMEOUT_FIELD_NUMBER: _ClassVar[int]
     topic: str
     body: bytes
     tag: str
@@ -53,7 +54,8 @@ class Message(_message.Message):
     delivery_time: _timestamp_pb2.Timestamp
     user_properties: _containers.ScalarMap[str, str]
     message_id: str
-    def __init__(self, topic: _Optional[str] = ..., body: _Optional[bytes] = ..., tag: _Optional[str] = ..., keys: _Optional[_Iterable[str]] = ..., message_group: _Optional[str] = ..., delivery_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., user_properties: _Optional[_Mapping[str, str]] = ..., message_id: _Optional[str] = ...) -> None: ...
+    delivery_timeout: _duration_pb2.Duration
+    def __init__(self, topic: _Optional[str] = ..., body: _Optional[bytes] = ..., tag: _Optional[str] = ..., keys: _Optional[_Iterable[str]] = ..., message_group: _Optional[str] = ..., delivery_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., user_properties: _Optional[_Mapping[str, str]] = ..., message_id: _Optional[str] = ..., delivery_timeout: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ...) -> None: ...
 
 class SendRequest(_message.Message):
     __slots__ = ("message",)

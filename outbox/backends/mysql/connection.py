@@ -21,6 +21,7 @@ from outbox.backends.mysql.rows import (
     row_to_entry,
 )
 from outbox.backends.mysql.schema import (
+    ADDED_COLUMNS,
     COUNTER_SLOTS,
     DEAD,
     PENDING,
@@ -159,10 +160,30 @@ class MySQLConnection(Outbox):
                 except sa_exc.DBAPIError:
                     # Another sidecar created a table between our check and our CREATE.
                     entries.metadata.create_all(self._engine)
+            self._add_columns()
             with self._engine.begin() as conn:
                 if create:
                     self._fill_counters(conn)
                 return int(conn.exec_driver_sql("SELECT @@max_allowed_packet").scalar_one())
+
+    def _add_columns(self) -> None:
+        """The columns an older outbox's table lacks (ADDED_COLUMNS), added as the schema has
+        them; a reader adds them too, or its reads would name columns that are not there."""
+        entries = self._entries
+        present = {c["name"] for c in sa.inspect(self._engine).get_columns(entries.name)}
+        for name in ADDED_COLUMNS:
+            if name in present:
+                continue
+            column = entries.c[name]
+            ddl = column.type.compile(dialect=self._engine.dialect)
+            try:
+                with self._engine.begin() as conn:
+                    conn.exec_driver_sql(f"ALTER TABLE `{entries.name}` ADD COLUMN `{name}` {ddl}")
+            except sa_exc.OperationalError:
+                # Another sidecar added it between our look and our ALTER (duplicate column).
+                present = {c["name"] for c in sa.inspect(self._engine).get_columns(entries.name)}
+                if name not in present:
+                    raise
 
     def _fill_counters(self, conn: Connection) -> None:
         """The counters' rows, those missing only (INSERT IGNORE)."""

@@ -33,6 +33,7 @@ def entry_to_row(entry: OutboxEntry) -> dict[str, Any]:
         "properties_json": json.dumps(dict(m.properties)) if m.properties else "{}",
         "delivery_timestamp_ms": m.delivery_timestamp_ms,
         "born_timestamp_ms": m.born_timestamp_ms,
+        "delivery_timeout_ms": m.delivery_timeout_ms,
         "body": m.body,
         "body_size": len(m.body),
         "state": entry.state.value,
@@ -95,6 +96,7 @@ def _entry(
         delivery_timestamp_ms=row["delivery_timestamp_ms"],
         properties=json.loads(properties_json) if properties_json != "{}" else {},
         born_timestamp_ms=int(row["born_timestamp_ms"]),
+        delivery_timeout_ms=row["delivery_timeout_ms"],
     )
     return OutboxEntry(
         message=message,

@@ -82,6 +82,7 @@ def tables(name: str) -> tuple[sa.Table, sa.Table]:
         ),
         sa.Column("delivery_timestamp_ms", mysql.BIGINT),
         sa.Column("born_timestamp_ms", mysql.BIGINT, nullable=False),
+        sa.Column("delivery_timeout_ms", mysql.BIGINT),
         sa.Column("body", mysql.LONGBLOB, nullable=False),
         sa.Column("body_size", mysql.BIGINT, nullable=False),
         sa.Column("state", mysql.VARCHAR(9, charset="ascii"), nullable=False),
@@ -118,6 +119,11 @@ def tables(name: str) -> tuple[sa.Table, sa.Table]:
         mysql_engine="InnoDB",
     )
     return entries, counters
+
+
+# Columns added since the entries table was first released: an outbox created before them gets
+# them when it is opened (each nullable, NULL meaning what the entry meant before).
+ADDED_COLUMNS = ("delivery_timeout_ms",)
 
 
 # -- FIFO conditions, correlated to the outer entries table ----------------------------------------
@@ -166,8 +172,9 @@ def fifo_claimable(t: sa.Table, now_ms: sa.BindParameter[int]) -> sa.ColumnEleme
 # third of a claim's CPU.
 CLAIM_COLUMNS = (
     "seq", "message_id", "topic", "message_group", "tag", "keys_json", "properties_json",
-    "delivery_timestamp_ms", "born_timestamp_ms", "body", "cause", "maybe_stored", "attempts",
-    "last_error", "created_ms", "next_send_time_ms", "state_changed_ms", "lease_owner",
+    "delivery_timestamp_ms", "born_timestamp_ms", "delivery_timeout_ms", "body", "cause",
+    "maybe_stored", "attempts", "last_error", "created_ms", "next_send_time_ms", "state_changed_ms",
+    "lease_owner",
 )  # fmt: skip
 
 

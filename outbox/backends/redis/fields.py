@@ -43,6 +43,7 @@ def put_fields(entry: OutboxEntry) -> list[Any]:
         m.born_timestamp_ms,
         entry.cause.value,
         entry.maybe_stored,
+        m.delivery_timeout_ms,
     ]
     return [
         m.message_id,
@@ -62,8 +63,9 @@ def pairs(flat: Sequence[bytes]) -> dict[bytes, bytes]:
 
 
 def entry_from_hash(fields: dict[bytes, bytes]) -> OutboxEntry:
-    topic, tag, keys, group, delivery_ts, properties, born_ms, cause, put_maybe_stored = json.loads(
-        fields[b"meta"]
+    # An entry put before messages had a delivery timeout has no tenth item.
+    topic, tag, keys, group, delivery_ts, properties, born_ms, cause, put_maybe_stored, *timeout = (
+        json.loads(fields[b"meta"])
     )
     owner = fields[b"owner"].decode()
     receipt = None
@@ -85,6 +87,7 @@ def entry_from_hash(fields: dict[bytes, bytes]) -> OutboxEntry:
             delivery_timestamp_ms=delivery_ts,
             properties=properties,
             born_timestamp_ms=born_ms,
+            delivery_timeout_ms=timeout[0] if timeout else None,
         ),
         cause=SpoolCause(cause),
         created_ms=int(fields[b"created"]),

@@ -27,7 +27,8 @@ Keys (``P`` is the prefix)::
                             recorded (maybe stored, whatever meta says). meta is the JSON list of
                             the fields that never change:
                             [topic, tag, keys, message_group, delivery_timestamp_ms, properties,
-                            born_timestamp_ms, cause, maybe_stored (as put)]
+                            born_timestamp_ms, cause, maybe_stored (as put),
+                            delivery_timeout_ms (absent in entries put before it)]
     P:due                   zset <seq, 16 digits><message_id> → due score: the next send time,
                             or the lease's end while leased. Only PENDING entries a claim may
                             take: those without a group and each group's head, so "what is due"

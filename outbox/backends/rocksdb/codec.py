@@ -2,16 +2,20 @@
 
 The entry value (``encode_entry``; every integer big-endian, the lengths unsigned 32-bit)::
 
-    version=1 u8 | flags u8 | state u8 | cause u8
+    version=2 u8 | flags u8 | state u8 | cause u8
     seq | created_ms | next_send_time_ms | state_changed_ms | lease_until_ms | born_timestamp_ms
-        | delivery_timestamp_ms | queue_id | queue_offset | delivered_ms | attempts   (signed 64)
+        | delivery_timestamp_ms | queue_id | queue_offset | delivered_ms | attempts
+        | delivery_timeout_ms   (signed 64)
     8 lengths, then the 8 UTF-8 strings: message_id, topic, tag, message_group, lease_owner,
         last_error, keys (a JSON list, empty when none), properties (a JSON object, or empty)
     the body, to the end of the value
 
 flags: 1 maybe_stored, 2 has a receipt, 4 the receipt is durable, 8 has a delivery timestamp,
-16 has a tag, 32 has a message group, 64 has a lease owner. Not JSON: a put encodes each entry on
-the committer thread, and this costs a fifth of ``OutboxEntry.to_bytes``.
+16 has a tag, 32 has a message group, 64 has a lease owner, 128 has a delivery timeout. Version 1,
+written before messages had a delivery timeout, lacks the last integer; it is still read.
+
+Not JSON: a put encodes each entry on the committer thread, and this costs a fifth of
+``OutboxEntry.to_bytes``.
 """
 
 from __future__ import annotations
@@ -22,14 +26,24 @@ import struct
 from outbox.entry import DeliveryReceipt, EntryState, OutboxEntry, OutboxMessage, SpoolCause
 from outbox.errors import OutboxConfigError
 
-_ENTRY_VERSION = 1
-_ENTRY_HEAD = struct.Struct(">BBBB11q")
+_ENTRY_VERSION = 2
+_ENTRY_HEAD = struct.Struct(">BBBB12q")
+_ENTRY_HEAD_V1 = struct.Struct(">BBBB11q")
 _ENTRY_LENGTHS = struct.Struct(">8I")
 _STATES = tuple(EntryState)
 _STATE_INDEX = {s: i for i, s in enumerate(_STATES)}
 _CAUSES = tuple(SpoolCause)
 _CAUSE_INDEX = {c: i for i, c in enumerate(_CAUSES)}
-(_MAYBE_STORED, _RECEIPT, _DURABLE, _DELIVERY_TS, _TAG, _GROUP, _OWNER) = (1, 2, 4, 8, 16, 32, 64)
+(_MAYBE_STORED, _RECEIPT, _DURABLE, _DELIVERY_TS, _TAG, _GROUP, _OWNER, _TIMEOUT) = (
+    1,
+    2,
+    4,
+    8,
+    16,
+    32,
+    64,
+    128,
+)
 
 
 def encode_entry(entry: OutboxEntry) -> bytes:
@@ -42,6 +56,7 @@ def encode_entry(entry: OutboxEntry) -> bytes:
         | (_TAG if m.tag is not None else 0)
         | (_GROUP if m.message_group is not None else 0)
         | (_OWNER if entry.lease_owner is not None else 0)
+        | (_TIMEOUT if m.delivery_timeout_ms is not None else 0)
     )
     strings = [
         m.message_id.encode(),
@@ -69,19 +84,25 @@ def encode_entry(entry: OutboxEntry) -> bytes:
         r.queue_offset if r is not None else 0,
         r.delivered_ms if r is not None else 0,
         entry.attempts,
+        m.delivery_timeout_ms or 0,
     )
     return b"".join([head, _ENTRY_LENGTHS.pack(*map(len, strings)), *strings, m.body])
 
 
 def decode_entry(raw: bytes) -> OutboxEntry:
-    (version, flags, state, cause, seq, created_ms, next_send_time_ms, state_changed_ms,
-     lease_until_ms, born_ms, delivery_ms, queue_id, queue_offset, delivered_ms,
-     attempts) = _ENTRY_HEAD.unpack_from(raw)  # fmt: skip
-    if version != _ENTRY_VERSION:
+    version = raw[0]
+    if version == _ENTRY_VERSION:
+        head = _ENTRY_HEAD
+    elif version == 1:
+        head = _ENTRY_HEAD_V1
+    else:
         raise OutboxConfigError(f"an outbox entry of format {version}, not {_ENTRY_VERSION}")
-    pos = _ENTRY_HEAD.size + _ENTRY_LENGTHS.size
+    (_, flags, state, cause, seq, created_ms, next_send_time_ms, state_changed_ms,
+     lease_until_ms, born_ms, delivery_ms, queue_id, queue_offset, delivered_ms,
+     attempts, *timeout) = head.unpack_from(raw)  # fmt: skip
+    pos = head.size + _ENTRY_LENGTHS.size
     strings = []
-    for length in _ENTRY_LENGTHS.unpack_from(raw, _ENTRY_HEAD.size):
+    for length in _ENTRY_LENGTHS.unpack_from(raw, head.size):
         strings.append(raw[pos : pos + length].decode())
         pos += length
     message_id, topic, tag, group, owner, last_error, keys, properties = strings
@@ -95,6 +116,7 @@ def decode_entry(raw: bytes) -> OutboxEntry:
         delivery_timestamp_ms=delivery_ms if flags & _DELIVERY_TS else None,
         properties=json.loads(properties) if properties else {},
         born_timestamp_ms=born_ms,
+        delivery_timeout_ms=timeout[0] if flags & _TIMEOUT else None,
     )
     receipt = None
     if flags & _RECEIPT:

@@ -43,6 +43,7 @@ def test_put_then_get_returns_every_field_and_body_byte(outbox: Outbox) -> None:
             delivery_timestamp_ms=NOW_MS + 60_000,
             properties={"a": "1", "trace": "x-y", "ünï": "cödé"},
             born_timestamp_ms=NOW_MS - 5_000,
+            delivery_timeout_ms=3_600_000,
         ),
         cause=SpoolCause.AMBIGUOUS,
         created_ms=NOW_MS - 4_000,

@@ -10,13 +10,15 @@ Against the machine's real MariaDB, each test on tables of its own, this proves:
   from where a consistent read found the first claimable one: delivered tombstones and
   entries not yet due cost it nothing, and a claim with nothing due locks nothing; the locking
   reads that wait name the index of the rows they lock (an optimizer's choice once deadlocked
-  two sidecars).
+  two sidecars);
+- a table from before a column was added gets it when opened, by a reader too.
 """
 
 from __future__ import annotations
 
 import json
 import re
+from dataclasses import replace
 
 import pytest
 import sqlalchemy as sa
@@ -168,3 +170,24 @@ def test_a_reader_finds_the_tables_or_creates_nothing(
     open_mysql().put([entry(1)])  # a writer's open creates them
     with open_outbox(url, create=False) as reader:
         assert reader.stats(NOW_MS).pending == 1
+
+
+def test_a_table_from_before_a_column_was_added_gets_it_at_open(
+    url: str, table: str, engine: sa.Engine, open_mysql: OpenMySQL
+) -> None:
+    """An outbox an older rocketbox created lacks the columns added since: opening it adds
+    them, the entries already there keep what they meant (NULL), and new entries fill them."""
+    open_mysql().put([entry(1)])
+    with engine.begin() as conn:
+        conn.execute(sa.text(f"ALTER TABLE `{table}` DROP COLUMN delivery_timeout_ms"))
+    with open_outbox(url, create=False) as reader:
+        old = reader.get(message_id(1))
+    assert old is not None
+    assert old.message.delivery_timeout_ms is None
+    timed = entry(2)
+    timed = replace(timed, message=replace(timed.message, delivery_timeout_ms=5_000))
+    ob = open_mysql()
+    ob.put([timed])
+    got = ob.get(message_id(2))
+    assert got is not None
+    assert got.message.delivery_timeout_ms == 5_000
