@@ -41,10 +41,10 @@ POLL_INTERVAL_S = 0.1
 # and twice that free to take spools: outbox/disk_reserve.py) and a scenario's spools; tmpfs is
 # memory, and fill() takes all of it while the disk is full.
 SMALL_DISK_BYTES = 512 * 1024 * 1024
-# Resends are fast in the suite (processes.FAST_RESEND_ARGS: back-off at most 500 ms), so the
-# production bound of 64 attempts, an hour of back-off there, would bury entries after a 30 s
-# outage here; the suite bounds a resend by its drain deadline instead.
-SIDECAR_ARGS = ("--attempts-max=100000",)
+# The sidecars run with the production delivery budget: failed resends never bury by count, so
+# however often the suite's fast back-off (processes.FAST_RESEND_ARGS) resends during an outage,
+# nothing is buried; the suite bounds a resend by its drain deadline.
+SIDECAR_ARGS: tuple[str, ...] = ()
 # The proxy scenario: the broker listens on another loopback address and advertises 127.0.0.1,
 # where the proxy listens on the broker's port, so every call after QueryRoute goes through the
 # proxy too (a route names the broker's advertised host and port).

@@ -191,8 +191,8 @@ class Outbox(abc.ABC):
 
     @abc.abstractmethod
     def bury(self, message_id: str, owner: str, error: str, now_ms: int) -> bool:
-        """A failed resend that ends the entry (attempts_max, age_max, or the broker rejected
-        it): PENDING → DEAD, attempts + 1 as for a reschedule, the error kept for operators."""
+        """A failed resend that ends the entry (its delivery budget ran out, or the broker
+        rejected it): PENDING → DEAD, attempts + 1 as for a reschedule, the error kept for operators."""
 
     @abc.abstractmethod
     def release(self, message_id: str, owner: str) -> bool:

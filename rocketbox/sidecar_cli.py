@@ -143,10 +143,23 @@ def optional_listen(
     "first) rather than after --lease-ms. Each sidecar sharing an outbox needs its own.",
 )
 @click.option("--poll-interval-ms", default=200, type=click.IntRange(min=1))
-@click.option("--attempts-max", default=64, type=click.IntRange(min=1))
-@click.option("--age-max-s", default=7 * 24 * 3600, type=click.IntRange(min=1))
+@click.option(
+    "--age-max-s",
+    default=7 * 24 * 3600,
+    type=click.IntRange(min=1),
+    help="The delivery budget of a message that sets none (rocketbox.v1 Message."
+    "delivery_timeout): a spooled message still not delivered this long after its spool is "
+    "given up (DEAD). Failed resends never give up by count.",
+)
 @click.option("--backoff-initial-ms", default=500, type=click.IntRange(min=1))
 @click.option("--backoff-max-ms", default=60_000, type=click.IntRange(min=1))
+@click.option(
+    "--probe-interval-max-ms",
+    default=5_000,
+    type=click.IntRange(min=1),
+    help="While the broker takes no sends, one outbox entry probes it per interval, growing to "
+    "this; the others wait untouched. The longest the drain waits once the broker is back.",
+)
 @click.option(
     "--pull-in-ids-max",
     default=65_536,
@@ -298,10 +311,10 @@ def _resend_config(o: dict[str, Any]) -> ResendConfig:
         claim_batch_max=o["claim_batch_max"],
         lease_ms=o["lease_ms"],
         poll_interval_ms=o["poll_interval_ms"],
-        attempts_max=o["attempts_max"],
         age_max_s=o["age_max_s"],
         backoff_initial_ms=o["backoff_initial_ms"],
         backoff_max_ms=o["backoff_max_ms"],
+        probe_interval_max_ms=o["probe_interval_max_ms"],
         pull_in_ids_max=o["pull_in_ids_max"],
         delivered_retention_hours=o["delivered_retention_hours"],
     )

@@ -59,12 +59,19 @@ class ResendConfig:
     lease_ms: int = 30_000
     # How often an idle pool looks for due entries (a spool wakes it at once).
     poll_interval_ms: int = 200
-    # Give up (bury, DEAD) after this many resends or this age.
-    attempts_max: int = 64
+    # The default delivery budget: an entry still not delivered this long after its spool is
+    # given up (DEAD), unless its message carries its own (sidecar/delivery_budget.py). Failed
+    # resends never bury by count.
     age_max_s: int = 7 * 24 * 3600
     # Back-off between resends of one entry: exponential from initial to max, with jitter.
     backoff_initial_ms: int = 500
     backoff_max_ms: int = 60_000
+    # While the broker takes no sends, one entry probes it per interval, growing to this
+    # (sidecar/outage.py): how long the drain may wait, at most, once the broker is back.
+    probe_interval_max_ms: int = 5_000
+    # A send stored this recently shows the broker takes sends: a failure then is its message's
+    # own, and no outage.
+    outage_evidence_window_ms: int = 2_000
     # Ids of entries waiting out an UNAVAILABLE back-off, kept to pull them in once their topic's
     # sends are stored again (sidecar/pull_in.py); ~200 bytes each. Past it the oldest keep their
     # back-off. 0: off.
@@ -76,13 +83,17 @@ class ResendConfig:
     def __post_init__(self) -> None:
         positive = (
             "resend_concurrency_max", "claim_batch_max", "lease_ms", "poll_interval_ms",
-            "attempts_max", "age_max_s", "backoff_initial_ms", "purge_interval_ms",
+            "age_max_s", "backoff_initial_ms", "purge_interval_ms", "probe_interval_max_ms",
         )  # fmt: skip
         for name in positive:
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
         if self.backoff_max_ms < self.backoff_initial_ms:
             raise ValueError("backoff_max_ms must be >= backoff_initial_ms")
+        if self.outage_evidence_window_ms < 0:
+            raise ValueError(
+                f"outage_evidence_window_ms must be >= 0, got {self.outage_evidence_window_ms}"
+            )
         if self.pull_in_ids_max < 0:
             raise ValueError(f"pull_in_ids_max must be >= 0, got {self.pull_in_ids_max}")
 

@@ -2,7 +2,8 @@
 up on it, as Kafka's ``delivery.timeout.ms`` bounds a record's delivery by time, not by a count
 of retries.
 
-The budget runs from the entry's ``created_ms`` (its spool). A message carries its own
+The budget runs from when the entry became PENDING (``state_changed_ms``: its spool, or an
+operator's requeue of it once it was DEAD, which grants a fresh budget). A message carries its own
 (``Message.delivery_timeout``, kept in the outbox as ``OutboxMessage.delivery_timeout_ms``) or
 takes the sidecar's (``ResendConfig.age_max_s``), read when the pool decides, so that an operator
 who lengthens the sidecar's budget during a long outage lengthens it for the messages already
@@ -37,7 +38,13 @@ def delivery_timeout_ms_of(field: str, seconds: int, nanos: int) -> int:
     return timeout_ms
 
 
-def give_up_ms(entry: OutboxEntry, default_timeout_ms: int) -> int:
-    """When the resend pool gives up on ``entry``: its spool time plus its budget."""
+def budget_ms(entry: OutboxEntry, default_timeout_ms: int) -> int:
+    """The entry's delivery budget: its message's own, or the sidecar's default."""
     timeout_ms = entry.message.delivery_timeout_ms
-    return entry.created_ms + (default_timeout_ms if timeout_ms is None else timeout_ms)
+    return default_timeout_ms if timeout_ms is None else timeout_ms
+
+
+def give_up_ms(entry: OutboxEntry, default_timeout_ms: int) -> int:
+    """When the resend pool gives up on the PENDING ``entry``: when it became PENDING plus its
+    budget."""
+    return entry.state_changed_ms + budget_ms(entry, default_timeout_ms)

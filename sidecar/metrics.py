@@ -63,6 +63,17 @@ class SidecarMetrics:
             "Outbox entries made due at once when their topic's sends were stored again.",
             registry=r,
         )
+        self.resend_probes = Counter(
+            "rocketbox_sidecar_resend_probes",
+            "Entries resent alone to probe a broker that took no sends (the others wait, due).",
+            registry=r,
+        )
+        self.resend_attempts = Histogram(
+            "rocketbox_sidecar_resend_attempts",
+            "Resends an outbox entry took, observed when it was delivered or buried.",
+            buckets=(1, 2, 3, 5, 10, 20, 50, 100, 200, 500, 1000, 5000),
+            registry=r,
+        )
         self.front_forwarded = Counter(
             "rocketbox_sidecar_front_forwarded",
             "Calls the RocketMQ front forwarded to the broker, by method and answer code.",

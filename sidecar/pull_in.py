@@ -35,13 +35,17 @@ room is served in turn, round robin.
 The next wave of a topic starts only once every entry its wave made due was stored. Any failed
 send of the topic meanwhile (intake's or a resend's, whatever the cause) ends the wave and stops
 the pull-in: the wave's failed entries are rescheduled with their normal growing back-off, and
-the topic's next wave needs a stored send after a quiet time that grows, with the back-off's own
-jitter, with each wave ended so. A flapping broker thus sees at most one wave per recovery, and
-the recoveries that count thin out as an entry's resends do: an entry pulled in costs at most one
-attempt (of ``attempts_max``) per wave. A wave whose entries are not all heard of as stored
-within ``wave_timeout_ms`` (the pool passes its lease: another sidecar sharing the outbox resent
-some, or the broker rejected one) ends with no failure seen, and the next wave starts: it is as
-bounded as the first.
+the topic's next wave needs a stored send after a quiet time that grows, with jitter, with each
+wave ended so, up to the pool's ``probe_interval_max_ms`` (the ``backoff`` given): a broker that
+failed the first sends after its return keeps the backlog waiting no longer than a probe would.
+A flapping broker thus sees at most one wave per recovery, and an entry pulled in costs at most
+one attempt per wave. A wave whose entries are not all heard of as stored within
+``wave_timeout_ms`` (the pool passes its lease: another sidecar sharing the outbox resent some, or
+the broker rejected one) ends with no failure seen, and the next wave starts: it is as bounded as
+the first.
+
+Every outcome reported here is also reported to ``outage`` (sidecar/outage.py), if given: intake's
+and the pool's sends are its evidence too.
 
 Runs on the event loop (intake and the resend pool report from it): no locks.
 """
@@ -61,6 +65,7 @@ from sidecar.async_outbox import AsyncOutbox
 from sidecar.backoff import Backoff
 from sidecar.clock import now_ms
 from sidecar.metrics import SidecarMetrics
+from sidecar.outage import BrokerOutage
 
 LOG = logging.getLogger(__name__)
 # Failures after which an entry waits only for the broker to come back.
@@ -100,6 +105,7 @@ class RecoveryPullIn:
         wave_timeout_ms: int,
         on_due: Callable[[], None],
         metrics: SidecarMetrics | None = None,
+        outage: BrokerOutage | None = None,
     ) -> None:
         if ids_max < 0 or wave_max < 1 or wave_timeout_ms < 1:
             raise ValueError(
@@ -113,6 +119,7 @@ class RecoveryPullIn:
         self._wave_timeout_s = wave_timeout_ms / 1000.0
         self._on_due = on_due
         self._metrics = metrics or SidecarMetrics()
+        self._outage = outage
         # Every id waiting → its topic, oldest first: the order in which a full registry drops.
         self._waiting: OrderedDict[str, str] = OrderedDict()
         self._topics: dict[str, TopicState] = {}
@@ -147,6 +154,8 @@ class RecoveryPullIn:
     def stored(self, topic: str, message_ids: Iterable[str] = ()) -> None:
         """A send of ``topic`` was stored: intake's (no ids) or the resend pool's (the ids
         delivered). May start the topic's next wave."""
+        if self._outage is not None:
+            self._outage.stored()
         state = self._topics.get(topic)
         if state is None:
             return
@@ -168,6 +177,8 @@ class RecoveryPullIn:
         """A send of ``topic`` failed, whatever the cause (intake's, or a resend's or index
         lookup's of ``message_id``): its wave, if out, ends, and the topic goes quiet. A wave
         waiting for room no longer starts: the stored send it was for is no evidence now."""
+        if self._outage is not None:
+            self._outage.failed()
         if message_id is not None:
             self._forget(message_id)
         self._ready.pop(topic, None)

@@ -11,9 +11,15 @@ outbox write (``mark_delivered_many``). A resend:
    recording an outcome): found → delivered, without sending it twice;
 2. sends with the same message id, through the producer's retries; the resend path never spools;
 3. stored → marked delivered (a tombstone with the broker's queue offset; one write for the
-   batch); failed →
-   ``reschedule`` after a back-off, or ``bury`` once ``attempts_max`` or ``age_max_s`` is
-   passed; rejected by the broker (e.g. its topic was deleted) → buried at once.
+   batch); failed → ``reschedule`` after a back-off (the entry's state is written, never its
+   body again), or ``bury`` once its delivery budget has run out (sidecar/delivery_budget.py:
+   a failure, however often repeated, never buries by count); rejected by the broker (e.g. its
+   topic was deleted) → buried at once.
+
+While the broker takes no sends (sidecar/outage.py), the pool claims one entry per probe
+interval and leaves the others due and untouched; a stored send ends that, and the backlog drains
+at once. Claimed entries whose resend had not started when the outage began are released, their
+attempts unchanged.
 
 FIFO order is the outbox's promise: it hands out only a group's head, so a group has one resend
 in flight, in order. A delivered head makes its successor due at once, so the claimer looks again
@@ -52,9 +58,11 @@ from sidecar.backoff import Backoff
 from sidecar.clock import now_ms
 from sidecar.coalescer import coalescable
 from sidecar.config import ResendConfig
+from sidecar.delivery_budget import budget_ms, give_up_ms
 from sidecar.errors import SendFailedError, SendRejectedError
 from sidecar.health_log import RESCHEDULED, BrokerStateLog, OutboxStateLog
 from sidecar.metrics import READY, SidecarMetrics
+from sidecar.outage import BrokerOutage
 from sidecar.producer import Producer
 from sidecar.pull_in import RecoveryPullIn
 from sidecar.tracing import bury_span, resend_send_span, resend_span
@@ -124,10 +132,16 @@ class ResendPool:
         self._outbox_log = outbox_log
         # An outbox call failing while readiness says the outbox is fine (else its lines say it).
         self._outbox_errors = RateLimitedLog(LOG, logging.WARNING)
+        # Probes and the pull-in's pauses grow only to probe_interval_max_ms: once the broker is
+        # back, neither keeps the backlog waiting for longer.
+        probe_max_ms = config.probe_interval_max_ms
+        probe_backoff = Backoff(min(config.backoff_initial_ms, probe_max_ms), probe_max_ms)
+        self.outage = BrokerOutage(probe_backoff, config.outage_evidence_window_ms)
         # A wave is at most one claim's worth, and is over by the time a resend's lease is.
+        # Intake's sends are reported to it too: its evidence is the outage's.
         self.pull_in = RecoveryPullIn(
-            outbox, backoff, config.pull_in_ids_max, config.claim_batch_max, config.lease_ms,
-            on_due=self.wake, metrics=self._metrics,
+            outbox, probe_backoff, config.pull_in_ids_max, config.claim_batch_max,
+            config.lease_ms, on_due=self.wake, metrics=self._metrics, outage=self.outage,
         )  # fmt: skip
         self.owner = owner or f"sidecar-{uuid.uuid4().hex[:12]}"
         self._wake = asyncio.Event()
@@ -164,33 +178,47 @@ class ResendPool:
             if time.monotonic() >= next_purge_s:
                 next_purge_s = time.monotonic() + self.config.purge_interval_ms / 1000.0
                 await self._purge()
-            claimed = await self._claim()
+            limit = self.outage.claim_limit(self.config.claim_batch_max)
+            if limit == 0:
+                await self._wait(self.outage.wait_s())
+                continue
+            probe = limit == 1 and self.outage.failing
+            claimed = await self._claim(limit)
+            if probe:
+                self._metrics.resend_probes.inc()
+                if not claimed:
+                    self.outage.probe_ended()
             if self._stopping:
                 await self._release(claimed)
                 break
             for job in resend_jobs(claimed):
                 await self._slots.acquire()
-                if self._stopping:
+                if self._stopping or (self.outage.failing and not probe):
+                    # An outage began since the claim: the entry waits, due, untouched.
                     self._slots.release()
                     await self._release(job)
                     continue
-                task = asyncio.create_task(self._resend(job), name=f"resend {job[0].message_id}")
+                task = asyncio.create_task(
+                    self._resend(job, probe), name=f"resend {job[0].message_id}"
+                )
                 self._tasks.add(task)
                 task.add_done_callback(self._tasks.discard)
-            if len(claimed) < self.config.claim_batch_max:
-                await wait_event(self._wake, self.config.poll_interval_ms / 1000.0)
-                self._wake.clear()
+            if len(claimed) < limit:
+                await self._wait(self.outage.wait_s())
+
+    async def _wait(self, probe_wait_s: float) -> None:
+        """Until woken, the poll interval, or the next probe, whichever comes first."""
+        await wait_event(self._wake, min(self.config.poll_interval_ms / 1000.0, probe_wait_s))
+        self._wake.clear()
 
     def stop(self) -> None:
         """Stop claiming; ``run`` returns once the resends in flight have finished."""
         self._stopping = True
         self._wake.set()
 
-    async def _claim(self) -> list[OutboxEntry]:
+    async def _claim(self, limit: int) -> list[OutboxEntry]:
         try:
-            return await self._outbox.claim_due(
-                now_ms(), self.config.claim_batch_max, self.config.lease_ms, self.owner
-            )
+            return await self._outbox.claim_due(now_ms(), limit, self.config.lease_ms, self.owner)
         except Exception as e:  # the outbox is down: readiness says so; try again next poll
             self._outbox_failed("claiming due outbox entries", e)
             return []
@@ -214,7 +242,7 @@ class ResendPool:
             except Exception as e:  # the lease expires by itself
                 self._outbox_failed(f"releasing the lease of {entry.message_id}", e)
 
-    async def _resend(self, job: list[OutboxEntry]) -> None:
+    async def _resend(self, job: list[OutboxEntry], probe: bool) -> None:
         try:
             with resend_span(job):
                 if len(job) == 1 and job[0].maybe_stored and await self._settled_by_index(job[0]):
@@ -226,6 +254,9 @@ class ResendPool:
             self._outbox_failed(f"resend of {[x.message_id for x in job]} left to its lease", e)
         finally:
             self._slots.release()
+            if probe:
+                self.outage.probe_ended()
+                self.wake()
 
     async def _settled_by_index(self, entry: OutboxEntry) -> bool:
         """Ask the broker's index: True when that settled the entry (found, so delivered; or the
@@ -271,6 +302,8 @@ class ResendPool:
         # Counted whatever the answer: an entry already delivered (by another sidecar, or by
         # an earlier resend whose tombstone came late) is at the broker all the same.
         self._count("DELIVERED", len(delivered))
+        for entry, _ in delivered:
+            self._metrics.resend_attempts.observe(entry.attempts + 1)
         self._broker_log.delivered(len(delivered))
         # A job is of one topic.
         self.pull_in.stored(delivered[0][0].message.topic, (e.message_id for e, _ in delivered))
@@ -302,11 +335,13 @@ class ResendPool:
         attempts = entry.attempts + 1
         now = now_ms()
         error = str(failure)
-        if attempts >= self.config.attempts_max:
-            await self._bury(entry, f"{attempts} resends failed; last: {error}")
-            return
-        if now - entry.created_ms >= self.config.age_max_s * 1000:
-            await self._bury(entry, f"older than {self.config.age_max_s} s; last: {error}")
+        default_ms = self.config.age_max_s * 1000
+        if now >= give_up_ms(entry, default_ms):
+            budget_s = budget_ms(entry, default_ms) / 1000
+            await self._bury(
+                entry, f"not delivered within its budget of {budget_s:g} s "
+                f"({attempts} resends); last: {error}",
+            )  # fmt: skip
             return
         next_send_time_ms = now + self._backoff.delay_ms(attempts)
         done = await self._outbox.reschedule(
@@ -328,6 +363,7 @@ class ResendPool:
             done = await self._outbox.bury(entry.message_id, self.owner, error, now_ms())
         if done:
             self._count("BURIED")
+            self._metrics.resend_attempts.observe(entry.attempts + 1)
             self._fifo_settled(entry)
             LOG.error(
                 "buried %s to %s: %s", entry.message_id, entry.message.topic, error,

@@ -35,6 +35,7 @@ from outbox import open_outbox
 from outbox.holder import Holder, holder_path, read_holder, write_holder
 from rocketbox_api.v1 import outbox_admin_pb2 as pb
 from rocketbox_api.v1 import outbox_admin_pb2_grpc, sidecar_pb2_grpc
+from sidecar.clock import now_ms
 from tests.rocketbox.outbox_cli_support import CLI_DEADLINE_S, HOUR_MS, run
 from tests.rocketbox.test_up import Up
 from tests.rocketbox_process import REPO_ROOT, wait_until
@@ -47,14 +48,17 @@ from tests.sidecar.sidecar_process import (
     set_flow_control,
 )
 
-# Spooled entries wait an hour: only retry-now makes them due.
+# Spooled entries wait an hour: only retry-now makes them due. The broker being down, the pool
+# probes one due entry at a time, at least every 100 ms.
 HOUR_BACKOFF_ARGS = (
     f"--backoff-initial-ms={HOUR_MS}",
     f"--backoff-max-ms={HOUR_MS}",
     "--retry-times-when-send-failed=0",
-    "--attempts-max=2",
+    "--probe-interval-max-ms=100",
 )
 SPOOLED = 3
+# Each spooled message's own delivery budget: a resend that fails past it buries the entry.
+BUDGET_MS = 5_000
 
 
 def run_json(*args: str) -> Any:
@@ -70,7 +74,11 @@ def spooling_sidecar(tmp_path: Path) -> Iterator[tuple[SidecarProcess, str]]:
     sidecar = SidecarProcess(f"127.0.0.1:{free_port()}", url, *HOUR_BACKOFF_ARGS)
     try:
         with sidecar.client() as stub:
-            results = [send(stub, message("Orders", f"b{i}".encode())) for i in range(SPOOLED)]
+            results = []
+            for i in range(SPOOLED):
+                m = message("Orders", f"b{i}".encode())
+                m.delivery_timeout.FromMilliseconds(BUDGET_MS)
+                results.append(send(stub, m))
         assert {outcome(r) for r in results} == {"spooled"}
         yield sidecar, url
     finally:
@@ -89,8 +97,8 @@ def test_retry_now_requeue_and_stats_go_through_the_running_sidecar(tmp_path: Pa
         assert asked["totals"]["pending"] == SPOOLED
         assert asked["depth"][0]["cause"] == "UNAVAILABLE"
 
-        # retry-now: made due through the holder, sent (the broker is down), rescheduled an
-        # hour on; the second resend fails at attempts_max: DEAD.
+        # retry-now: made due through the holder, sent (the broker is down); past their budget,
+        # each failed resend buries its entry: DEAD.
         def rescheduled() -> bool:
             """Every pending entry resent and due an hour on (a lease ends far sooner)."""
             totals = run_json("stats", "--outbox", url)["totals"]
@@ -99,10 +107,13 @@ def test_retry_now_requeue_and_stats_go_through_the_running_sidecar(tmp_path: Pa
                 totals["in_flight"] == 0 and (due_in_ms is None or due_in_ms > HOUR_MS // 2)
             )
 
-        for _ in range(2):
-            made_due = run_json("retry-now", "--all", "--outbox", url)
-            assert made_due == {"made_due": SPOOLED, "asked": None}
-            wait_until(rescheduled, CLI_DEADLINE_S, "the resends to fail and reschedule")
+        def past_budget() -> bool:
+            entries = run_json("ls", "--outbox", url)["entries"]
+            return all(now_ms() - e["state_changed_ms"] > BUDGET_MS for e in entries)
+
+        wait_until(past_budget, CLI_DEADLINE_S, "the entries to pass their budget")
+        made_due = run_json("retry-now", "--all", "--outbox", url)
+        assert made_due == {"made_due": SPOOLED, "asked": None}
         wait_until(
             lambda: run_json("stats", "--outbox", url)["totals"]["dead"] == SPOOLED,
             CLI_DEADLINE_S,
@@ -112,7 +123,8 @@ def test_retry_now_requeue_and_stats_go_through_the_running_sidecar(tmp_path: Pa
         ids = [e["message_id"] for e in run_json("ls", "--outbox", url)["entries"]]
         named = run_json("requeue", ids[0], "no-such-id", "--outbox", url)
         assert named == {"requeued": 1, "asked": 2}
-        # Its attempts reset, it is sent at once, fails, and waits an hour, PENDING.
+        # Its attempts reset and its budget starts again: it is sent at once, fails, and waits
+        # an hour, PENDING.
         wait_until(rescheduled, CLI_DEADLINE_S, "the requeued entry to be resent")
         assert run_json("stats", "--outbox", url)["totals"]["dead"] == SPOOLED - 1
         every = run_json("requeue", "--all", "--outbox", url, "--sidecar", sidecar.endpoint)

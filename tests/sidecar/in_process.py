@@ -31,8 +31,9 @@ RETRY_TIMES_WHEN_SEND_FAILED = 2
 WAIT_DEADLINE_S = 30.0
 # Resends come at once: the back-off is what the tests wait on, not what they test.
 FAST_RESEND = ResendConfig(
-    poll_interval_ms=10, backoff_initial_ms=1, backoff_max_ms=5, lease_ms=10_000
-)
+    poll_interval_ms=10, backoff_initial_ms=1, backoff_max_ms=5, lease_ms=10_000,
+    probe_interval_max_ms=5,
+)  # fmt: skip
 
 
 @dataclass

@@ -72,6 +72,8 @@ class ScriptedBroker(service_pb2_grpc.MessagingServiceServicer):  # type: ignore
     def __init__(self) -> None:
         self.port = 0
         self._script: deque[Answer] = deque()
+        # Once the script is out: every request's answer (an outage for as long as it is set).
+        self.standing_answer = Answer.STORE
         # Message id → where it was stored (the broker's index); a message stored twice is
         # listed twice in ``store_log``.
         self.stored: dict[str, Stored] = {}
@@ -111,7 +113,7 @@ class ScriptedBroker(service_pb2_grpc.MessagingServiceServicer):  # type: ignore
     async def SendMessage(self, request: Any, context: Any) -> Any:  # noqa: N802 - the protocol's method name
         self.requests.append([m.system_properties.message_id for m in request.messages])
         self.metadata.append(dict(context.invocation_metadata() or ()))
-        answer = self._script.popleft() if self._script else Answer.STORE
+        answer = self._script.popleft() if self._script else self.standing_answer
         if answer is Answer.UNAVAILABLE:
             await context.abort(grpc.StatusCode.UNAVAILABLE, "scripted: broker unavailable")
         if answer is Answer.HANG:

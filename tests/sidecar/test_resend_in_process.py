@@ -9,19 +9,17 @@ It proves:
 - an entry that may be stored and is not (the call never answered) is looked up, then sent: the
   broker holds it once;
 - a throttled resend is rescheduled with its attempt counted, then delivered;
-- an entry whose resends keep failing is buried (DEAD) after attempts_max, with its last error,
-  and on_fifo_delivered hears of a FIFO entry that left PENDING that way.
+- an entry whose resends keep failing is buried (DEAD) once its delivery budget ran out, with its
+  last error, and on_fifo_delivered hears of a FIFO entry that left PENDING that way.
 """
 
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 
 from outbox import EntryState, SpoolCause
 from sidecar.intake import Spooled
 from tests.sidecar.in_process import (
-    FAST_RESEND,
     RETRY_TIMES_WHEN_SEND_FAILED,
     Core,
     core,
@@ -109,14 +107,11 @@ def test_a_throttled_resend_is_rescheduled_then_delivered() -> None:
     asyncio.run(run())
 
 
-def test_an_entry_whose_resends_keep_failing_is_buried_after_attempts_max() -> None:
-    resend = dataclasses.replace(FAST_RESEND, attempts_max=2)
-
+def test_an_entry_past_its_delivery_budget_is_buried_with_its_last_error() -> None:
     async def run() -> None:
-        async with core(resend, pool_running=True) as c:
-            # Intake's send, then two resends, each with every retry.
-            c.broker.answer_next(*[Answer.BROKER_ERROR] * EVERY_ATTEMPT * 3)
-            m = message(1, "Fifo", message_group="g")
+        async with core(pool_running=True) as c:
+            c.broker.standing_answer = Answer.BROKER_ERROR
+            m = message(1, "Fifo", message_group="g", delivery_timeout_ms=1_000)
             assert isinstance(await c.intake.accept(m), Spooled)
 
             def dead() -> bool:
@@ -125,8 +120,12 @@ def test_an_entry_whose_resends_keep_failing_is_buried_after_attempts_max() -> N
 
             await wait_for(dead, "the entry buried")
             entry = c.entry(m.message_id)
-            assert entry.last_error.startswith("2 resends failed; last: UNAVAILABLE")
-            assert c.pool.totals == {"DELIVERED": 0, "RESCHEDULED": 1, "BURIED": 1}
+            assert entry.last_error.startswith("not delivered within its budget of 1 s ("), (
+                entry.last_error
+            )
+            assert "; last: UNAVAILABLE" in entry.last_error
+            assert c.pool.totals["BURIED"] == 1
+            assert c.pool.totals["DELIVERED"] == 0
             assert c.fifo_settled == [("Fifo", "g")]
             assert c.broker.stored == {}
 

@@ -104,12 +104,12 @@ def test_a_resend_links_its_messages_and_its_broker_call_is_its_child() -> None:
 
 
 def test_a_burial_is_a_child_of_the_messages_own_context() -> None:
-    resend = dataclasses.replace(FAST_RESEND, attempts_max=1)
+    resend = dataclasses.replace(FAST_RESEND, age_max_s=1)
 
     async def run() -> None:
         with recorded_spans() as spans:
             async with core(resend, pool_running=True) as c:
-                c.broker.answer_next(*[Answer.BROKER_ERROR] * EVERY_ATTEMPT * 2)
+                c.broker.standing_answer = Answer.BROKER_ERROR
                 m = traced(1, TRACED)
                 assert isinstance(await c.intake.accept(m), Spooled)
 
@@ -125,7 +125,9 @@ def test_a_burial_is_a_child_of_the_messages_own_context() -> None:
             attributes = dict(bury.attributes or {})
             assert attributes["messaging.message.id"] == m.message_id
             assert attributes["rocketbox.spool.cause"] == "UNAVAILABLE"
-            assert str(attributes["rocketbox.bury.reason"]).startswith("1 resends failed")
+            assert str(attributes["rocketbox.bury.reason"]).startswith(
+                "not delivered within its budget of 1 s"
+            )
 
     asyncio.run(run())
 
