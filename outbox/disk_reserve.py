@@ -27,16 +27,16 @@ mid-send (outbox/outbox.py), so its restart would send it again unchecked.
 Limits, named:
 - The reserve is a margin, not a guarantee: it must hold what RocksDB writes to reopen (the
   recovered log flushed to a table: up to its two 64 MiB write buffers) and then the drain's
-  writes (each claim rewrites its entry, body included; each delivery writes a tombstone; a
-  table flush every 64 MiB of them; compaction, which frees the space of delivered bodies, needs
-  room of its own). ``RESERVE_BYTES_DEFAULT`` covers a reopen with a full write buffer and the
-  first 64 MiB of a drain. A larger outbox, or a disk that something else keeps filling, can
-  use it up: the drain then stops too, as without a reserve, until space comes back.
-- Reschedules write too, body included: while the disk is full and the broker still away, a
-  backlog's resends that fail rewrite their entries, once per back-off each, in the reserve's
-  room, until compaction takes the old versions back. A backlog whose bodies are large against
-  the reserve can use it up before the broker is back. (Keeping bodies apart from the state
-  that claims and reschedules change would end this; not done.)
+  writes (each claim rewrites its entry's state, a few hundred bytes; each delivery writes a
+  tombstone; a table flush every 64 MiB of them; compaction, which frees the space of delivered
+  bodies, needs room of its own). ``RESERVE_BYTES_DEFAULT`` covers a reopen with a full write
+  buffer and the first 64 MiB of a drain. A larger outbox, or a disk that something else keeps
+  filling, can use it up: the drain then stops too, as without a reserve, until space comes
+  back.
+- Reschedules write too, but never a body (the RocksDB outbox keeps bodies apart from the
+  state that claims and reschedules change): while the disk is full and the broker still away,
+  a backlog's resends that fail rewrite their entries' state, once per back-off each, in the
+  reserve's room, until compaction takes the old versions back.
 - ``reserve_bytes=0`` keeps no reserve: a full disk still refuses spools and reopens the
   database, but the drain goes on only as far as whatever room is left.
 - The reserve needs a filesystem with ``posix_fallocate`` or one where written zeros take

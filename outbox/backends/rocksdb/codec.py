@@ -2,17 +2,27 @@
 
 The entry value (``encode_entry``; every integer big-endian, the lengths unsigned 32-bit)::
 
-    version=2 u8 | flags u8 | state u8 | cause u8
+    version=3 u8 | flags u8 | state u8 | cause u8
     seq | created_ms | next_send_time_ms | state_changed_ms | lease_until_ms | born_timestamp_ms
         | delivery_timestamp_ms | queue_id | queue_offset | delivered_ms | attempts
-        | delivery_timeout_ms   (signed 64)
+        | delivery_timeout_ms | body_bytes   (signed 64)
     8 lengths, then the 8 UTF-8 strings: message_id, topic, tag, message_group, lease_owner,
         last_error, keys (a JSON list, empty when none), properties (a JSON object, or empty)
-    the body, to the end of the value
 
 flags: 1 maybe_stored, 2 has a receipt, 4 the receipt is durable, 8 has a delivery timestamp,
-16 has a tag, 32 has a message group, 64 has a lease owner, 128 has a delivery timeout. Version 1,
-written before messages had a delivery timeout, lacks the last integer; it is still read.
+16 has a tag, 32 has a message group, 64 has a lease owner, 128 has a delivery timeout.
+
+The body is not in the value: it is the value of its own key (layout.py's ``b``), written once
+by the put and deleted by the delivery (or the purge), so that a claim, a reschedule, a release
+or a burial rewrites only this value, whatever the body's size. ``body_bytes`` is that key's
+length (0: there is none), checked on every read.
+
+Older formats, still read (``decode_entry``) and rewritten as version 3 by the first change of
+their entry (``body_inline``: the body is then moved to its own key, once):
+- version 2: the head without ``body_bytes``, and the body inline, after the strings, to the end
+  of the value;
+- version 1, written before messages had a delivery timeout: version 2 without
+  ``delivery_timeout_ms``.
 
 Not JSON: a put encodes each entry on the committer thread, and this costs a fifth of
 ``OutboxEntry.to_bytes``.
@@ -24,11 +34,16 @@ import json
 import struct
 
 from outbox.entry import DeliveryReceipt, EntryState, OutboxEntry, OutboxMessage, SpoolCause
-from outbox.errors import OutboxConfigError
+from outbox.errors import OutboxConfigError, OutboxUnavailableError
 
-_ENTRY_VERSION = 2
-_ENTRY_HEAD = struct.Struct(">BBBB12q")
-_ENTRY_HEAD_V1 = struct.Struct(">BBBB11q")
+_ENTRY_VERSION = 3
+_HEADS = {
+    3: struct.Struct(">BBBB13q"),
+    2: struct.Struct(">BBBB12q"),
+    1: struct.Struct(">BBBB11q"),
+}
+_ENTRY_HEAD = _HEADS[_ENTRY_VERSION]
+_BODY_BYTES = struct.Struct(">q")
 _ENTRY_LENGTHS = struct.Struct(">8I")
 _STATES = tuple(EntryState)
 _STATE_INDEX = {s: i for i, s in enumerate(_STATES)}
@@ -47,6 +62,7 @@ _CAUSE_INDEX = {c: i for i, c in enumerate(_CAUSES)}
 
 
 def encode_entry(entry: OutboxEntry) -> bytes:
+    """The entry's value, without its body (stored apart when it has one: ``body_bytes``)."""
     m = entry.message
     r = entry.receipt
     flags = (
@@ -85,30 +101,48 @@ def encode_entry(entry: OutboxEntry) -> bytes:
         r.delivered_ms if r is not None else 0,
         entry.attempts,
         m.delivery_timeout_ms or 0,
+        len(m.body),
     )
-    return b"".join([head, _ENTRY_LENGTHS.pack(*map(len, strings)), *strings, m.body])
+    return b"".join([head, _ENTRY_LENGTHS.pack(*map(len, strings)), *strings])
 
 
-def decode_entry(raw: bytes) -> OutboxEntry:
-    version = raw[0]
-    if version == _ENTRY_VERSION:
-        head = _ENTRY_HEAD
-    elif version == 1:
-        head = _ENTRY_HEAD_V1
-    else:
-        raise OutboxConfigError(f"an outbox entry of format {version}, not {_ENTRY_VERSION}")
+def body_inline(raw: bytes) -> bool:
+    """The value holds its body itself (an older format): none is stored apart."""
+    return _head(raw) is not _ENTRY_HEAD
+
+
+def body_bytes_apart(raw: bytes) -> int:
+    """The length of the body stored under the entry's own body key (0: none is)."""
+    if _head(raw) is not _ENTRY_HEAD:
+        return 0
+    (body_bytes,) = _BODY_BYTES.unpack_from(raw, _ENTRY_HEAD.size - _BODY_BYTES.size)
+    return int(body_bytes)
+
+
+def decode_entry(raw: bytes, body: bytes = b"") -> OutboxEntry:
+    """The entry of a value of any format; ``body`` is the value of its body key (read when
+    ``body_bytes_apart`` is not 0; a value of an older format holds its body itself)."""
+    head = _head(raw)
     (_, flags, state, cause, seq, created_ms, next_send_time_ms, state_changed_ms,
      lease_until_ms, born_ms, delivery_ms, queue_id, queue_offset, delivered_ms,
-     attempts, *timeout) = head.unpack_from(raw)  # fmt: skip
+     attempts, *tail) = head.unpack_from(raw)  # fmt: skip
     pos = head.size + _ENTRY_LENGTHS.size
     strings = []
     for length in _ENTRY_LENGTHS.unpack_from(raw, head.size):
         strings.append(raw[pos : pos + length].decode())
         pos += length
     message_id, topic, tag, group, owner, last_error, keys, properties = strings
+    if head is _ENTRY_HEAD:
+        if len(body) != tail[1] or pos != len(raw):
+            raise OutboxUnavailableError(
+                f"outbox entry {message_id}: its body key holds {len(body)} bytes, its value "
+                f"says {tail[1]} (a damaged database)"
+            )
+    else:
+        body = raw[pos:]
     message = OutboxMessage(
         topic=topic,
-        body=raw[pos:],
+        body=body,
         message_id=message_id,
         tag=tag if flags & _TAG else None,
         keys=tuple(json.loads(keys)) if keys else (),
@@ -116,7 +150,7 @@ def decode_entry(raw: bytes) -> OutboxEntry:
         delivery_timestamp_ms=delivery_ms if flags & _DELIVERY_TS else None,
         properties=json.loads(properties) if properties else {},
         born_timestamp_ms=born_ms,
-        delivery_timeout_ms=timeout[0] if flags & _TIMEOUT else None,
+        delivery_timeout_ms=tail[0] if flags & _TIMEOUT else None,
     )
     receipt = None
     if flags & _RECEIPT:
@@ -136,3 +170,10 @@ def decode_entry(raw: bytes) -> OutboxEntry:
         state_changed_ms=state_changed_ms,
         receipt=receipt,
     )
+
+
+def _head(raw: bytes) -> struct.Struct:
+    head = _HEADS.get(raw[0])
+    if head is None:
+        raise OutboxConfigError(f"an outbox entry of format {raw[0]}, not {_ENTRY_VERSION}")
+    return head

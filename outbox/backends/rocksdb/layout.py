@@ -5,7 +5,12 @@ state.py's.
 One column family; integers are big-endian unsigned 64-bit, so byte order is numeric order and
 "what is due" is one range scan::
 
-    e <message_id>                         → the entry (codec.py), every state
+    e <message_id>                         → the entry without its body (codec.py), every
+                                             state: what every change rewrites
+    b <message_id>                         → the body of a PENDING or DEAD entry: written by
+                                             the put, deleted by the delivery or the purge,
+                                             never rewritten (an entry of an older format holds
+                                             its body in its ``e`` value until its first change)
     d <next_send_time_ms> <seq>            → message_id: PENDING entries that a claim may take
                                              now or later: not leased, and either in no FIFO
                                              group or their group's head
@@ -39,7 +44,7 @@ _U16 = struct.Struct(">H")
 # The value of an ``s`` key: body bytes (for the bound) and lease end (0: none), then the id.
 STATE_VALUE = struct.Struct(">QQ")
 
-ENTRY, DUE, GROUP, STATE, CREATED, CHANGED = b"e", b"d", b"g", b"s", b"c", b"t"
+ENTRY, BODY, DUE, GROUP, STATE, CREATED, CHANGED = b"e", b"b", b"d", b"g", b"s", b"c", b"t"
 STATE_CODE = {EntryState.PENDING: b"P", EntryState.DELIVERED: b"D", EntryState.DEAD: b"X"}
 PENDING_STATE = STATE + STATE_CODE[EntryState.PENDING]
 SEQ_KEY = b"m:seq"

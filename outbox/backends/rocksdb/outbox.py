@@ -7,6 +7,14 @@ reads, on which every write fails with OutboxUnavailableError; ``?reserve_bytes=
 disk reserve (below; default ``RESERVE_BYTES_DEFAULT``, 0: none). Keys and why they stay fast:
 outbox/backends/rocksdb/layout.py.
 
+Bodies apart: a put writes each body once, under its own key; every later change of the entry
+(claim, reschedule, release, bury, expire_leases, requeue, retry_now) rewrites only its state
+value, a few hundred bytes whatever the body's size, and a delivery or purge deletes the body.
+An outbox written by the previous layout (entry values of format 1 or 2, the body inline) is
+read as it is, and each entry moves to the new layout at its first change: its body is written
+to its own key then, once. Nothing is migrated at open (an open writes nothing: it must work on
+a full disk too); tombstones and entries nobody changes keep the old format, still read.
+
 Durability:
 - ``put`` returns once its entries are in the write-ahead log and the log is fsynced: they survive
   SIGKILL of the sidecar, and a kernel crash or power loss as far as the disk honours fsync.
@@ -56,11 +64,9 @@ from collections.abc import Callable, Sequence
 from urllib.parse import parse_qs, urlsplit
 
 from outbox.backends.rocksdb.bulk_changes import RocksDBBulkChanges
-from outbox.backends.rocksdb.codec import decode_entry
 from outbox.backends.rocksdb.layout import (
     CREATED,
     DUE,
-    ENTRY,
     STATE,
     STATE_CODE,
     STATE_VALUE,
@@ -144,8 +150,7 @@ class RocksDBOutbox(RocksDBPuts, RocksDBBulkChanges):
         # Under the lock: a full disk may reopen the database under a reader.
         with self._lock, rocksdb_errors(self.path):
             self._check_open()
-            raw = self._db.get(ENTRY + message_id.encode())
-        return None if raw is None else decode_entry(raw)
+            return self._txn().get(message_id)
 
     def has_pending_group(self, topic: str, message_group: str) -> bool:
         prefix = group_key(topic, message_group)

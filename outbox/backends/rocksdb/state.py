@@ -11,8 +11,9 @@ from typing import cast
 
 import rocksdict
 
-from outbox.backends.rocksdb.codec import decode_entry, encode_entry
+from outbox.backends.rocksdb.codec import body_bytes_apart, decode_entry, encode_entry
 from outbox.backends.rocksdb.layout import (
+    BODY,
     ENTRY,
     FLOOR_PREFIXES,
     GROUP,
@@ -79,19 +80,26 @@ class State:
 
 
 class Txn:
-    """One WriteBatch, and the entries it writes so that later steps of the batch read them."""
+    """One WriteBatch, and the entries it writes so that later steps of the batch read them.
+
+    An entry's body is written once, by the put (``put_entry`` of an entry not stored yet), and
+    deleted with the body (a delivery) or the entry (a purge); any other ``put_entry`` writes
+    the entry's value alone. An entry of an older format, its body inline, has it moved to its
+    own key by its first ``put_entry``.
+    """
 
     def __init__(self, db: rocksdict.Rdict, floors: dict[bytes, bytes]) -> None:
         self.batch = rocksdict.WriteBatch(raw_mode=True)
         self._db = db
         self._floors = floors
         self._entries: dict[str, OutboxEntry | None] = {}
+        # Message id → whether its body key holds the body, as of this batch.
+        self._apart: dict[str, bool] = {}
 
     def get(self, message_id: str) -> OutboxEntry | None:
-        if message_id in self._entries:
-            return self._entries[message_id]
-        raw = self._db.get(ENTRY + message_id.encode())
-        return None if raw is None else decode_entry(raw)
+        if message_id not in self._entries:
+            self._entries[message_id] = self._read(message_id)
+        return self._entries[message_id]
 
     def prefetch(self, message_ids: Iterable[str]) -> None:
         """Read these entries ahead of the ``get`` calls to come.
@@ -101,16 +109,39 @@ class Txn:
         """
         for message_id in message_ids:
             if message_id not in self._entries:
-                raw = self._db.get(ENTRY + message_id.encode())
-                self._entries[message_id] = None if raw is None else decode_entry(raw)
+                self._entries[message_id] = self._read(message_id)
 
     def put_entry(self, entry: OutboxEntry) -> None:
-        self._entries[entry.message_id] = entry
-        self.batch.put(ENTRY + entry.message_id.encode(), encode_entry(entry))
+        message_id = entry.message_id
+        key = message_id.encode()
+        apart = self._apart.get(message_id, False)
+        keeps_body = bool(entry.message.body)  # a tombstone's is b""
+        if apart and not keeps_body:
+            self.batch.delete(BODY + key)
+        elif keeps_body and not apart:
+            self.batch.put(BODY + key, entry.message.body)  # a put's, or an older format's
+        self._apart[message_id] = keeps_body
+        self._entries[message_id] = entry
+        self.batch.put(ENTRY + key, encode_entry(entry))
 
     def delete_entry(self, message_id: str) -> None:
+        key = message_id.encode()
+        if self._apart.get(message_id, False):
+            self.batch.delete(BODY + key)
+        self._apart[message_id] = False
         self._entries[message_id] = None
-        self.batch.delete(ENTRY + message_id.encode())
+        self.batch.delete(ENTRY + key)
+
+    def _read(self, message_id: str) -> OutboxEntry | None:
+        key = message_id.encode()
+        raw = self._db.get(ENTRY + key)
+        if raw is None:
+            return None
+        body = b""
+        if body_bytes_apart(raw):
+            body = self._db.get(BODY + key) or b""
+            self._apart[message_id] = True
+        return decode_entry(raw, body)
 
     def put(self, key: bytes, value: bytes) -> None:
         self.batch.put(key, value)
