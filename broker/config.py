@@ -15,8 +15,8 @@ from broker.auth.authenticator import CLOCK_SKEW_S_DEFAULT, CLOCK_SKEW_S_MAX
 from broker.errors import BrokerConfigError
 from broker.store.config import MessageStoreConfig
 from rocketbox_api.credentials import Credentials
+from rocketbox_api.message_rules import DELIVERY_AHEAD_MS_MAX
 
-HOUR_MS = 3_600_000
 MASTER_ID = 0  # RocketMQ's MixAll.MASTER_ID: broker id 0 is its group's master
 
 
@@ -77,7 +77,7 @@ class BrokerConfig:
     send_workers: int = 64
 
     # Delayed messages: furthest delivery time accepted, and delayed messages held at once.
-    delay_ms_max: int = 24 * HOUR_MS
+    delay_ms_max: int = DELIVERY_AHEAD_MS_MAX
     timer_pending_max: int = 1_000_000
 
     # Transactions: a half message unresolved this long is checked back with a producer, every

@@ -24,15 +24,14 @@ from pathlib import Path
 
 from broker.state_file import read_json, write_json_atomic
 from broker.store.errors import MessageIllegalError
-from rocketbox_api.names import GROUP_LENGTH_MAX, NAME_CHARACTERS, is_group_name
+from rocketbox_api.message_rules import DLQ_TOPIC_PREFIX, name_fault
+from rocketbox_api.names import GROUP_LENGTH_MAX
 
 LOG = logging.getLogger(__name__)
 
 RETRY_MAX_TIMES_DEFAULT = 16
 RETRY_MAX_TIMES_MAX = 64
 GROUPS_FILE_NAME = "groups.json"
-DLQ_TOPIC_PREFIX = "%DLQ%"
-RETRY_TOPIC_PREFIX = "%RETRY%"
 
 
 def dlq_topic(group: str) -> str:
@@ -57,12 +56,11 @@ def model_name(gc: GroupConfig) -> str:
 
 
 def validate_group_name(group: str) -> None:
-    if not is_group_name(group):
-        raise MessageIllegalError(
-            "group",
-            f"1..{GROUP_LENGTH_MAX} characters of {NAME_CHARACTERS}",
-            f"{group!r} is not one",
-        )
+    """RocketMQ's name rule, told as CreateTopic tells a topic's (``name_fault``): a name over
+    its length is not quoted back, so no answer outgrows what gRPC lets an error carry."""
+    fault = name_fault(group, GROUP_LENGTH_MAX)
+    if fault is not None:
+        raise MessageIllegalError("group", *fault)
 
 
 class GroupConfigManager:

@@ -21,12 +21,12 @@ from broker.store.message_store import DefaultMessageStore
 from broker.store.status import PutMessageResult
 from broker.timer_message import TimerMessageService
 from broker.topic_config import (
-    SYSTEM_TOPIC_PREFIXES,
     TopicConfig,
     TopicConfigManager,
     TopicMessageType,
 )
 from broker.transaction_message import TransactionalMessageService, make_transaction_id
+from rocketbox_api.message_rules import SYSTEM_TOPIC_PREFIXES
 
 
 @dataclass(slots=True)

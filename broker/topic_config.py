@@ -16,13 +16,12 @@ from pathlib import Path
 from broker.errors import TopicExistsError, TopicNotFoundError
 from broker.state_file import read_json, write_json_atomic
 from broker.store.errors import MessageIllegalError
-from rocketbox_api.names import NAME_CHARACTERS, TOPIC_LENGTH_MAX, is_topic_name
+from rocketbox_api.message_rules import SYSTEM_TOPIC_PREFIXES, name_fault
+from rocketbox_api.names import TOPIC_LENGTH_MAX
 
 LOG = logging.getLogger(__name__)
 
 QUEUE_NUMS_MAX = 1024
-# Prefixes of topics the broker keeps for itself (retry, dead letter, timers, transactions).
-SYSTEM_TOPIC_PREFIXES = ("%RETRY%", "%DLQ%", "rmq_sys_", "RMQ_SYS_", "SCHEDULE_TOPIC")
 TOPICS_FILE_NAME = "topics.json"
 
 
@@ -52,21 +51,13 @@ class TopicConfig:
 
 
 def validate_topic_name(topic: str, allow_system: bool = False) -> None:
-    if not is_topic_name(topic):
-        raise MessageIllegalError("topic", *_topic_name_fault(topic))
+    fault = name_fault(topic, TOPIC_LENGTH_MAX)
+    if fault is not None:
+        raise MessageIllegalError("topic", *fault)
     if not allow_system and topic.startswith(SYSTEM_TOPIC_PREFIXES):
         raise MessageIllegalError(
             "topic", f"no system prefix {SYSTEM_TOPIC_PREFIXES}", f"{topic!r} is a system topic"
         )
-
-
-def _topic_name_fault(topic: str) -> tuple[str, str]:
-    """The limit a topic name that is_topic_name refused breaks, and how."""
-    if not topic:
-        return f"1..{TOPIC_LENGTH_MAX} characters", "is empty"
-    if len(topic) > TOPIC_LENGTH_MAX:
-        return f"{TOPIC_LENGTH_MAX} characters", f"is {len(topic)} characters long"
-    return f"characters {NAME_CHARACTERS}", f"{topic!r} has a character outside the set"
 
 
 class TopicConfigManager:

@@ -46,6 +46,7 @@ from rocketbox.start_checks import (
 )
 from rocketbox.store_geometry import store_geometry_options
 from rocketbox_api.listen import GRPC, HA, METRICS, ListenError
+from rocketbox_api.message_rules import BODY_BYTES_MAX
 from sidecar.channels import Endpoint
 from sidecar.config import SidecarConfig
 
@@ -98,7 +99,7 @@ LOG = logging.getLogger("rocketbox")
 @click.option("--transaction-check-max", default=15, type=click.IntRange(min=1))
 @click.option(
     "--message-size-bytes-max",
-    default=4 * 1024 * 1024,
+    default=BODY_BYTES_MAX,
     type=click.IntRange(1, 64 * 1024 * 1024),
     help="The largest body the broker stores (RocketMQ's maxMessageSize).",
 )

@@ -19,9 +19,6 @@ import uuid
 
 EPOCH_2021_S = 1_609_459_200
 MESSAGE_ID_LENGTH = 34
-# What an app-given id may be: RocketMQ treats ids as opaque non-blank strings; we bound them so
-# that an id fits the broker's index key and the outbox's columns.
-APP_MESSAGE_ID_LENGTH_MAX = 128
 
 
 class MessageIdGenerator:

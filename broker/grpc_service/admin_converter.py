@@ -30,8 +30,8 @@ from broker.topic_config import (
     validate_topic_name,
 )
 from rocketbox_api.admin.v1 import broker_admin_pb2 as apb
+from rocketbox_api.message_rules import MESSAGE_ID_LENGTH_MAX
 
-MESSAGE_ID_LENGTH_MAX = 128
 # A business key is stored inside the KEYS property, which is bounded by the properties limit.
 QUERY_KEY_BYTES_MAX = 16 * 1024
 QUERY_MAX_NUM_DEFAULT = 32

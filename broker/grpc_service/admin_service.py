@@ -62,6 +62,7 @@ from broker.topic_config import (
 )
 from rocketbox_api.admin.v1 import broker_admin_pb2 as apb
 from rocketbox_api.admin.v1 import broker_admin_pb2_grpc
+from rocketbox_api.message_rules import shown
 
 LOG = logging.getLogger(__name__)
 
@@ -202,7 +203,7 @@ class BrokerAdminService(broker_admin_pb2_grpc.BrokerAdminServicer):  # type: ig
         ):
             raise TopicNotFoundError(f"topic {topic!r} does not exist and holds no messages")
         if not key or " " in key or not key.isprintable():
-            raise MessageIllegalError("key", "no spaces or control characters", f"{key!r}")
+            raise MessageIllegalError("key", "no spaces or control characters", shown(key))
         if len(key.encode()) > QUERY_KEY_BYTES_MAX:
             raise MessageIllegalError(
                 "key", f"{QUERY_KEY_BYTES_MAX} bytes", f"is {len(key.encode())} bytes"

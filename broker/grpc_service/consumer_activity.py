@@ -30,10 +30,10 @@ from rocketmq.grpc_protocol import service_pb2 as spb
 
 from broker.broadcast_members import MembersLimitError, progress_key
 from broker.errors import TopicNotFoundError
-from broker.group_config import DLQ_TOPIC_PREFIX, GroupConfig, GroupConfigManager
+from broker.group_config import GroupConfig, GroupConfigManager
 from broker.grpc_service.client_activity import CLIENT_ID_HEADER, metadata_value
 from broker.grpc_service.converter import to_pb_message, to_timestamp
-from broker.grpc_service.protocol import OK_STATUS, Code, ProtocolError, shown, status
+from broker.grpc_service.protocol import OK_STATUS, Code, ProtocolError, status
 from broker.grpc_service.request_limits import (
     ACK_ENTRIES_MAX,
     FILTER_EXPRESSION_LENGTH_MAX,
@@ -51,6 +51,7 @@ from broker.pop_state import InvalidReceiptHandleError
 from broker.send_message import SendMessageService
 from broker.store.codec.message import PROPERTY_ORIGIN_MESSAGE_ID, PROPERTY_RETRY_TOPIC
 from broker.topic_config import TopicConfig
+from rocketbox_api.message_rules import DLQ_TOPIC_PREFIX, shown
 
 Context = grpc.aio.ServicerContext[Any, Any]
 

@@ -10,7 +10,6 @@ from google.protobuf.duration_pb2 import Duration
 from google.protobuf.timestamp_pb2 import Timestamp
 from rocketmq.grpc_protocol import definition_pb2 as pb
 
-from broker.grpc_service.validator import DELAY_LEVEL_PROPERTY
 from broker.send_message import InboundMessage
 from broker.store.codec.message import (
     PROPERTY_DELAY_TIME_LEVEL,
@@ -24,6 +23,7 @@ from broker.store.codec.message import (
     MessageExtBrokerInner,
 )
 from broker.topic_config import TopicMessageType
+from rocketbox_api.message_rules import DELAY_LEVEL_PROPERTY
 
 SECOND_MS = 1000
 MINUTE_MS = 60 * SECOND_MS

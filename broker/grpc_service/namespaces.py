@@ -20,8 +20,9 @@ import re
 from google.protobuf.message import Message
 from rocketmq.grpc_protocol import definition_pb2 as pb
 
-from broker.grpc_service.protocol import Code, ProtocolError, shown
+from broker.grpc_service.protocol import Code, ProtocolError
 from broker.grpc_service.request_limits import RESOURCE_NAMESPACE_LENGTH_MAX
+from rocketbox_api.message_rules import shown
 from rocketbox_api.names import namespaced
 
 NAMESPACE_HEADER = "x-mq-namespace"

@@ -6,9 +6,10 @@ handlers bail out with such a status; the servicer turns it into the response. A
 expected is answered the same way, INTERNAL_SERVER_ERROR in the Status (``fault_reply``, used by
 the server's guard), except on the Telemetry stream, which ends with gRPC INTERNAL (spec §1).
 
-A status message never grows with the request: values quoted from it are cut (``shown``) and the
-whole message is bounded (``STATUS_MESSAGE_CHARS_MAX``), so that an answer with one status per
-entry stays far below the server's message size limit whatever the request held.
+A status message never grows with the request: values quoted from it are cut
+(rocketbox_api.message_rules.shown, the one quoting of every error text) and the whole message is
+bounded (``STATUS_MESSAGE_CHARS_MAX``), so that an answer with one status per entry stays far
+below the server's message size limit whatever the request held.
 """
 
 from __future__ import annotations
@@ -22,8 +23,6 @@ from rocketmq.grpc_protocol import service_pb2 as spb
 Code = pb.Code
 MESSAGING_SERVICE_NAME = spb.DESCRIPTOR.services_by_name["MessagingService"].full_name
 STATUS_MESSAGE_CHARS_MAX = 1024
-# A value quoted in a status message: enough to recognise it.
-SHOWN_CHARS_MAX = 64
 
 
 def status(code: int, message: str | None = None) -> pb.Status:
@@ -31,13 +30,6 @@ def status(code: int, message: str | None = None) -> pb.Status:
     if len(text) > STATUS_MESSAGE_CHARS_MAX:
         text = text[: STATUS_MESSAGE_CHARS_MAX - 1] + "…"
     return pb.Status(code=code, message=text)
-
-
-def shown(value: str) -> str:
-    """``value`` quoted for a status message, cut to SHOWN_CHARS_MAX with its length said."""
-    if len(value) <= SHOWN_CHARS_MAX:
-        return repr(value)
-    return f"{value[:SHOWN_CHARS_MAX]!r}… ({len(value)} characters)"
 
 
 OK_STATUS = status(Code.OK)

@@ -16,7 +16,8 @@ from google.protobuf.duration_pb2 import Duration
 from google.protobuf.timestamp_pb2 import Timestamp
 from rocketmq.grpc_protocol import definition_pb2 as pb
 
-from broker.grpc_service.protocol import Code, ProtocolError, shown
+from broker.grpc_service.protocol import Code, ProtocolError
+from rocketbox_api.message_rules import MESSAGE_ID_LENGTH_MAX, shown
 from rocketbox_api.names import TOPIC_LENGTH_MAX
 from rocketbox_api.protobuf_ranges import (
     DURATION_SECONDS_MAX,
@@ -29,8 +30,8 @@ from rocketbox_api.protobuf_ranges import (
 SEND_MESSAGES_MAX = 1024
 # Entries in one AckMessage: the official clients ack one message per request.
 ACK_ENTRIES_MAX = 1024
-# The clients' ids are 34 characters (spec §5.2); the sidecar lets apps choose up to 128.
-MESSAGE_ID_LENGTH_MAX = 128
+# The clients' ids are 34 characters (spec §5.2); MESSAGE_ID_LENGTH_MAX, RocketMQ's message rules'
+# bound, lets apps of the sidecar choose up to 128.
 # Ours are under 64 characters; the proxy's (spec §8.6) under 256.
 RECEIPT_HANDLE_LENGTH_MAX = 512
 RESOURCE_NAMESPACE_LENGTH_MAX = TOPIC_LENGTH_MAX

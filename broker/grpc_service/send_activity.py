@@ -20,7 +20,7 @@ from rocketmq.grpc_protocol import service_pb2 as spb
 from broker.errors import TopicNotFoundError
 from broker.flow_control import FlowControlled
 from broker.grpc_service.converter import peer_host, to_inbound
-from broker.grpc_service.protocol import OK_STATUS, Code, ProtocolError, shown, status
+from broker.grpc_service.protocol import OK_STATUS, Code, ProtocolError, status
 from broker.grpc_service.request_limits import (
     SEND_MESSAGES_MAX,
     echoed_id,
@@ -35,6 +35,7 @@ from broker.transaction_message import (
     TransactionalMessageService,
     TransactionError,
 )
+from rocketbox_api.message_rules import shown
 
 Context = grpc.aio.ServicerContext[Any, Any]
 

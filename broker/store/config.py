@@ -11,6 +11,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from broker.store.errors import StoreConfigError
+from rocketbox_api.message_rules import BODY_BYTES_MAX
+from rocketbox_api.names import TOPIC_LENGTH_MAX
 
 KIB = 1024
 MIB = 1024 * KIB
@@ -18,7 +20,6 @@ GIB = 1024 * MIB
 
 # Bytes a commitlog record needs besides its body, topic and properties (see codec/layout.py).
 RECORD_FIXED_BYTES_MAX = 4 + 4 + 4 + 4 + 4 + 8 + 8 + 4 + 8 + 20 + 8 + 20 + 4 + 8 + 4 + 1 + 2
-TOPIC_LENGTH_MAX = 127
 # RocketMQ stores the properties length in a signed short.
 PROPERTIES_LENGTH_MAX = 32767
 
@@ -48,7 +49,8 @@ class MessageStoreConfig:
     # why); costs one extra write of each segment's size, off the put path.
     warm_mapped_file_enable: bool = True
 
-    message_size_bytes_max: int = 4 * MIB
+    # RocketMQ's message rules (rocketbox_api/message_rules.py) are the defaults of these two.
+    message_size_bytes_max: int = BODY_BYTES_MAX
     topic_length_max: int = TOPIC_LENGTH_MAX
     properties_length_max: int = PROPERTIES_LENGTH_MAX
 

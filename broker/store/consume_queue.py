@@ -39,10 +39,9 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import NamedTuple
 
-from broker.store.config import TOPIC_LENGTH_MAX
 from broker.store.errors import MessageIllegalError
 from broker.store.mapped_file import MappedFile, MappedFileQueue
-from rocketbox_api.names import STORED_TOPIC_PATTERN
+from rocketbox_api.names import STORED_TOPIC_PATTERN, TOPIC_LENGTH_MAX
 
 __all__ = ["BLANK_SIZE", "CQ_STORE_UNIT_SIZE_BYTES", "ConsumeQueue", "CqEntry"]
 

@@ -3,11 +3,14 @@
 Each failure raises MessageIllegalError naming the field and the limit, so the broker can map it
 to the protocol's code (ILLEGAL_TOPIC, ILLEGAL_MESSAGE_TAG, ...) and the operator can read why.
 The store turns these into a PutMessageStatus; nothing of a refused message is written.
+
+The store checks what it must to write a sound record, whoever puts it (a client's message, the
+timer's, a dead letter's), with the characters of RocketMQ's message rules
+(rocketbox_api/message_rules.py): the broker's edge has already applied the rest of that table
+to a client's message, so the store refuses none that the edge took.
 """
 
 from __future__ import annotations
-
-import re
 
 from broker.store.codec.encode import encode_host
 from broker.store.codec.layout import (
@@ -23,12 +26,11 @@ from broker.store.codec.message import (
 )
 from broker.store.config import MessageStoreConfig
 from broker.store.errors import MessageIllegalError
+from rocketbox_api.message_rules import CONTROL_CHARACTERS, shown
 from rocketbox_api.names import STORED_TOPIC_PATTERN
 
 # RocketMQ's topic charset; '%' marks system topics (%RETRY%, %DLQ%), '|' namespaced ones.
 TOPIC_PATTERN = STORED_TOPIC_PATTERN  # one rule, rocketbox_api/names.py says why '|' is in it
-# C0 and C1 control characters: they break log lines, terminals and the properties framing.
-CONTROL_CHARACTERS = re.compile(r"[\x00-\x1f\x7f-\x9f]")
 QUEUE_ID_MAX = 2**31 - 1
 INT32_MIN, INT32_MAX = -(2**31), 2**31 - 1
 INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
@@ -61,7 +63,7 @@ def _validate_topic(topic: str, config: MessageStoreConfig) -> None:
         )
     if not TOPIC_PATTERN.fullmatch(topic):
         raise MessageIllegalError(
-            "topic", "characters %|a-zA-Z0-9_-", f"{topic!r} has a character outside the set"
+            "topic", "characters %|a-zA-Z0-9_-", f"{shown(topic)} has a character outside the set"
         )
 
 
@@ -99,7 +101,8 @@ def _validate_rest(msg: MessageExtBrokerInner, config: MessageStoreConfig) -> No
         try:
             encode_host(host)  # cached: a broker sees few distinct hosts
         except ValueError as e:
-            raise MessageIllegalError(host_name, "an IP address", f"{host[0]!r} is not one") from e
+            detail = f"{shown(host[0])} is not one"
+            raise MessageIllegalError(host_name, "an IP address", detail) from e
     props_len = CRC32_RESERVED_LENGTH
     for name, value in msg.properties.items():
         field = _property_field(name)
@@ -107,13 +110,15 @@ def _validate_rest(msg: MessageExtBrokerInner, config: MessageStoreConfig) -> No
             raise MessageIllegalError(field, "non-empty names", "has an empty name")
         if name == PROPERTY_CRC32:
             raise MessageIllegalError(field, "reserved by the store", "is set by the store")
+        # C0 and C1 control characters: they break log lines, terminals and the properties
+        # framing.
         for text in (name, value):
             if CONTROL_CHARACTERS.search(text):
                 raise MessageIllegalError(
-                    field, "no control characters", f"contains a control character in {text!r}"
+                    field, "no control characters", f"contains a control character in {shown(text)}"
                 )
         if name == PROPERTY_TAGS and "|" in value:
-            raise MessageIllegalError(field, "no '|' in a tag", f"tag {value!r} contains '|'")
+            raise MessageIllegalError(field, "no '|' in a tag", f"tag {shown(value)} contains '|'")
         props_len += len(name.encode()) + len(value.encode()) + 2
     if props_len > config.properties_length_max:
         raise MessageIllegalError(
@@ -131,4 +136,4 @@ def _property_field(name: str) -> str:
         return "tag"
     if name == PROPERTY_KEYS:
         return "keys"
-    return f"properties[{name!r}]"
+    return f"properties[{shown(name)}]"

@@ -53,6 +53,7 @@ from rocketmq.grpc_protocol import Code, definition_pb2
 from rocketmq.grpc_protocol import service_pb2 as spb
 
 from outbox.entry import OutboxMessage
+from rocketbox_api.message_rules import BODY_BYTES_MAX
 from rocketbox_api.tracing import traced_properties
 from sidecar.clock import now_ms
 from sidecar.errors import SendRejectedError
@@ -62,7 +63,7 @@ from sidecar.rocketmq_front.codes import reason, rocketmq_code
 from sidecar.rocketmq_front.upstream import Upstream, forwarded_metadata, remaining_s
 from sidecar.server import Outcome, SidecarService
 from sidecar.tracing import call_trace
-from sidecar.validation import BODY_BYTES_MAX, validate_timestamp
+from sidecar.validation import validate_timestamp
 
 Context = grpc.aio.ServicerContext[Any, Any]
 NAMESPACE_HEADER = "x-mq-namespace"

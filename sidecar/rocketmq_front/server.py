@@ -5,6 +5,7 @@ from __future__ import annotations
 import grpc
 from prometheus_client import Counter
 
+from rocketbox_api.message_rules import BODY_BYTES_MAX
 from sidecar.app_server import app_facing_server
 from sidecar.channels import Endpoint
 from sidecar.config import SidecarConfig
@@ -16,7 +17,6 @@ from sidecar.rocketmq_front.service import front_handler, spb, typed_unary
 from sidecar.rocketmq_front.telemetry import TelemetryRelay
 from sidecar.rocketmq_front.upstream import Upstream
 from sidecar.server import SidecarService
-from sidecar.validation import BODY_BYTES_MAX
 
 
 def front_server(

@@ -13,10 +13,11 @@ from __future__ import annotations
 import filecmp
 from pathlib import Path
 
-from broker import timer_message, topic_config, transaction_message
+from broker import timer_message, transaction_message
 from broker.store.config import KIB, MessageStoreConfig
 from broker.store.message_store import DefaultMessageStore
 from reconcile import segment_scan
+from rocketbox_api import message_rules
 from tests.reconcile.testdata import (
     BulkShape,
     CommitLogWriter,
@@ -78,7 +79,7 @@ def test_the_broker_recovers_a_generated_log_and_cuts_its_torn_tail(tmp_path: Pa
 
 
 def test_the_scan_knows_the_brokers_system_and_parking_topics() -> None:
-    assert segment_scan.SYSTEM_TOPIC_PREFIXES == topic_config.SYSTEM_TOPIC_PREFIXES
+    assert segment_scan.SYSTEM_TOPIC_PREFIXES == message_rules.SYSTEM_TOPIC_PREFIXES
     assert segment_scan.PARKING_TOPICS == (
         timer_message.SCHEDULE_TOPIC,
         transaction_message.HALF_TOPIC,

@@ -20,12 +20,12 @@ import pytest
 from google.rpc import error_details_pb2
 from grpc_status import rpc_status
 
+from rocketbox_api.message_rules import BODY_BYTES_MAX
 from rocketbox_api.v1 import sidecar_pb2 as api
 from rocketbox_client import Client, InvalidMessageError, Message, RequestTooLargeError, _rpc
 from sidecar.channels import Endpoint
 from sidecar.config import SidecarConfig
 from sidecar.producer import ProducerConfig
-from sidecar.validation import BODY_BYTES_MAX
 from tests.broker.broker_process import BrokerProcess
 from tests.sidecar.sidecar_process import CALL_DEADLINE_S, SidecarProcess, message, outcome, send
 

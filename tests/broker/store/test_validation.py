@@ -32,11 +32,11 @@ from broker.store.codec.message import (
 from broker.store.config import (
     PROPERTIES_LENGTH_MAX,
     RECORD_FIXED_BYTES_MAX,
-    TOPIC_LENGTH_MAX,
     MessageStoreConfig,
 )
 from broker.store.errors import StoreConfigError
 from broker.store.validation import validate_message
+from rocketbox_api.names import TOPIC_LENGTH_MAX
 from tests.broker.store.validation_helpers import (
     CONTROL_CHARACTERS,
     MAX_BODY_BYTES,

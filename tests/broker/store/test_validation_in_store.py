@@ -31,12 +31,12 @@ from broker.store.codec.message import (
 from broker.store.config import (
     PROPERTIES_LENGTH_MAX,
     RECORD_FIXED_BYTES_MAX,
-    TOPIC_LENGTH_MAX,
     MessageStoreConfig,
 )
 from broker.store.errors import StoreConfigError
 from broker.store.message_store import DefaultMessageStore
 from broker.store.status import PutMessageResult, PutMessageStatus
+from rocketbox_api.names import TOPIC_LENGTH_MAX
 from tests.broker.store.validation_helpers import (
     DISPATCH_TIMEOUT_S,
     MAX_BODY_BYTES,
