@@ -8,11 +8,15 @@ back-off (up to ``backoff_max_ms``) after the broker is back, and the broker idl
 What is pulled in. The ids of entries this sidecar spooled (intake) or rescheduled (the resend
 pool) after a failure whose cause is in ``PULL_IN_CAUSES`` are kept in memory, at most
 ``pull_in_ids_max`` (0: off; about 200 bytes an id); when full, the oldest is dropped: it keeps
-its back-off, so nothing is lost, only slower. Left out:
-- THROTTLED entries: the broker asked for less, and RocketMQ's rule forbids retrying at once;
+its back-off, so nothing is lost, only slower. THROTTLED entries are pulled in too, but only as
+any entry is: after a send of their topic was stored, which is the broker taking sends again
+(RocketMQ's rule forbids retrying at once after throttling, not once the broker takes sends).
+Left out:
 - FIFO_FENCE entries: they are due at once already, behind their group's head;
 - entries from before a restart of the sidecar, and entries another sidecar sharing the outbox
-  spooled: they are not in this registry and keep their back-off.
+  spooled: they are not in this registry and keep their back-off. Entries that failed while the
+  pool saw an outage (sidecar/outage.py) back off only as long as a probe interval, so few wait
+  long however they came.
 AMBIGUOUS entries are pulled in: a resend of an entry that may be stored asks the broker's index
 first (its ``maybe_stored`` flag, stored by its spool or reschedule), so pulling it in cannot
 store it twice; and an outage seen on live connections (a broker killed or hung) ends as
@@ -69,7 +73,7 @@ from sidecar.outage import BrokerOutage
 
 LOG = logging.getLogger(__name__)
 # Failures after which an entry waits only for the broker to come back.
-PULL_IN_CAUSES = frozenset({SpoolCause.UNAVAILABLE, SpoolCause.AMBIGUOUS})
+PULL_IN_CAUSES = frozenset({SpoolCause.UNAVAILABLE, SpoolCause.AMBIGUOUS, SpoolCause.THROTTLED})
 
 
 @dataclass(slots=True)

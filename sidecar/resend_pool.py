@@ -136,6 +136,7 @@ class ResendPool:
         # back, neither keeps the backlog waiting for longer.
         probe_max_ms = config.probe_interval_max_ms
         probe_backoff = Backoff(min(config.backoff_initial_ms, probe_max_ms), probe_max_ms)
+        self._probe_backoff = probe_backoff
         self.outage = BrokerOutage(probe_backoff, config.outage_evidence_window_ms)
         # A wave is at most one claim's worth, and is over by the time a resend's lease is.
         # Intake's sends are reported to it too: its evidence is the outage's.
@@ -343,7 +344,11 @@ class ResendPool:
                 f"({attempts} resends); last: {error}",
             )  # fmt: skip
             return
-        next_send_time_ms = now + self._backoff.delay_ms(attempts)
+        # In an outage the probe's timer, not the entry's back-off, says when the broker is
+        # tried again: the entry waits no longer than a probe interval, so that once the broker
+        # is back, it is not left behind the drain by a back-off grown during the outage.
+        backoff = self._probe_backoff if self.outage.failing else self._backoff
+        next_send_time_ms = now + backoff.delay_ms(attempts)
         done = await self._outbox.reschedule(
             entry.message_id, self.owner, next_send_time_ms, error, now,
             maybe_stored=failure.maybe_stored,

@@ -8,8 +8,9 @@ It proves:
 - the delivery budget buries: the sidecar's default (``age_max_s``) for a message without its
   own, the message's own ``delivery_timeout_ms`` over the default either way;
 - an outage costs one write per message: the pool probes with one entry at a time, the other
-  entries stay as spooled (no attempt, no reschedule), and each reschedule is a failed probe's;
-  once the broker stores again, every entry is delivered, once;
+  entries stay as spooled (no attempt, no reschedule), and each reschedule is a failed probe's,
+  due again after a probe interval rather than its grown back-off; once the broker stores again,
+  every entry is delivered, once;
 - a send stored by intake ends the outage at once: a backlog due during the outage drains with
   no probe having gone out;
 - BrokerOutage's rules: the evidence window, one probe at a time, the interval's bound.
@@ -81,8 +82,11 @@ def test_the_budget_is_the_message_s_own_or_the_sidecar_s() -> None:
 
 
 def test_an_outage_probes_one_entry_at_a_time_and_leaves_the_rest_as_spooled() -> None:
+    # An entry's own back-off could grow to ten minutes; a probe interval is at most 5 ms.
+    resend = dataclasses.replace(FAST_RESEND, backoff_max_ms=600_000)
+
     async def run() -> None:
-        async with core(pool_running=True) as c:
+        async with core(resend, pool_running=True) as c:
             c.broker.standing_answer = Answer.UNAVAILABLE
             ids = []
             for n in range(BACKLOG):
@@ -97,6 +101,9 @@ def test_an_outage_probes_one_entry_at_a_time_and_leaves_the_rest_as_spooled() -
             assert resent <= c.pool.outage.probes
             assert c.pool.totals["RESCHEDULED"] == resent
             assert c.pool.outage.outages == 1
+            # A failed probe waits a probe interval, not its grown back-off: due again at once
+            # once the broker is back.
+            assert max(e.next_send_time_ms for e in entries) <= now_ms() + 1_000
             c.broker.standing_answer = Answer.STORE
             await wait_for(
                 lambda: set(states(c, ids)) == {EntryState.DELIVERED}, "the backlog delivered"

@@ -7,14 +7,14 @@ minute):
   after a failed resend, as soon as one send to its topic is stored again: long before the
   first entry's own back-off would have let it go (the deadline is computed from the spool
   answers' next attempt times); the pulled-in counter counts each entry once;
-- THROTTLED entries of the same topic keep their back-off: still PENDING with their next attempt
-  time unchanged, and not in the broker, once the UNAVAILABLE ones are all delivered.
+- THROTTLED entries of the same topic are pulled in as well once a send of it is stored (the
+  broker takes sends again): delivered with the UNAVAILABLE ones, long before their back-off.
 
 With the memory outbox and the reports made by hand (no broker):
 - a wave makes at most ``wave_max`` entries due, oldest first, over all topics; the next wave
   comes only once the wave's entries were stored, then another topic's turn comes;
 - a failed send ends the wave, and a stored send during the quiet time after pulls in nothing;
-- THROTTLED and FIFO_FENCE entries are never registered, and a full registry drops its oldest.
+- FIFO_FENCE entries are never registered, and a full registry drops its oldest.
 """
 
 from __future__ import annotations
@@ -170,7 +170,9 @@ def test_a_backlog_goes_once_a_send_to_its_topic_is_stored_again(
             back.kill()
 
 
-def test_throttled_entries_keep_their_back_off(broker: BrokerProcess, outbox_url: str) -> None:
+def test_throttled_entries_are_pulled_in_once_the_broker_takes_sends(
+    broker: BrokerProcess, outbox_url: str
+) -> None:
     sidecar, port = start_sidecar(broker, outbox_url)
     outbox = open_outbox(outbox_url, OutboxLimits())
     back: BrokerProcess | None = None
@@ -183,16 +185,12 @@ def test_throttled_entries_keep_their_back_off(broker: BrokerProcess, outbox_url
         back = restart(broker)
         unavailable |= send_until_stored(sidecar)
         wait_until(
-            delivered(outbox, unavailable), deadline_before(throttled | unavailable),
-            "the UNAVAILABLE entries delivered",
+            delivered(outbox, throttled | unavailable), deadline_before(throttled | unavailable),
+            "the THROTTLED and UNAVAILABLE entries delivered",
         )  # fmt: skip
-        assert sample(scrape(port), PULLED_IN) == len(unavailable)
-        for message_id, next_attempt_ms in throttled.items():
-            entry = outbox.get(message_id)
-            assert entry is not None
-            assert entry.state is EntryState.PENDING, entry
-            assert entry.next_send_time_ms == next_attempt_ms, "its back-off was cut short"
-            assert not stored_copies(back.endpoint, message_id)
+        assert sample(scrape(port), PULLED_IN) == len(throttled) + len(unavailable)
+        for message_id in throttled:
+            assert len(stored_copies(back.endpoint, message_id)) == 1
     finally:
         sidecar.stop()
         outbox.close()
@@ -331,12 +329,12 @@ def test_only_entries_waiting_for_the_broker_are_registered_and_the_oldest_go_fi
         h = Harness([], ids_max=3, wave_max=10)
         try:
             entries = h.outbox.put([backing_off_entry(n) for n in range(6)])
-            h.pull_in.backing_off(entries[0], SpoolCause.THROTTLED)
-            h.pull_in.backing_off(entries[1], SpoolCause.FIFO_FENCE)
+            h.pull_in.backing_off(entries[0], SpoolCause.FIFO_FENCE)
             assert len(h.pull_in) == 0
+            h.pull_in.backing_off(entries[1], SpoolCause.THROTTLED)
             for entry in entries[2:]:
                 h.pull_in.backing_off(entry, SpoolCause.AMBIGUOUS)
-            assert len(h.pull_in) == 3  # entries[2] dropped: it keeps its back-off
+            assert len(h.pull_in) == 3  # entries[1] and [2] dropped: they keep their back-off
             h.pull_in.stored("Orders")
             await h.until_pulled_in(3)
             assert h.due() == ids(entries[3:])
