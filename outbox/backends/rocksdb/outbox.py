@@ -15,14 +15,27 @@ read as it is, and each entry moves to the new layout at its first change: its b
 to its own key then, once. Nothing is migrated at open (an open writes nothing: it must work on
 a full disk too); tombstones and entries nobody changes keep the old format, still read.
 
-Durability:
+Durability (the WAL is one sequence: an fsync makes every record before it durable too):
 - ``put`` returns once its entries are in the write-ahead log and the log is fsynced: they survive
   SIGKILL of the sidecar, and a kernel crash or power loss as far as the disk honours fsync.
-- Every other change (claim, reschedule, release, mark_delivered, bury, requeue, purge) goes to the
-  WAL without an fsync of its own: it survives SIGKILL of the sidecar (the kernel has the bytes)
-  but not a kernel crash. Losing one is harmless: a lost lease or reschedule makes the entry due
-  again; a lost tombstone makes the entry be sent once more, a duplicate the reconciliation
-  counts, never a loss. The next put's fsync makes them durable too.
+- ``claim_due`` returns once its leases are fsynced too (one fsync a claim batch, outside the
+  lock, after the write), before any claimed entry can be sent. So after a power cut an entry
+  that may have been sent comes back under its dead holder's lease, which the first claim ends
+  with ``maybe_stored``: the resend checks the broker's index first. Without that fsync, a cut
+  brought claimed entries back as plain PENDING, resent unchecked: duplicates.
+- Every other change (reschedule, release, mark_delivered, bury, expire_leases, requeue,
+  retry_now, purge) goes to the WAL without an fsync of its own: it survives SIGKILL of the
+  sidecar (the kernel has the bytes) but not a kernel crash or power cut, unless a later put or
+  claim synced it. What a cut can take is harmless: each of these changes a leased entry, whose
+  lease was synced, or an operator's choice to do again. A lost tombstone (mark_delivered) brings
+  its entry back under the dead lease, so ``maybe_stored``: the index check finds it stored and
+  marks it delivered, no duplicate (a broker without that query, a plain RocketMQ, gets it once
+  more: a duplicate the reconciliation counts, as for any entry sent just before the cut; an
+  fsync per resend batch would not close that window, only narrow it). A lost reschedule or
+  release likewise comes back maybe stored; a lost burial is sent once more and buried again.
+  Never a loss.
+- A claim whose fsync fails raises although its leases are written: its entries wait for their
+  lease to end and are then claimed ``maybe_stored``, as after a crash.
 - Loss of the pod: the outbox survives only on a persistent volume.
 - Loss of the server or its disk: nothing survives. Use Redis or MySQL when that matters.
 - One process: RocksDB locks its directory (the LOCK file), and a second opener, in this process
@@ -170,6 +183,7 @@ class RocksDBOutbox(RocksDBPuts, RocksDBBulkChanges):
         limit = min(limit, CLAIM_BATCH_MAX)
         with self._lock, rocksdb_errors(self.path):
             self._check_open()
+            db = self._db
             txn = self._txn()
             upper = DUE + u64(now_ms + 1)
             due = self._items(DUE, DUE, upper, limit)
@@ -201,7 +215,12 @@ class RocksDBOutbox(RocksDBPuts, RocksDBBulkChanges):
             self._write(txn)
             if len(taken_due) == len(due) < limit:
                 self._raise_floor(DUE, upper)  # every live due key below upper was taken
-            return claimed
+        if claimed and self.sync_claims:
+            # Durable before any of them is sent (outbox.py: durability). Outside the lock, as
+            # a put's fsync: other claims and deliveries go on meanwhile.
+            with rocksdb_errors(self.path):
+                self._flush_wal(db)
+        return claimed
 
     @retried_after_no_space
     def expire_leases(self, owner_prefix: str, now_ms: int) -> int:

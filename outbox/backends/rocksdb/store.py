@@ -119,10 +119,14 @@ class RocksDBStore(Outbox):
         statistics: bool = False,
         read_only: bool = False,
         reserve_bytes: int = RESERVE_BYTES_DEFAULT,
+        sync_claims: bool = True,
     ) -> None:
         super().__init__(limits)
         self.path = path
         self.read_only = read_only
+        # False only to measure what the claims' fsync costs, and to show what it prevents
+        # (outbox.py: durability): a power cut may then bring claimed entries back unmarked.
+        self.sync_claims = sync_claims
         self._reserve = DiskReserve(path, reserve_bytes)
         # Why puts are refused for want of space (None: they are not), and when the free space
         # is next looked at; both under _space_lock, which is taken after _lock, never before.

@@ -9,8 +9,9 @@
   (``?read_only=true``) reads beside it and every write it tries fails;
 - after 20k deliveries a claim is still one range scan: it returns the right entries and RocksDB
   steps over almost no deleted keys to find them (a deterministic count, not a timing);
-- a put_groups of 64 requests is one write and one WAL fsync; a mark_delivered_many is one
-  write and no fsync of its own;
+- a put_groups of 64 requests is one write and one WAL fsync, and so is a claim of 64 entries
+  (a claim of none fsyncs nothing); a mark_delivered_many is one write and no fsync of its own
+  (test_power_cut.py: why);
 - relative paths in the URL.
 """
 
@@ -274,7 +275,7 @@ def test_claim_after_20k_deliveries_is_still_one_range_scan(tmp_path: Path) -> N
         outbox.close()
 
 
-def test_put_groups_is_one_synced_write_and_mark_delivered_many_one_write(
+def test_put_groups_and_claims_are_one_synced_write_and_deliveries_one_write(
     tmp_path: Path,
 ) -> None:
     outbox = open_rocksdb(tmp_path / "outbox", statistics=True)
@@ -284,7 +285,12 @@ def test_put_groups_is_one_synced_write_and_mark_delivered_many_one_write(
         assert all(isinstance(a, list) for a in answers)
         assert (outbox.ticker(WAL_SYNCS) - synced, outbox.ticker(WRITES) - writes) == (1, 1)
 
+        synced, writes = outbox.ticker(WAL_SYNCS), outbox.ticker(WRITES)
         claimed = outbox.claim_due(NOW_MS, 64, LEASE_MS, "w1")
+        assert (outbox.ticker(WAL_SYNCS) - synced, outbox.ticker(WRITES) - writes) == (1, 1)
+        synced = outbox.ticker(WAL_SYNCS)
+        assert outbox.claim_due(NOW_MS, 64, LEASE_MS, "w1") == []
+        assert outbox.ticker(WAL_SYNCS) == synced
         synced, writes = outbox.ticker(WAL_SYNCS), outbox.ticker(WRITES)
         delivered = outbox.mark_delivered_many([(e.message_id, receipt(0)) for e in claimed])
         assert delivered == [True] * 64
