@@ -5,6 +5,9 @@ with messages sent and consumed by the official Python client (Producer + Simple
 Proves:
 - create / list round trip with the settings; a duplicate is ALREADY_EXISTS; a bad name or
   retry count is INVALID_ARGUMENT naming the field; an unknown group NOT_FOUND;
+- CreateGroup (and CreateTopic) of a 100,000-character name, called by a gRPC client with its
+  default limits, is INVALID_ARGUMENT naming the field, the length and the limit: the name is not
+  echoed (it made the answer's metadata too large, RESOURCE_EXHAUSTED at the client);
 - describe lists a connected consumer as a member (and not after it shut down), and shows per
   queue the lag and the messages in flight while they are received but not acked, and after acks;
 - describe counts a message dead-lettered after the group's last delivery in ``%DLQ%<group>``;
@@ -22,9 +25,13 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+import grpc
 import pytest
 from rocketmq import ClientConfiguration, Credentials, FilterExpression, Message, SimpleConsumer
 
+from rocketbox_api.admin.v1 import broker_admin_pb2 as apb
+from rocketbox_api.admin.v1 import broker_admin_pb2_grpc
+from rocketbox_api.names import GROUP_LENGTH_MAX, TOPIC_LENGTH_MAX
 from tests.broker.broker_process import BrokerProcess, wait_until
 from tests.broker.grpc_service.test_admin import cli, cli_json, copies, message, producer, refused
 
@@ -176,6 +183,32 @@ def test_group_errors_name_the_code_and_the_field(broker: BrokerProcess) -> None
     assert missing.returncode == 2, missing
     assert "--timestamp-ms" in missing.stderr
     # Nothing of the refused calls was created.
+    assert [g["name"] for g in cli_json(broker, "group", "list")["groups"]] == ["Billing"]
+
+
+LONG_NAME_CHARS = 100_000
+
+
+def test_a_name_of_100000_characters_is_invalid_argument_not_an_answer_too_large(
+    broker: BrokerProcess,
+) -> None:
+    name = "G" * LONG_NAME_CHARS
+    with grpc.insecure_channel(broker.endpoint) as channel:  # gRPC's default limits
+        stub = broker_admin_pb2_grpc.BrokerAdminStub(channel)
+        calls = (
+            ("group", GROUP_LENGTH_MAX, stub.CreateGroup, apb.CreateGroupRequest(group=name)),
+            ("topic", TOPIC_LENGTH_MAX, stub.CreateTopic, apb.CreateTopicRequest(topic=name)),
+        )
+        for field, limit, method, request in calls:
+            with pytest.raises(grpc.RpcError) as raised:
+                method(request, timeout=DEADLINE_S)
+            error = raised.value
+            assert error.code() == grpc.StatusCode.INVALID_ARGUMENT, (field, error)
+            details = error.details() or ""
+            assert details.startswith(f"{field}: "), details
+            assert f"{LONG_NAME_CHARS} characters" in details, details
+            assert f"{limit} characters" in details, details
+            assert len(details) < 200, details
     assert [g["name"] for g in cli_json(broker, "group", "list")["groups"]] == ["Billing"]
 
 
