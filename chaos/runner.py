@@ -61,11 +61,12 @@ def run_scenario(scenario: Scenario, settings: Settings) -> Row:
         shutil.rmtree(directory)
     seed = f"{settings.seed}:{scenario.name}"
     rng = random.Random(seed)
-    plan = make_plan(seed, settings.messages)
+    messages = min(settings.messages, scenario.messages_max or settings.messages)
+    plan = make_plan(seed, messages)
     row = Row(scenario.name)
     verdict: dict[str, Any] = {
         "scenario": scenario.name, "summary": scenario.summary, "seed": settings.seed,
-        "messages": settings.messages, "no_duplicates": scenario.no_duplicates, "notes": [],
+        "messages": messages, "no_duplicates": scenario.no_duplicates, "notes": [],
     }  # fmt: skip
     stage: Stage | None = None
     try:

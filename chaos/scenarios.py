@@ -9,9 +9,13 @@ seeded durations, heals them, and returns; the runner then waits for the drain a
 
 ``no_duplicates``: the scenarios where the suite insists on no duplicate at all, the sidecar's
 own restarts against rocketbox's broker (the sidecar checks the broker's index by message id
-before any resend it cannot rule out). Elsewhere duplicates are counted and reported: a broker
-that stored a message and could not say so (killed, stopped, cut off) makes delivery at least
+before any resend it cannot rule out), and the power cuts of the outbox's disk (a cut may drop
+only what the outbox never synced, and an outbox must sync whatever marks an entry as possibly
+sent before it sends it). Elsewhere duplicates are counted and reported: a broker that stored a
+message and could not say so (killed, stopped, cut off, its power cut) makes delivery at least
 once.
+
+``messages_max``: a scenario's own bound on its messages, under ``--messages``.
 """
 
 from __future__ import annotations
@@ -22,6 +26,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from chaos.faults import Fault
+from chaos.power_cut import power_cut
 from chaos.processes import KILL_DEADLINE_S, STOP_DEADLINE_S
 from chaos.stage import BACKENDS, Backend, Stage, StageOptions
 
@@ -30,6 +35,10 @@ Act = Callable[[Stage, random.Random], None]
 DRAIN_PROGRESS_DEADLINE_S = 300.0
 # The sidecar's link through the fault proxy carries answers again within this long.
 LINK_DEADLINE_S = 60.0
+# The power cuts' loads (chaos/power_cut.py): enough for a cut to land among writes in flight,
+# and a drain of a few thousand entries, as the cut that found duplicates drained 3,000.
+POWER_CUT_LOAD_MESSAGES_MAX = 5_000
+POWER_CUT_DRAIN_MESSAGES_MAX = 3_000
 
 
 @dataclass(frozen=True, slots=True)
@@ -39,6 +48,9 @@ class Scenario:
     act: Act
     options: StageOptions = field(default_factory=StageOptions)
     no_duplicates: bool = False
+    # At most this many messages, whatever --messages asks (the power cuts': their disk is a
+    # FUSE filesystem in Python, and a drain of a few thousand entries is what they need).
+    messages_max: int | None = None
 
 
 def _next(stage: Stage, rng: random.Random, low: float, high: float) -> None:
@@ -214,6 +226,77 @@ def disk_full(stage: Stage, rng: random.Random) -> None:
     stage.healed()
 
 
+def power_cut_mid_load(stage: Stage, rng: random.Random) -> None:
+    """The power-loss disk's machine loses power mid-load: the broker's (its store on the disk),
+    or the outbox's while the sidecar spools into it (flow control on)."""
+    stage.start_load()
+    _next(stage, rng, 0.2, 0.4)
+    spooling = stage.options.power_loss == "outbox"
+    if spooling:
+        stage.flow_control(True)
+        _spooling(stage, rng)
+    power_cut(stage, rng.uniform(1.0, 3.0))
+    _next(stage, rng, 0.1, 0.2)
+    if spooling:
+        stage.flow_control(False)
+    stage.healed()
+
+
+def power_cut_mid_drain(stage: Stage, rng: random.Random) -> None:
+    """The whole load spooled (flow control on), then the drain into a live broker, and the
+    outbox's machine loses power 20-60 % into it; back up, the drain goes on to its end."""
+    load = stage.load
+    assert load is not None
+    stage.flow_control(True)
+    stage.start_load()
+    if not load.wait(stage.load_deadline_s):
+        raise TimeoutError(f"the load did not end in {stage.load_deadline_s} s")
+    stage.event("load ended")
+    before = stage.outbox_pending() or 0
+    fraction = rng.uniform(0.2, 0.6)
+    stage.flow_control(False)
+    stage.wait_outbox(
+        f"the drain {fraction:.0%} through",
+        lambda pending: pending <= before * (1 - fraction),
+        DRAIN_PROGRESS_DEADLINE_S,
+    )
+    stage.event("power cut mid-drain", pending_before=before, pending_at_cut=stage.outbox_pending())
+    power_cut(stage, rng.uniform(1.0, 3.0))
+    stage.healed()
+
+
+def _power_cut_scenarios() -> list[Scenario]:
+    out = [
+        Scenario("power-cut-broker", "power cut of the broker's disk (SYNC_FLUSH store) mid-load",
+                 power_cut_mid_load, StageOptions(power_loss="broker"),
+                 messages_max=POWER_CUT_LOAD_MESSAGES_MAX),
+    ]  # fmt: skip
+    for backend in BACKENDS:
+        options = StageOptions(backend=backend, power_loss="outbox")
+        name = _BACKEND_NAMES[backend]
+        out.append(
+            Scenario(
+                f"power-cut-load-{backend}",
+                f"power cut of the {name} outbox's disk while the sidecar spools, restarted",
+                power_cut_mid_load,
+                options,
+                no_duplicates=True,
+                messages_max=POWER_CUT_LOAD_MESSAGES_MAX,
+            )
+        )
+        out.append(
+            Scenario(
+                f"power-cut-drain-{backend}",
+                f"power cut of the {name} outbox's disk mid-drain into a live broker, restarted",
+                power_cut_mid_drain,
+                options,
+                no_duplicates=True,
+                messages_max=POWER_CUT_DRAIN_MESSAGES_MAX,
+            )
+        )
+    return out
+
+
 def _backend_scenarios() -> list[Scenario]:
     out = []
     for backend in BACKENDS:
@@ -262,6 +345,7 @@ SCENARIOS: dict[str, Scenario] = {
                  "half open", proxy_faults, StageOptions(proxy=True)),
         Scenario("disk-full", "the outbox's disk (tmpfs) full while spooling and draining",
                  disk_full, StageOptions(small_disk=True)),
+        *_power_cut_scenarios(),
     ]
 }  # fmt: skip
 # The two `make test` runs (tests/chaos/test_chaos_short.py), with a few thousand messages.

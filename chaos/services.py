@@ -49,7 +49,12 @@ SOCKET_PATH_BYTES_MAX = 107
 # redis-server's and mariadbd's words for a port someone else holds.
 PORT_TAKEN = re.compile(r"Address already in use|Bind on TCP/IP port")
 # Small InnoDB files: a data directory of about 30 MiB that is created and started in seconds.
-INNODB_ARGS = ("--innodb-log-file-size=8M", "--innodb-buffer-pool-size=32M")
+# The redo log written and flushed at every commit (InnoDB's default, stated): a committed row
+# survives SIGKILL and a power cut.
+INNODB_ARGS = (
+    "--innodb-log-file-size=8M", "--innodb-buffer-pool-size=32M",
+    "--innodb-flush-log-at-trx-commit=1",
+)  # fmt: skip
 
 
 class ServiceError(RuntimeError):
@@ -131,6 +136,13 @@ class _PrivateServer:
                 f"{self.log_tail()}"
             )
 
+    def signal(self, sig: signal.Signals) -> None:
+        """Send ``sig`` (SIGSTOP, SIGCONT …) to the running server."""
+        proc = self._started()
+        if proc.poll() is not None:
+            raise ServiceError(f"the private {self.name} is not running: cannot send {sig.name}")
+        proc.send_signal(sig)
+
     def kill(self) -> int:
         """SIGKILL; its exit status."""
         proc = self._started()
@@ -181,9 +193,18 @@ class _PrivateServer:
 
 
 class PrivateRedis(_PrivateServer):
-    """A redis-server of the suite's own: AOF with ``appendfsync always``, no RDB snapshots."""
+    """A redis-server of the suite's own: AOF with ``appendfsync always``, no RDB snapshots.
+    Its files go to ``store_dir`` when given (a disk of their own), its log stays in
+    ``data_dir``."""
 
     name = "redis-server"
+
+    def __init__(self, data_dir: Path, store_dir: Path | None = None) -> None:
+        super().__init__(data_dir)
+        self.store_dir = store_dir or data_dir
+
+    def _prepare(self) -> None:
+        self.store_dir.mkdir(parents=True, exist_ok=True)
 
     def url(self, prefix: str) -> str:
         """The outbox URL of a Redis outbox with key prefix ``prefix`` on this server."""
@@ -191,7 +212,7 @@ class PrivateRedis(_PrivateServer):
 
     def _command(self, port: int) -> list[str]:
         return [
-            REDIS_SERVER, "--port", str(port), "--bind", "127.0.0.1", "--dir", str(self.data_dir),
+            REDIS_SERVER, "--port", str(port), "--bind", "127.0.0.1", "--dir", str(self.store_dir),
             "--appendonly", "yes", "--appendfsync", "always", "--save", "",
             "--daemonize", "no", "--logfile", "",
         ]  # fmt: skip
@@ -210,13 +231,15 @@ class PrivateRedis(_PrivateServer):
 
 
 class PrivateMariaDB(_PrivateServer):
-    """A mariadbd of the suite's own (root, no password, database ``test``), run as root."""
+    """A mariadbd of the suite's own (root, no password, database ``test``), run as root. Its
+    data directory is ``datadir`` when given (a disk of its own), else ``data_dir/data``; its
+    socket, pid file and logs stay in ``data_dir``."""
 
     name = "mariadbd"
 
-    def __init__(self, data_dir: Path) -> None:
+    def __init__(self, data_dir: Path, datadir: Path | None = None) -> None:
         super().__init__(data_dir)
-        self.datadir = data_dir / "data"
+        self.datadir = datadir or data_dir / "data"
         self.socket_path = data_dir / "mysqld.sock"
         if len(str(self.socket_path).encode()) > SOCKET_PATH_BYTES_MAX:
             raise ValueError(

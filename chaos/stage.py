@@ -28,6 +28,7 @@ from chaos.disk import SmallDisk
 from chaos.fault_proxy import FaultProxy
 from chaos.load import LoadGenerator
 from chaos.plan import BROKER_TOPIC_ARGS, Plan
+from chaos.power_loss import PowerLossDisk
 from chaos.processes import BrokerProcess, SidecarProcess
 from chaos.services import PrivateMariaDB, PrivateRedis
 from outbox.factory import open_outbox
@@ -35,6 +36,8 @@ from rocketbox.admin_client import AdminClient
 
 LOG = logging.getLogger(__name__)
 Backend = Literal["rocksdb", "redis", "mysql"]
+# Whose storage the power-loss disk holds (chaos/power_cut.py).
+PowerLossTarget = Literal["broker", "outbox"]
 BACKENDS: tuple[Backend, ...] = ("rocksdb", "redis", "mysql")
 POLL_INTERVAL_S = 0.1
 # The outbox's small disk: room for the RocksDB outbox's emergency reserve (128 MiB by default,
@@ -56,6 +59,7 @@ class StageOptions:
     backend: Backend = "rocksdb"
     small_disk: bool = False
     proxy: bool = False
+    power_loss: PowerLossTarget | None = None
 
 
 class Stage:
@@ -86,6 +90,7 @@ class Stage:
         self.redis: PrivateRedis | None = None
         self.mariadb: PrivateMariaDB | None = None
         self.disk: SmallDisk | None = None
+        self.power_disk: PowerLossDisk | None = None
         self.proxy: FaultProxy | None = None
         self.broker: BrokerProcess | None = None
         self.sidecar: SidecarProcess | None = None
@@ -120,6 +125,10 @@ class Stage:
 
     def _start(self) -> None:
         self.data_dir.mkdir(parents=True, exist_ok=True)
+        if self.options.power_loss is not None:
+            # First in, last out: the parts on it are stopped before it is unmounted.
+            self.power_disk = self._stack.enter_context(PowerLossDisk(self.data_dir / "power"))
+            self.event("power-loss disk mounted", holds=self.options.power_loss)
         self.outbox_url = self._start_backend()
         broker_args: tuple[str, ...] = BROKER_TOPIC_ARGS
         if self.options.proxy:
@@ -135,7 +144,7 @@ class Stage:
             )  # fmt: skip
             self.event("fault proxy started", port=self.proxy.port)
         self.broker = self._stack.enter_context(
-            BrokerProcess(self.data_dir / "broker", "SYNC_FLUSH", broker_args)
+            BrokerProcess(self._store_dir("broker"), "SYNC_FLUSH", broker_args)
         )
         self.event("broker started", port=self.broker.port)
         # Behind the proxy, 127.0.0.1:port is the proxy.
@@ -160,14 +169,18 @@ class Stage:
     def _start_backend(self) -> str:
         backend = self.options.backend
         if backend == "redis":
-            self.redis = self._stack.enter_context(PrivateRedis(self.data_dir / "redis"))
+            self.redis = self._stack.enter_context(
+                PrivateRedis(self.data_dir / "redis", self._power_dir("outbox", "redis"))
+            )
             self.event("redis-server started")
             return self.redis.url("chaos")
         if backend == "mysql":
-            self.mariadb = self._stack.enter_context(PrivateMariaDB(self.data_dir / "mariadb"))
+            self.mariadb = self._stack.enter_context(
+                PrivateMariaDB(self.data_dir / "mariadb", self._power_dir("outbox", "mariadb"))
+            )
             self.event("mariadbd started")
             return self.mariadb.url("chaos_outbox")
-        directory = self.data_dir / "outbox"
+        directory = self._power_dir("outbox", "outbox") or self.data_dir / "outbox"
         if self.options.small_disk:
             mount = self.data_dir / "disk"
             mount.mkdir(parents=True, exist_ok=True)
@@ -175,6 +188,15 @@ class Stage:
             self.event("small disk mounted", size_bytes=SMALL_DISK_BYTES)
             directory = mount / "outbox"
         return f"rocksdb://{directory}"
+
+    def _power_dir(self, part: PowerLossTarget, name: str) -> Path | None:
+        """``name`` on the power-loss disk when it holds ``part``'s storage, else None."""
+        if self.power_disk is not None and self.options.power_loss == part:
+            return self.power_disk.mount_dir / name
+        return None
+
+    def _store_dir(self, name: str) -> Path:
+        return self._power_dir("broker", name) or self.data_dir / name
 
     @property
     def broker_endpoint(self) -> str:
