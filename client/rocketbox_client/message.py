@@ -23,8 +23,8 @@ class Message:
     limits (rocketbox/v1/sidecar.proto names them) and rejects it naming the field.
 
     ``message_id``: when None, the client stamps one before the first attempt (message_id.py),
-    so that every retry carries the same id; give your own (1..128 characters, no whitespace)
-    to make it a business key.
+    so that every retry carries the same id; give your own (1..128 characters, no whitespace or
+    control characters) to make it a business key.
     """
 
     topic: str
@@ -33,7 +33,8 @@ class Message:
     keys: tuple[str, ...] = ()
     # FIFO: one (topic, message_group)'s messages are stored in send order.
     message_group: str | None = None
-    # Delayed delivery, epoch milliseconds; at most 24 hours ahead, never with message_group.
+    # Delayed delivery, epoch milliseconds; at most 24 hours ahead and 30 days in the past,
+    # never with message_group.
     delivery_time_ms: int | None = None
     # Excluded from the hash: a caller may pass a plain dict.
     properties: Mapping[str, str] = field(default_factory=_no_properties, hash=False)
