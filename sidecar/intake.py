@@ -4,6 +4,8 @@
        │
     FIFO group fenced (entries in the outbox)? ──yes──► spool behind them (FIFO_FENCE)
        │ no
+    the broker in an outage (probed)? ──yes──► spool, no send (the outage's cause)
+       │ no
     send (plain messages coalesced per topic; retries) ──stored──► STORED
        │                                        ──refused by the broker──► SendRejectedError
        │ failed (throttled / unavailable / ambiguous)
@@ -25,6 +27,13 @@ when the broker stops and starts taking messages: a comparison per message, no l
 
 Each send's outcome is reported to ``pull_in`` (sidecar/pull_in.py), if given: a stored send
 pulls in its topic's entries waiting out an UNAVAILABLE back-off.
+
+While the resend pool holds the broker to be in an outage (``outage``, sidecar/outage.py: sends
+fail and none was stored lately), intake spools without sending: the pool's probe is the broker's
+one caller then, and ends the outage at the first stored send. A message spooled so is answered
+SPOOLED with the outage's cause, due as any spooled message is; the wait it adds once the broker is
+back is at most one probe interval. Without it, every message of an outage pays its failed sends
+and their retries before its spool, and spooling goes slower than storing did.
 """
 
 from __future__ import annotations
@@ -44,7 +53,8 @@ from sidecar.coalescer import SendCoalescer
 from sidecar.errors import SendFailedError, SendRejectedError
 from sidecar.fifo_fence import FifoFence
 from sidecar.health_log import SPOOLED, BrokerStateLog
-from sidecar.producer import SendReceipt
+from sidecar.outage import BrokerOutage
+from sidecar.producer import SendOutcome, SendReceipt
 from sidecar.pull_in import RecoveryPullIn
 from sidecar.spool_writer import SpoolWriter
 from sidecar.validation import validate_message
@@ -77,6 +87,7 @@ class Intake:
         on_spooled: Callable[[], None],
         pull_in: RecoveryPullIn | None = None,
         broker_log: BrokerStateLog | None = None,
+        outage: BrokerOutage | None = None,
     ) -> None:
         self._coalescer = coalescer
         self._spool_writer = spool_writer
@@ -85,6 +96,7 @@ class Intake:
         self._on_spooled = on_spooled
         self._pull_in = pull_in
         self._broker_log = broker_log
+        self._outage = outage
         # One lock per FIFO group with messages in intake, and how many hold or await it.
         self._group_locks: dict[tuple[str, str], tuple[asyncio.Lock, int]] = {}
 
@@ -129,12 +141,32 @@ class Intake:
         await self._spool_writer.wait_idle()
 
     async def _send_or_spool(self, message: OutboxMessage) -> Accepted:
-        outcome = await self._coalescer.send(message)
+        outage = self._outage
+        if outage is not None and outage.failing:
+            if not outage.take_probe():
+                return await self._spool_in_outage(message, outage.cause)
+            try:
+                return await self._sent(message, await self._coalescer.send(message))
+            finally:
+                outage.probe_ended()
+        return await self._sent(message, await self._coalescer.send(message))
+
+    async def _spool_in_outage(self, message: OutboxMessage, cause: SpoolCause) -> Spooled:
+        spooled = await self._spool(
+            message, cause, "the broker takes no sends; the sidecar is probing it",
+            maybe_stored=False, due_now=False,
+        )  # fmt: skip
+        if self._pull_in is not None:
+            self._pull_in.backing_off(spooled.entry, cause)
+        return spooled
+
+    async def _sent(self, message: OutboxMessage, outcome: SendOutcome) -> Accepted:
+        """The send's outcome as the message's answer: STORED, or spooled after a failure."""
         if isinstance(outcome, SendRejectedError):
             raise outcome  # the broker's refusal of this message, as the producer answered it
         if isinstance(outcome, SendFailedError):
             if self._pull_in is not None:
-                self._pull_in.failed(message.topic)
+                self._pull_in.failed(message.topic, cause=outcome.cause)
             spooled = await self._spool(
                 message, outcome.cause, outcome.detail, outcome.maybe_stored, due_now=False
             )

@@ -63,9 +63,10 @@ class SidecarMetrics:
             "Outbox entries made due at once when their topic's sends were stored again.",
             registry=r,
         )
-        self.resend_probes = Counter(
-            "rocketbox_sidecar_resend_probes",
-            "Entries resent alone to probe a broker that took no sends (the others wait, due).",
+        self.broker_probes = Counter(
+            "rocketbox_sidecar_broker_probes",
+            "Sends that probed a broker in an outage (an entry resent alone or a message "
+            "intake sent; every other message waits in the outbox).",
             registry=r,
         )
         self.resend_attempts = Histogram(

@@ -3,10 +3,12 @@
 While the broker takes nothing, resending every due entry only to reschedule it costs one outbox
 write per entry per back-off, for as long as the outage lasts, and competes with the spools the
 sidecar must absorb meanwhile. So once sends fail with nothing stored for ``evidence_window_ms``,
-the pool is in an outage: it claims one entry (the probe) per probe interval and leaves every other
-entry as it is, due. A stored send, the probe's or intake's, ends the outage, and the pool claims
-full batches again at once: the backlog is due, so it drains at the broker's pace, whatever the
-outage's length or its entries' history.
+the broker is in an outage: one send (the probe: an entry the pool claims, or a message intake
+sends) goes per probe interval, and every other entry is left as it is, due. Intake spools what
+apps send without trying the broker (sidecar/intake.py), so a spool costs the outbox write alone.
+A stored send, the probe's or any other, ends the outage, and the pool claims full batches again
+at once: the backlog is due, so it drains at the broker's pace, whatever the outage's length or its
+entries' history.
 
 The probe interval grows, with jitter, from the resend back-off's first step to
 ``probe_interval_max_ms`` with each probe that fails, and a probe is out at most once at a time:
@@ -23,20 +25,32 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Callable
 
+from outbox.entry import SpoolCause
 from sidecar.backoff import Backoff
 
 LOG = logging.getLogger(__name__)
 
 
 class BrokerOutage:
-    def __init__(self, probe_backoff: Backoff, evidence_window_ms: int) -> None:
+    def __init__(
+        self,
+        probe_backoff: Backoff,
+        evidence_window_ms: int,
+        on_probe: Callable[[], None] | None = None,
+    ) -> None:
+        """``on_probe`` hears of each probe taken (a metric)."""
         if evidence_window_ms < 0:
             raise ValueError(f"evidence_window_ms must be >= 0, got {evidence_window_ms}")
         self._probe_backoff = probe_backoff
+        self._on_probe = on_probe
         self._evidence_window_s = evidence_window_ms / 1000.0
         self._last_stored_s = float("-inf")
         self.failing = False
+        # The latest failure's cause: what intake tells an app whose message it spools without
+        # a send while the broker is probed.
+        self.cause = SpoolCause.UNAVAILABLE
         self._probes_failed = 0
         self._probe_out = False
         self._next_probe_s = 0.0
@@ -50,11 +64,18 @@ class BrokerOutage:
         if self.failing:
             LOG.info("the broker takes sends again after %d failed probes", self._probes_failed)
         self.failing = False
+        # The latest failure's cause: what intake tells an app whose message it spools without
+        # a send while the broker is probed.
+        self.cause = SpoolCause.UNAVAILABLE
         self._probes_failed = 0
 
-    def failed(self) -> None:
-        """A send failed (intake's or a resend, whatever the cause): an outage begins unless a
-        send was stored within the window."""
+    def failed(self, cause: SpoolCause | None = None) -> None:
+        """A send failed (intake's or a resend, of ``cause`` when known): an outage begins
+        unless a send was stored within the window."""
+        if cause is not None:
+            # A message spooled unsent in the outage was not sent at all: it is no ambiguous
+            # one, whatever the probes met (a live connection cut ends as AMBIGUOUS).
+            self.cause = SpoolCause.UNAVAILABLE if cause is SpoolCause.AMBIGUOUS else cause
         now_s = time.monotonic()
         if self.failing or now_s - self._last_stored_s < self._evidence_window_s:
             return
@@ -68,11 +89,18 @@ class BrokerOutage:
         ``probe_ended``), or none (wait ``wait_s``)."""
         if not self.failing:
             return batch_max
-        if self._probe_out or time.monotonic() < self._next_probe_s:
-            return 0
+        return 1 if self.take_probe() else 0
+
+    def take_probe(self) -> bool:
+        """In an outage, True when a probe may go now, and it is the caller's (who owes
+        ``probe_ended``): the pool's claim or a message intake sends. False otherwise."""
+        if not self.failing or self._probe_out or time.monotonic() < self._next_probe_s:
+            return False
         self._probe_out = True
         self.probes += 1
-        return 1
+        if self._on_probe is not None:
+            self._on_probe()
+        return True
 
     def probe_ended(self) -> None:
         """The probe's resend is over (stored, failed, or nothing was due to probe with): unless
@@ -82,6 +110,11 @@ class BrokerOutage:
             self._probes_failed += 1
             delay_ms = self._probe_backoff.delay_ms(self._probes_failed)
             self._next_probe_s = time.monotonic() + delay_ms / 1000.0
+
+    def probe_unused(self) -> None:
+        """The probe taken found nothing to send (no entry due): it is given back with its time
+        unchanged, so that the next message intake sends can be the probe."""
+        self._probe_out = False
 
     def wait_s(self) -> float:
         """Until the next probe may go: 0 when not failing or a probe is due, infinite while

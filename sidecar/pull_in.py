@@ -177,12 +177,14 @@ class RecoveryPullIn:
         if wave.made_due is not None and wave.stored >= wave.made_due:
             self._end_wave(topic, state, wave, succeeded=wave.made_due > 0)
 
-    def failed(self, topic: str, message_id: str | None = None) -> None:
+    def failed(
+        self, topic: str, message_id: str | None = None, cause: SpoolCause | None = None
+    ) -> None:
         """A send of ``topic`` failed, whatever the cause (intake's, or a resend's or index
         lookup's of ``message_id``): its wave, if out, ends, and the topic goes quiet. A wave
         waiting for room no longer starts: the stored send it was for is no evidence now."""
         if self._outage is not None:
-            self._outage.failed()
+            self._outage.failed(cause)
         if message_id is not None:
             self._forget(message_id)
         self._ready.pop(topic, None)

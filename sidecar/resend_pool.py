@@ -137,7 +137,9 @@ class ResendPool:
         probe_max_ms = config.probe_interval_max_ms
         probe_backoff = Backoff(min(config.backoff_initial_ms, probe_max_ms), probe_max_ms)
         self._probe_backoff = probe_backoff
-        self.outage = BrokerOutage(probe_backoff, config.outage_evidence_window_ms)
+        self.outage = BrokerOutage(
+            probe_backoff, config.outage_evidence_window_ms, self._metrics.broker_probes.inc
+        )
         # A wave is at most one claim's worth, and is over by the time a resend's lease is.
         # Intake's sends are reported to it too: its evidence is the outage's.
         self.pull_in = RecoveryPullIn(
@@ -185,10 +187,10 @@ class ResendPool:
                 continue
             probe = limit == 1 and self.outage.failing
             claimed = await self._claim(limit)
-            if probe:
-                self._metrics.resend_probes.inc()
-                if not claimed:
-                    self.outage.probe_ended()
+            if probe and not claimed:
+                self.outage.probe_unused()
+                await self._wait(float("inf"))  # the poll interval: nothing was due
+                continue
             if self._stopping:
                 await self._release(claimed)
                 break
@@ -332,7 +334,7 @@ class ResendPool:
         self._metrics.resends.labels(outcome).inc(n)
 
     async def _failed(self, entry: OutboxEntry, failure: SendFailedError) -> None:
-        self.pull_in.failed(entry.message.topic, entry.message_id)
+        self.pull_in.failed(entry.message.topic, entry.message_id, failure.cause)
         attempts = entry.attempts + 1
         now = now_ms()
         error = str(failure)

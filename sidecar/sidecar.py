@@ -183,6 +183,7 @@ class Sidecar:
             on_spooled=self.pool.wake,
             pull_in=self.pool.pull_in,
             broker_log=self.broker_log,
+            outage=self.pool.outage,
         )
         if c.ack_ledger_path is not None:
             self._ledger = AckLedger(

@@ -29,10 +29,12 @@ from tests.sidecar.scripted_broker import ScriptedBroker, scripted_broker
 SEND_MSG_TIMEOUT_MS = 1_000
 RETRY_TIMES_WHEN_SEND_FAILED = 2
 WAIT_DEADLINE_S = 30.0
-# Resends come at once: the back-off is what the tests wait on, not what they test.
+# Resends come at once: the back-off is what the tests wait on, not what they test. A failure
+# after a stored send is never an outage here (sidecar/outage.py); tests/sidecar/test_outage.py
+# sets its own window.
 FAST_RESEND = ResendConfig(
     poll_interval_ms=10, backoff_initial_ms=1, backoff_max_ms=5, lease_ms=10_000,
-    probe_interval_max_ms=5,
+    probe_interval_max_ms=5, outage_evidence_window_ms=3_600_000,
 )  # fmt: skip
 
 
@@ -82,7 +84,7 @@ async def core(
         )  # fmt: skip
         intake = Intake(
             SendCoalescer(producer, CoalesceConfig(), metrics), SpoolWriter(async_outbox, metrics),
-            fence, backoff, on_spooled=pool.wake, pull_in=pool.pull_in,
+            fence, backoff, on_spooled=pool.wake, pull_in=pool.pull_in, outage=pool.outage,
         )  # fmt: skip
         runner = asyncio.create_task(pool.run()) if pool_running else None
         try:

@@ -46,7 +46,7 @@ def counters(sidecar: SidecarProcess) -> tuple[float, float, float]:
     """The sidecar's probes, rescheduled and buried resends so far."""
     samples = scrape(metrics_port(sidecar.output(), METRICS_LINE))
     return (
-        sample(samples, "rocketbox_sidecar_resend_probes_total"),
+        sample(samples, "rocketbox_sidecar_broker_probes_total"),
         sample(samples, "rocketbox_sidecar_resends_total", outcome="RESCHEDULED"),
         sample(samples, "rocketbox_sidecar_resends_total", outcome="BURIED"),
     )
