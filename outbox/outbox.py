@@ -56,6 +56,7 @@ import abc
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import ClassVar
+from urllib.parse import urlsplit
 
 from outbox.contract_checks import check_put_entries
 from outbox.entry import (
@@ -192,7 +193,8 @@ class Outbox(abc.ABC):
     @abc.abstractmethod
     def bury(self, message_id: str, owner: str, error: str, now_ms: int) -> bool:
         """A failed resend that ends the entry (its delivery budget ran out, or the broker
-        rejected it): PENDING → DEAD, attempts + 1 as for a reschedule, the error kept for operators."""
+        rejected it): PENDING → DEAD, attempts + 1 as for a reschedule, the error kept for
+        operators."""
 
     @abc.abstractmethod
     def release(self, message_id: str, owner: str) -> bool:
@@ -225,7 +227,31 @@ class Outbox(abc.ABC):
         """
 
     @abc.abstractmethod
-    def stats(self, now_ms: int) -> OutboxStats: ...
+    def stats(self, now_ms: int) -> OutboxStats:
+        """The outbox's totals as of ``now_ms``, exact when read (``rocketbox outbox stats``)."""
+
+    def shared_stats(self, now_ms: int, reader: str, interval_ms: int) -> OutboxStats:
+        """``stats`` for a reader that asks every ``interval_ms``, as every sidecar sharing the
+        outbox does for its gauges: cheap enough for all of them at once. The counts, ``bytes``
+        and ``oldest_pending_created_ms`` are as ``stats`` reads them. What a backend finds only
+        by a scan (``in_flight``, ``next_due_ms``) may be what one reader at a time (named by
+        ``reader``, under a lease of a few intervals) last found: so one reader scans, however
+        many share the outbox, and each backend's docstring says how old it may be.
+
+        This default is ``stats``: for a backend whose stats need no scan.
+        """
+        return self.stats(now_ms)
+
+    @classmethod
+    def label(cls, url: str) -> str:
+        """The outbox ``url`` names, for the ``outbox`` label of metrics: the same from every
+        process given that URL, so that a shared outbox is counted once, and without
+        credentials. This default: the scheme, the hosts and the path (no user, password or
+        query); a backend whose URL names the outbox further (a table, a key prefix) adds that.
+        """
+        parts = urlsplit(url)
+        hosts = parts.netloc.rpartition("@")[2]
+        return f"{parts.scheme.lower()}://{hosts}{parts.path}"
 
     @abc.abstractmethod
     def scan(self, state: EntryState | None, after_seq: int, limit: int) -> list[OutboxEntry]:

@@ -72,9 +72,10 @@ def backend_url(backend: str, tmp_path: Path) -> Iterator[str]:
             engine = sa.create_engine(mysql_url())
             try:
                 with engine.begin() as conn:
-                    # The backend keeps its counters beside its table
-                    # (outbox/backends/mysql/outbox.py).
-                    conn.execute(sa.text(f"DROP TABLE IF EXISTS `{table}`, `{table}_counters`"))
+                    # The backend keeps its counters and stats row beside its table
+                    # (outbox/backends/mysql/schema.py).
+                    tables = f"`{table}`, `{table}_counters`, `{table}_stats`"
+                    conn.execute(sa.text(f"DROP TABLE IF EXISTS {tables}"))
             finally:
                 engine.dispose()
     else:

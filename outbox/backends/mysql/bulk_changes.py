@@ -103,6 +103,7 @@ class MySQLBulkChanges(MySQLConnection):
                         state_changed_ms=now_ms,
                     )
                 )
+                self._count(locks.conn, 1 + rows[0].seq % COUNTER_SLOTS, dead=-len(rows))
         return len(rows)
 
     def retry_now(self, message_ids: Sequence[str] | None, now_ms: int) -> int:
@@ -174,10 +175,12 @@ class MySQLBulkChanges(MySQLConnection):
                 ).all()
                 if rows:
                     conn.execute(t.delete().where(t.c.seq.in_([r.seq for r in rows])))
+                    n, slot = len(rows), 1 + rows[0].seq % COUNTER_SLOTS
                     if state is EntryState.DEAD:
                         body_bytes = sum(int(r.body_size) for r in rows)
-                        slot = 1 + rows[0].seq % COUNTER_SLOTS
-                        self._count(conn, slot, -len(rows), -body_bytes)
+                        self._count(conn, slot, entries=-n, body_bytes=-body_bytes, dead=-n)
+                    else:
+                        self._count(conn, slot, delivered=-n)
             purged += len(rows)
             if len(rows) < PURGE_BATCH_MAX:
                 return purged

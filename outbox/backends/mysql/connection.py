@@ -21,14 +21,17 @@ from outbox.backends.mysql.rows import (
     row_to_entry,
 )
 from outbox.backends.mysql.schema import (
-    ADDED_COLUMNS,
+    COUNTER_COLUMNS,
     COUNTER_SLOTS,
     DEAD,
+    DELIVERED,
     PENDING,
+    STATS_ROW_ID,
     TABLE_NAME_CHARS_MAX,
     Statements,
     tables,
 )
+from outbox.backends.mysql.upgrade import add_missing, count_if_uncounted
 from outbox.entry import DeliveryReceipt, OutboxEntry, OutboxLimits
 from outbox.errors import (
     OutboxConfigError,
@@ -92,7 +95,8 @@ class MySQLConnection(Outbox):
         # Named in every error: the URL (without its password) and the table.
         self._where = redact(url) if "table" in parsed.query else f"{redact(url)} (table {table})"
         self._closed = False
-        self._entries, self._counters = tables(table)
+        self._tables = tables(table)
+        self._entries, self._counters = self._tables.entries, self._tables.counters
         self._sql = Statements(self._entries, self._counters)
         self._engine = mysql_engine(parsed.difference_update_query(["table"]))
         try:
@@ -152,56 +156,58 @@ class MySQLConnection(Outbox):
     def _open_schema(self, create: bool) -> int:
         """Create what is missing (``create``: a writer's open); returns the server's
         max_allowed_packet."""
-        entries = self._entries
         with self._translated("opening the outbox"):
             if create:
                 try:
-                    entries.metadata.create_all(self._engine)
+                    self._entries.metadata.create_all(self._engine)
                 except sa_exc.DBAPIError:
                     # Another sidecar created a table between our check and our CREATE.
-                    entries.metadata.create_all(self._engine)
-            self._add_columns()
+                    self._entries.metadata.create_all(self._engine)
+            # A reader adds the columns too, or its reads would name columns that are not
+            # there; indexes only a writer adds.
+            add_missing(self._engine, self._tables, indexes=create)
             with self._engine.begin() as conn:
                 if create:
                     self._fill_counters(conn)
-                return int(conn.exec_driver_sql("SELECT @@max_allowed_packet").scalar_one())
-
-    def _add_columns(self) -> None:
-        """The columns an older outbox's table lacks (ADDED_COLUMNS), added as the schema has
-        them; a reader adds them too, or its reads would name columns that are not there."""
-        entries = self._entries
-        present = {c["name"] for c in sa.inspect(self._engine).get_columns(entries.name)}
-        for name in ADDED_COLUMNS:
-            if name in present:
-                continue
-            column = entries.c[name]
-            ddl = column.type.compile(dialect=self._engine.dialect)
-            try:
-                with self._engine.begin() as conn:
-                    conn.exec_driver_sql(f"ALTER TABLE `{entries.name}` ADD COLUMN `{name}` {ddl}")
-            except sa_exc.OperationalError:
-                # Another sidecar added it between our look and our ALTER (duplicate column).
-                present = {c["name"] for c in sa.inspect(self._engine).get_columns(entries.name)}
-                if name not in present:
-                    raise
+                max_allowed_packet = conn.exec_driver_sql("SELECT @@max_allowed_packet")
+                packet_bytes = int(max_allowed_packet.scalar_one())
+            if create:
+                count_if_uncounted(self._engine, self._tables)
+            return packet_bytes
 
     def _fill_counters(self, conn: Connection) -> None:
-        """The counters' rows, those missing only (INSERT IGNORE)."""
+        """The counters' rows and the stats row, those missing only (INSERT IGNORE)."""
         entries, counters = self._entries, self._counters
-        # Counted from the entries, should the table predate its counters.
-        counted = sa.select(
-            sa.literal(0),
-            sa.func.count(),
-            sa.func.coalesce(sa.func.sum(entries.c.body_size), 0),
-        ).where(entries.c.state.in_((PENDING, DEAD)))
-        conn.execute(
-            counters.insert()
-            .prefix_with("IGNORE")
-            .from_select(["slot", "entries", "body_bytes"], counted)
-        )
+        if conn.execute(sa.select(counters.c.slot).where(counters.c.slot == 0)).first() is None:
+            # Counted from the entries, should the table predate its counters.
+            state = entries.c.state
+
+            def total(condition: sa.ColumnElement[bool], value: Any = 1) -> Any:
+                return sa.func.coalesce(sa.func.sum(sa.case((condition, value), else_=0)), 0)
+
+            held = state.in_((PENDING, DEAD))
+            counted = sa.select(
+                sa.literal(0),
+                total(held),
+                total(held, entries.c.body_size),
+                total(state == DEAD),
+                total(state == DELIVERED),
+            )
+            conn.execute(
+                counters.insert()
+                .prefix_with("IGNORE")
+                .from_select(["slot", *COUNTER_COLUMNS], counted)
+            )
         conn.execute(
             counters.insert().prefix_with("IGNORE"),
-            [{"slot": slot, "entries": 0, "body_bytes": 0} for slot in range(1, COUNTER_SLOTS + 1)],
+            [
+                {"slot": slot, **dict.fromkeys(COUNTER_COLUMNS, 0)}
+                for slot in range(1, COUNTER_SLOTS + 1)
+            ],
+        )
+        conn.execute(
+            self._tables.stats.insert().prefix_with("IGNORE"),
+            {"id": STATS_ROW_ID, "lease_until_ms": 0},
         )
 
     def _get_many(self, conn: Connection, message_ids: Sequence[str]) -> list[OutboxEntry]:
@@ -211,11 +217,11 @@ class MySQLConnection(Outbox):
             found.extend(row_to_entry(row) for row in rows)
         return found
 
-    def _count(self, conn: Connection, slot: int, entries: int, body_bytes: int) -> None:
-        conn.execute(
-            self._sql.count_change,
-            {"to_slot": slot, "add_entries": entries, "add_body_bytes": body_bytes},
-        )
+    def _count(self, conn: Connection, slot: int, **changes: int) -> None:
+        """Add ``changes`` (counter column → how many, negative to count out) to ``slot``."""
+        assert changes.keys() <= set(COUNTER_COLUMNS), changes
+        params = {f"add_{column}": changes.get(column, 0) for column in COUNTER_COLUMNS}
+        conn.execute(self._sql.count_change, {"to_slot": slot, **params})
 
     def _group_lock(self, topic: str, message_group: str) -> str:
         return group_lock_name(self._database, self.table_name, topic, message_group)

@@ -28,6 +28,9 @@ Concurrency, in READ COMMITTED (each statement sees what was committed before it
   claim) and tests again in a fresh view: claims and requeues of a group commit before they give
   its lock up, so this view holds whatever they did. Without it, a claim whose snapshot predates
   a requeue could send the requeued entry's successor beside it.
+- ``stats`` reads the totals from ``<table>_counters`` (changed in the transaction of every change
+  they count) and the oldest entry one step down an index; ``shared_stats`` (the sidecars'
+  gauges) leaves what needs a scan to one sidecar at a time, under a lease (stats.py).
 - ``expire_leases``: a consistent read finds the PENDING rows leased to the prefix (by
   ``ix_state_seq``: every PENDING row, once, at a sidecar's start), then an UPDATE by primary
   key, ``IN_LIST_MAX`` at a time, ends those whose owner still matches, so that no other
@@ -44,12 +47,14 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from typing import Any
+from urllib.parse import parse_qsl, urlsplit
 
 import sqlalchemy as sa
 
 from outbox.backends.mysql.bulk_changes import MySQLBulkChanges
 from outbox.backends.mysql.connection import (
     IN_LIST_MAX,
+    TABLE_DEFAULT,
     GroupLocks,
     chunks,
 )
@@ -59,31 +64,34 @@ from outbox.backends.mysql.rows import (
     row_to_entry,
 )
 from outbox.backends.mysql.schema import (
-    DEAD,
-    DELIVERED,
     PENDING,
-    fifo_head,
-    not_fifo,
 )
 from outbox.backends.mysql.settlements import MySQLSettlements
+from outbox.backends.mysql.stats import MySQLStats
 from outbox.contract_checks import (
     check_claim_args,
     check_owner_prefix,
 )
-from outbox.entry import EntryState, OutboxEntry, OutboxLimits, OutboxStats
+from outbox.entry import EntryState, OutboxEntry, OutboxLimits
 from outbox.errors import (
     OutboxUnavailableError,
 )
 from outbox.outbox import OutboxFeatures
 
 
-class MySQLOutbox(MySQLPuts, MySQLSettlements, MySQLBulkChanges):
+class MySQLOutbox(MySQLPuts, MySQLSettlements, MySQLBulkChanges, MySQLStats):
     name = "mysql+pymysql"
     features = OutboxFeatures(shared_by_sidecars=True, survives_process_kill=True)
 
     @classmethod
     def from_url(cls, url: str, limits: OutboxLimits, *, create: bool = True) -> MySQLOutbox:
         return cls(url, limits, create=create)
+
+    @classmethod
+    def label(cls, url: str) -> str:
+        """``mysql+pymysql://host:port/database.table``."""
+        tables = [value for key, value in parse_qsl(urlsplit(url).query) if key == "table"]
+        return f"{super().label(url)}.{tables[-1] if tables else TABLE_DEFAULT}"
 
     def get(self, message_id: str) -> OutboxEntry | None:
         with self._transaction("get") as conn:
@@ -105,40 +113,6 @@ class MySQLOutbox(MySQLPuts, MySQLSettlements, MySQLBulkChanges):
     def pending_groups(self) -> set[tuple[str, str]]:
         with self._transaction("pending_groups") as conn:
             return {(topic, group) for topic, group in conn.execute(self._sql.pending_groups)}
-
-    def stats(self, now_ms: int) -> OutboxStats:
-        """An aggregate pass over the table: for metrics and admin, not a hot path."""
-        t = self._entries
-        leased = t.c.lease_until_ms > now_ms
-        with self._transaction("stats") as conn:
-            rows = conn.execute(
-                sa.select(
-                    t.c.state,
-                    sa.func.count(),
-                    sa.func.coalesce(sa.func.sum(t.c.body_size), 0),
-                    sa.func.coalesce(sa.func.sum(sa.case((leased, 1), else_=0)), 0),
-                    sa.func.min(t.c.created_ms),
-                ).group_by(t.c.state)
-            ).all()
-            # The first claimable entry on the due index: when a claim can next find work.
-            next_due_ms = conn.execute(
-                sa.select(t.c.due_ms)
-                .with_hint(t, "FORCE INDEX (ix_due)")
-                .where(t.c.due_ms.is_not(None), sa.or_(not_fifo(t), fifo_head(t)))
-                .order_by(t.c.due_ms, t.c.seq)
-                .limit(1)
-            ).scalar()
-        by_state = {row[0]: row for row in rows}
-        pending, dead, delivered = (by_state.get(s) for s in (PENDING, DEAD, DELIVERED))
-        return OutboxStats(
-            pending=int(pending[1]) if pending else 0,
-            in_flight=int(pending[3]) if pending else 0,
-            delivered=int(delivered[1]) if delivered else 0,
-            dead=int(dead[1]) if dead else 0,
-            bytes=sum(int(row[2]) for row in (pending, dead) if row),
-            oldest_pending_created_ms=int(pending[4]) if pending else None,
-            next_due_ms=None if next_due_ms is None else int(next_due_ms),
-        )
 
     def scan(self, state: EntryState | None, after_seq: int, limit: int) -> list[OutboxEntry]:
         t = self._entries

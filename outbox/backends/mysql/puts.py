@@ -91,7 +91,9 @@ class MySQLPuts(MySQLConnection):
                 new.update(adding)
             if new:
                 conn.execute(self._entries.insert(), [entry_to_row(e) for e in new.values()])
-                self._count(conn, 0, len(new), sum(e.body_bytes for e in new.values()))
+                self._count(
+                    conn, 0, entries=len(new), body_bytes=sum(e.body_bytes for e in new.values())
+                )
                 # Read back rather than assumed consecutive: with auto_increment_increment > 1
                 # (multi-primary setups) they are not.
                 for batch in chunks(list(new), IN_LIST_MAX):

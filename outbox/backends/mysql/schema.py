@@ -19,19 +19,28 @@
   latest lease end, one step too (``lease_until_ms`` is 0 on every entry not leased, and on
   every entry that is not PENDING).
 - ``ix_state_seq`` pages ``scan(state)`` in seq order; ``ix_state_changed`` finds what ``purge``
-  deletes.
+  deletes; ``ix_state_created`` the oldest PENDING entry (``stats``), one step down the index.
 - the body as LONGBLOB and ``body_size``, what the entry counts against the bound (0 once
   delivered: the tombstone drops its body); keys and properties as JSON text.
 
-``<table>_counters``: the bound's entry and body byte counts, ``COUNTER_SLOTS + 1`` rows whose
-sums are the PENDING and DEAD entries and their body bytes. Slot 0 is only ever changed by
-``put``, which locks it first; decrements (``mark_delivered``, ``purge``) are spread over the
-other slots, so that concurrent resend workers and sidecars do not queue on one row.
+``<table>_counters``: ``COUNTER_SLOTS + 1`` rows whose sums are the outbox's totals, changed in
+the transaction of every change they count: ``entries`` and ``body_bytes``, the PENDING and DEAD
+entries and their body bytes (the bound's); ``dead`` and ``delivered``, the DEAD and DELIVERED
+entries (so PENDING is ``entries - dead``). Slot 0 is only ever changed by ``put``, which locks
+it first; the other changes (``mark_delivered``, ``bury``, ``requeue``, ``purge``) are spread over
+the other slots, so that concurrent resend workers and sidecars do not queue on one row.
+``dead`` and ``delivered`` came later: NULL in an outbox from before them until a writer's open
+counts them (outbox/backends/mysql/upgrade.py), and ``stats`` counts the entries themselves
+meanwhile.
+
+``<table>_stats``: one row, the lease of the one reader at a time that scans for what no counter
+holds (``in_flight``, the FIFO-aware ``next_due_ms``), and the figures it last published for
+the other sidecars' gauges (outbox/backends/mysql/stats.py).
 """
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, NamedTuple
 
 import sqlalchemy as sa
 from sqlalchemy.dialects import mysql
@@ -45,8 +54,13 @@ NAME_CHARS_MAX = 255
 LAST_ERROR_CHARS_MAX = 16_000
 # Decrement rows of ``<table>_counters`` (slot 0 is the puts' own).
 COUNTER_SLOTS = 16
-# ``_counters`` is the longest suffix: MySQL identifiers have 64 characters at most.
+# The counters' columns (module docstring).
+COUNTER_COLUMNS = ("entries", "body_bytes", "dead", "delivered")
+# ``_counters`` is the longest suffix (``_stats`` the other): MySQL identifiers have 64
+# characters at most.
 TABLE_NAME_CHARS_MAX = 64 - len("_counters")
+# The one row of ``<table>_stats``.
+STATS_ROW_ID = 1
 
 PENDING = EntryState.PENDING.value
 DELIVERED = EntryState.DELIVERED.value
@@ -61,8 +75,14 @@ def _name(name: str, *, nullable: bool = False) -> sa.Column[str]:
     return sa.Column(name, varchar, nullable=nullable)
 
 
-def tables(name: str) -> tuple[sa.Table, sa.Table]:
-    """The entries table ``name`` and its counters, in a metadata of their own."""
+class Tables(NamedTuple):
+    entries: sa.Table
+    counters: sa.Table
+    stats: sa.Table
+
+
+def tables(name: str) -> Tables:
+    """The entries table ``name``, its counters and its stats row, in a metadata of their own."""
     metadata = sa.MetaData()
     entries = sa.Table(
         name,
@@ -106,24 +126,42 @@ def tables(name: str) -> tuple[sa.Table, sa.Table]:
         sa.Index("ix_fifo_lease", "topic", "message_group", "lease_until_ms"),
         sa.Index("ix_state_seq", "state", "seq"),
         sa.Index("ix_state_changed", "state", "state_changed_ms"),
+        sa.Index("ix_state_created", "state", "created_ms"),
         mysql_engine="InnoDB",
         mysql_charset="utf8mb4",
         mysql_collate="utf8mb4_bin",
     )
-    counters = sa.Table(
+    return Tables(entries, _counters(name, metadata), _stats(name, metadata))
+
+
+def _counters(name: str, metadata: sa.MetaData) -> sa.Table:
+    return sa.Table(
         f"{name}_counters",
         metadata,
         sa.Column("slot", mysql.SMALLINT, primary_key=True, autoincrement=False),
         sa.Column("entries", mysql.BIGINT, nullable=False),
         sa.Column("body_bytes", mysql.BIGINT, nullable=False),
+        # NULL: not counted yet (module docstring).
+        sa.Column("dead", mysql.BIGINT),
+        sa.Column("delivered", mysql.BIGINT),
         mysql_engine="InnoDB",
     )
-    return entries, counters
 
 
-# Columns added since the entries table was first released: an outbox created before them gets
-# them when it is opened (each nullable, NULL meaning what the entry meant before).
-ADDED_COLUMNS = ("delivery_timeout_ms",)
+def _stats(name: str, metadata: sa.MetaData) -> sa.Table:
+    return sa.Table(
+        f"{name}_stats",
+        metadata,
+        sa.Column("id", mysql.SMALLINT, primary_key=True, autoincrement=False),
+        # The scan's lease: its holder (a reader's name) and until when.
+        _name("reader", nullable=True),
+        sa.Column("lease_until_ms", mysql.BIGINT, nullable=False),
+        # What the holder last published, and when (NULL: never).
+        sa.Column("read_ms", mysql.BIGINT),
+        sa.Column("in_flight", mysql.BIGINT),
+        sa.Column("next_due_ms", mysql.BIGINT),
+        mysql_engine="InnoDB",
+    )
 
 
 # -- FIFO conditions, correlated to the outer entries table ----------------------------------------
@@ -219,15 +257,16 @@ class Statements:
         )
 
     def _build_counts(self, counters: sa.Table) -> None:
-        """The bound's counters: a change of one slot, and the puts' locking read of them."""
-        # Counters: params to_slot, add_entries, add_body_bytes (negative to count out).
+        """The counters: a change of one slot, and the puts' locking read of them."""
+        # Params to_slot, and add_<column> for each counter (negative to count out).
         self.count_change = (
             counters.update()
             .where(counters.c.slot == sa.bindparam("to_slot", type_=sa.Integer))
             .values(
-                entries=counters.c.entries + sa.bindparam("add_entries", type_=sa.BigInteger),
-                body_bytes=counters.c.body_bytes
-                + sa.bindparam("add_body_bytes", type_=sa.BigInteger),
+                {
+                    column: counters.c[column] + sa.bindparam(f"add_{column}", type_=sa.BigInteger)
+                    for column in COUNTER_COLUMNS
+                }
             )
         )
         others = counters.alias("decrements")

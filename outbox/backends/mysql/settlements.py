@@ -24,6 +24,12 @@ from outbox.entry import DeliveryReceipt
 _NO_RECEIPT = DeliveryReceipt(queue_id=0, queue_offset=0, delivered_ms=0)
 
 
+def counter_slot(message_id: str) -> int:
+    """The counter row a change of this entry (or of a batch it leads) counts in: spread over
+    the slots other than the puts' own."""
+    return 1 + zlib.crc32(message_id.encode()) % COUNTER_SLOTS
+
+
 class MySQLSettlements(MySQLConnection):
     def mark_delivered(self, message_id: str, receipt: DeliveryReceipt) -> bool:
         # Concurrent calls (resend workers, sidecars' threads) share one transaction, as puts do.
@@ -73,14 +79,21 @@ class MySQLSettlements(MySQLConnection):
                     params[f"delivered_ms_{i}"] = receipt.delivered_ms
                     params[f"durable_{i}"] = receipt.durable
                 conn.execute(statement, params)
-                slot = 1 + zlib.crc32(requests[0][0].encode()) % COUNTER_SLOTS
-                self._count(conn, slot, -len(receipts), -body_bytes)
+                slot = counter_slot(requests[0][0])
+                n = len(receipts)
+                self._count(conn, slot, entries=-n, body_bytes=-body_bytes, delivered=n)
         return answers
 
     def _update_leased(
-        self, operation: str, message_id: str, owner: str, values: Mapping[str, Any]
+        self,
+        operation: str,
+        message_id: str,
+        owner: str,
+        values: Mapping[str, Any],
+        **counted: int,
     ) -> bool:
-        """Change a PENDING entry that ``owner`` holds the lease of."""
+        """Change a PENDING entry that ``owner`` holds the lease of; and if it did, add
+        ``counted`` to the counters (connection.py ``_count``)."""
         t = self._entries
         with self._transaction(operation) as conn:
             result = conn.execute(
@@ -88,7 +101,10 @@ class MySQLSettlements(MySQLConnection):
                 .where(t.c.message_id == message_id, t.c.state == PENDING, t.c.lease_owner == owner)
                 .values(**values)
             )
-        return result.rowcount == 1
+            changed = result.rowcount == 1
+            if changed and counted:
+                self._count(conn, counter_slot(message_id), **counted)
+        return changed
 
     def reschedule(
         self,
@@ -131,6 +147,7 @@ class MySQLSettlements(MySQLConnection):
                 "lease_until_ms": 0,
                 "state_changed_ms": now_ms,
             },
+            dead=1,
         )
 
     def release(self, message_id: str, owner: str) -> bool:

@@ -32,7 +32,7 @@ def table(engine: sa.Engine) -> Iterator[str]:
     name = unique_name("outbox")
     yield name
     with engine.begin() as conn:
-        conn.execute(sa.text(f"DROP TABLE IF EXISTS `{name}`, `{name}_counters`"))
+        conn.execute(sa.text(f"DROP TABLE IF EXISTS `{name}`, `{name}_counters`, `{name}_stats`"))
 
 
 @pytest.fixture

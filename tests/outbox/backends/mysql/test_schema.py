@@ -70,7 +70,7 @@ def test_schema_is_created_in_the_table_the_url_names(
             {"t": table},
         ):
             index_columns.setdefault(row.index_name, []).append(row.column_name)
-    assert tables == {table, f"{table}_counters"}
+    assert tables == {table, f"{table}_counters", f"{table}_stats"}
     assert columns["seq"].extra == "auto_increment"
     assert columns["seq"].column_key == "PRI"
     assert columns["message_id"].column_key == "UNI"
@@ -81,6 +81,7 @@ def test_schema_is_created_in_the_table_the_url_names(
     assert index_columns["ix_due"] == ["due_ms", "seq"]
     assert index_columns["ix_fifo_head"] == ["topic", "message_group", "state", "seq"]
     assert index_columns["ix_fifo_lease"] == ["topic", "message_group", "lease_until_ms"]
+    assert index_columns["ix_state_created"] == ["state", "created_ms"]
 
 
 def test_the_claim_scans_the_due_index_and_only_due_rows(
