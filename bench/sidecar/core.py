@@ -63,6 +63,8 @@ class BenchCore:
         self.failed: list[str] = []
         self.direct_rate: float | None = None
         self.unary_rate: float | None = None  # (a)'s unary STORED rate, coalescing on
+        # (a)'s SendStream STORED rate, with (b)'s stream count: the spool's reference.
+        self.stream_rate: float | None = None
         self.drain_refs: tuple[Run, Run] | None = None
 
     def add(self, row: Row) -> None:

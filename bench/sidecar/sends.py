@@ -106,6 +106,8 @@ class SendParts(BenchCore):
             stream = await client.stream(
                 s.messages * 2, streams, s.stream_window, "stored", CpuMeter(procs)
             )
+            if streams == s.streams[0]:
+                self.stream_rate = stream.rate
             self.add(
                 rate_row("a", f"SendStream, {streams} x {s.stream_window} in flight", stream,
                          checks=[rate_at_least(stream.rate, STREAM_RATE_MIN),

@@ -1,4 +1,6 @@
-"""(b) Broker down: the spool rate per outbox backend beside the outbox's own; then throttled."""
+"""(b) Broker down: the spool rate per outbox backend beside the outbox's own and beside (a)'s
+stored rate, the resend pool running as in production (it probes the dead broker); then
+throttled, the pool held off."""
 
 from __future__ import annotations
 
@@ -26,6 +28,7 @@ from bench.sidecar.targets import (
     SPOOL_BATCHED_MIN,
     SPOOL_SENDERS,
     SPOOL_STREAM_MIN,
+    SPOOL_STREAM_VS_STORED_MIN,
     SPOOL_UNARY_VS_STORED_MIN,
     THROTTLED_STREAM_MIN,
 )
@@ -55,7 +58,7 @@ class SpoolParts(BenchCore):
             raw_rate = singles.rate
         url = self.res.outbox_url(backend)
         down = f"{HOST}:{closed_port()}"
-        sidecar = await asyncio.to_thread(self.res.sidecar, down, url, *NO_RESEND_ARGS)
+        sidecar = await asyncio.to_thread(self.res.sidecar, down, url)
         client = SidecarClient(sidecar.endpoint, BATCH)
         procs = {"sc": sidecar}
         streams = s.streams[0]
@@ -83,11 +86,16 @@ class SpoolParts(BenchCore):
                 row.detail += "; no target: its target is (a)'s unary STORED rate, not run"
             self.add(row)
             stream = await client.stream(n, streams, s.stream_window, "spooled", CpuMeter(procs))
-            self.add(
-                rate_row("b", f"{backend} spool: SendStream, {streams} x {s.stream_window} in "
-                         "flight", stream, checks=[rate_at_least(stream.rate, SPOOL_STREAM_MIN)],
-                         **with_ref(stream))
-            )  # fmt: skip
+            checks = [rate_at_least(stream.rate, SPOOL_STREAM_MIN)]
+            if self.stream_rate is not None:
+                minimum = SPOOL_STREAM_VS_STORED_MIN * self.stream_rate
+                checks.append(at_least(stream.rate, minimum, f">= {SPOOL_STREAM_VS_STORED_MIN:g}x"
+                                       f" (a) SendStream {self.stream_rate:,.0f}"))  # fmt: skip
+            row = rate_row("b", f"{backend} spool: SendStream, {streams} x {s.stream_window} in "
+                           "flight", stream, checks=checks, **with_ref(stream))  # fmt: skip
+            if self.stream_rate is not None:
+                row.detail += f"; {stream.rate / self.stream_rate:.2f}x of (a) SendStream stored"
+            self.add(row)
             batches = await client.run_batches(n, BATCH_WINDOW, "spooled", CpuMeter(procs))
             self.add(
                 rate_row("b", f"{backend} spool: SendBatch of {BATCH}, {BATCH_WINDOW} in flight",
