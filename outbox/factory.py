@@ -5,6 +5,8 @@
 | ``memory://`` | memory.py: the reference; nothing survives the process |
 | ``rocksdb:///abs/path`` or ``rocksdb://./rel/path`` | rocksdb/ |
 | ``redis://[:password@]host:port/db?prefix=NAME`` (and ``rediss://``) | redis/ |
+| ``redis+sentinel://[:pw@]host:port[,host:port…]/SERVICE[/db]?prefix=NAME`` | redis/ (Sentinel) |
+| ``redis+cluster://[:password@]host:port[,host:port…]/?prefix=NAME`` | redis/ (Cluster) |
 | ``mysql+pymysql://user:password@host:port/db?table=NAME`` | mysql/ |
 """
 
@@ -24,6 +26,8 @@ BACKENDS: dict[str, tuple[str, str]] = {
     "rocksdb": ("outbox.backends.rocksdb.outbox", "RocksDBOutbox"),
     "redis": ("outbox.backends.redis.outbox", "RedisOutbox"),
     "rediss": ("outbox.backends.redis.outbox", "RedisOutbox"),
+    "redis+sentinel": ("outbox.backends.redis.outbox", "RedisOutbox"),
+    "redis+cluster": ("outbox.backends.redis.outbox", "RedisOutbox"),
     "mysql+pymysql": ("outbox.backends.mysql.outbox", "MySQLOutbox"),
 }
 

@@ -1,6 +1,9 @@
 """Fixtures for the outbox tests: every backend, on its real service, fresh for each test.
 
-``backend`` is one of BACKENDS (a test restricts it with ``parametrize(..., indirect=True)``),
+``backend`` is one of BACKENDS (a test restricts it with ``parametrize(..., indirect=True)``);
+``redis-cluster`` and ``redis-sentinel`` are the Redis backend on a throwaway Redis Cluster (three
+masters) and a master with a replica under three Sentinels (tests/redis_servers.py), started once
+per session when a test first needs them;
 ``features`` what it declares (``OutboxFeatures``);
 ``outbox_url`` names an outbox no other test uses — a RocksDB directory under tmp_path, a Redis
 key prefix, a MySQL table — and removes it after the test; ``open_ob(limits)`` opens it (again,
@@ -19,7 +22,9 @@ import redis
 import sqlalchemy as sa
 
 from outbox import Outbox, OutboxFeatures, OutboxLimits, open_outbox
+from outbox.backends.redis.urls import Topology, key_base
 from outbox.factory import backend_class
+from tests.redis_servers import RedisClusterServers, RedisSentinelServers, delete_keys
 from tests.services import mysql_url, redis_url, unique_name
 
 # Each backend by its URL scheme (outbox/factory.py).
@@ -27,8 +32,12 @@ BACKEND_SCHEMES = {
     "memory": "memory",
     "rocksdb": "rocksdb",
     "redis": "redis",
+    "redis-cluster": "redis+cluster",
+    "redis-sentinel": "redis+sentinel",
     "mysql": "mysql+pymysql",
 }
+# The backends whose URL names a deployment of the session's (the fixture that starts it).
+DEPLOYMENT_FIXTURES = {"redis-cluster": "redis_cluster", "redis-sentinel": "redis_sentinel"}
 BACKENDS = list(BACKEND_SCHEMES)
 
 
@@ -39,19 +48,27 @@ def backend_features(backend: str) -> OutboxFeatures:
 
 # The backends several sidecars may share, as they declare.
 SHARED_BACKENDS = [b for b in BACKENDS if backend_features(b).shared_by_sidecars]
-# The RocksDB outboxes' disk reserve (outbox/disk_reserve.py): the tests make many of them.
+# The RocksDB outboxes' disk reserve (outbox/disk_reserve.py): the tests make many of them. It
+# must hold what a reopen writes: small write buffers keep that within it.
 TEST_RESERVE_BYTES = 1024 * 1024
+TEST_WRITE_BUFFER_BYTES = 256 * 1024
 
 OpenOutbox = Callable[..., Outbox]
 
 
 @contextlib.contextmanager
-def backend_url(backend: str, tmp_path: Path) -> Iterator[str]:
-    """A fresh outbox URL of ``backend``, whose data is removed afterwards."""
+def backend_url(
+    backend: str,
+    tmp_path: Path,
+    deployment: RedisClusterServers | RedisSentinelServers | None = None,
+) -> Iterator[str]:
+    """A fresh outbox URL of ``backend``, whose data is removed afterwards (``deployment``: the
+    servers of a backend of DEPLOYMENT_FIXTURES)."""
     if backend == "memory":
         yield "memory://"
     elif backend == "rocksdb":
-        yield f"rocksdb://{tmp_path / 'outbox'}?reserve_bytes={TEST_RESERVE_BYTES}"
+        query = f"reserve_bytes={TEST_RESERVE_BYTES}&write_buffer_bytes={TEST_WRITE_BUFFER_BYTES}"
+        yield f"rocksdb://{tmp_path / 'outbox'}?{query}"
     elif backend == "redis":
         prefix = unique_name("rocketbox_test")
         try:
@@ -64,6 +81,14 @@ def backend_url(backend: str, tmp_path: Path) -> Iterator[str]:
                     client.delete(*keys)
             finally:
                 client.close()
+    elif backend in DEPLOYMENT_FIXTURES:
+        assert deployment is not None, f"{backend} needs its servers"
+        prefix = unique_name("rocketbox_test")
+        try:
+            yield deployment.url(f"prefix={prefix}")
+        finally:
+            topology = Topology.CLUSTER if backend == "redis-cluster" else Topology.STANDALONE
+            delete_keys(deployment, f"{key_base(prefix, topology)}:*")
     elif backend == "mysql":
         table = unique_name("outbox")
         try:
@@ -92,9 +117,23 @@ def features(backend: str) -> OutboxFeatures:
     return backend_features(backend)
 
 
+@pytest.fixture(scope="session")
+def redis_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisClusterServers]:
+    with RedisClusterServers(tmp_path_factory.mktemp("redis-cluster")) as servers:
+        yield servers
+
+
+@pytest.fixture(scope="session")
+def redis_sentinel(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisSentinelServers]:
+    with RedisSentinelServers(tmp_path_factory.mktemp("redis-sentinel")) as servers:
+        yield servers
+
+
 @pytest.fixture
-def outbox_url(backend: str, tmp_path: Path) -> Iterator[str]:
-    with backend_url(backend, tmp_path) as url:
+def outbox_url(backend: str, tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[str]:
+    fixture = DEPLOYMENT_FIXTURES.get(backend)
+    deployment = request.getfixturevalue(fixture) if fixture else None
+    with backend_url(backend, tmp_path, deployment) as url:
         yield url
 
 

@@ -1,64 +1,45 @@
-"""The Redis outbox (redis-py, sync client): entries in one Redis, shared by any number of sidecars.
+"""The Redis outbox (redis-py, sync client): entries in one Redis (one server, the master
+Sentinel names, or a Redis Cluster), shared by any number of sidecars.
 
-URL ``redis://[:password@]host:port/db?prefix=NAME`` (``rediss://`` for TLS); ``prefix`` (default
-``rocketbox:outbox``) starts every key, so several outboxes can share one database. Other query
-options are redis-py's own (``socket_timeout`` …).
+URLs (urls.py): ``redis://[:password@]host:port/db?prefix=NAME`` (``rediss://`` for TLS),
+``redis+sentinel://[:password@]host:port[,host:port…]/SERVICE[/db]?prefix=NAME`` and
+``redis+cluster://[:password@]host:port[,host:port…]/?prefix=NAME``. ``prefix`` (default
+``rocketbox:outbox``) starts every key; on a Cluster it is hash-tagged (``{rocketbox:outbox}``)
+so that all of the outbox's keys are in one slot (keys.py has the layout). Every operation is one
+atomic Lua script (scripts.py) given every key it touches (runner.py), so claims lease entries
+exclusively across sidecars and the bound holds for all writers together.
 
-Durability is the server's, not ours: ``put`` returns once Redis has executed the write, and what
-that survives is its persistence policy.
-- ``appendonly yes`` with ``appendfsync always``: survives a crash of the Redis server.
-- ``appendfsync everysec`` (Redis's default when AOF is on): up to about 1 s of acknowledged puts
-  can be lost in a server crash.
-- No AOF (this machine's default: ``--appendonly no --save ""``): survives SIGKILL of the sidecar
-  and loss of its pod, but not a restart of Redis.
-Replication is asynchronous; a failover can lose the last writes unless ``WAIT``-style policies
-are used by the operator's Redis.
-
-Several sidecars may share one outbox: every operation is one atomic Lua script, so claims lease
-entries exclusively across processes and the bound holds for all writers together. The scripts
-name the keys they touch from the prefix (standalone or replicated Redis; on Redis Cluster, put a
-hash tag in the prefix, ``{outbox}``, so that all keys live in one slot).
-
-Keys (``P`` is the prefix)::
-
-    P:e:<message_id>        hash: id, meta, body (raw bytes), size, state, seq, attempts, err,
-                            nst, owner, lease, changed, created, grp, and once delivered q_id,
-                            q_off, d_ms, durable; ms = 1 once a lease of it ended with no outcome
-                            recorded (maybe stored, whatever meta says). meta is the JSON list of
-                            the fields that never change:
-                            [topic, tag, keys, message_group, delivery_timestamp_ms, properties,
-                            born_timestamp_ms, cause, maybe_stored (as put),
-                            delivery_timeout_ms (absent in entries put before it)]
-    P:due                   zset <seq, 16 digits><message_id> → due score: the next send time,
-                            or the lease's end while leased. Only PENDING entries a claim may
-                            take: those without a group and each group's head, so "what is due"
-                            is ZRANGEBYSCORE -inf now; equal scores leave in seq order
-    P:g:<len>:<topic>:<group>  zset message_id → seq: the group's PENDING entries, head first
-    P:s:<STATE>             zset message_id → seq per state (scan, export)
-    P:t:DELIVERED, P:t:DEAD zset message_id → state_changed_ms (purge)
-    P:created               zset message_id → created_ms of PENDING entries (stats)
-    P:leases                zset message_id → lease end of leased PENDING entries (stats)
-    P:groups                set of the <len>:<topic>:<group> names of the groups with PENDING
-                            entries (pending_groups); P:groups:ready once it holds every one
-                            (an outbox older than it gets it built at the first
-                            pending_groups). Every sidecar sharing the outbox must keep it:
-                            run one version
-    P:n                     hash: pending, dead, delivered, bytes (the bound's counters)
-    P:seq                   the last seq assigned
-    P:probe                 check_writable's write
+What ``put`` returning (the sidecar's SPOOLED) means:
+- One server: Redis executed the write; what survives is its persistence policy's:
+  ``appendfsync always`` a crash of the server, ``everysec`` (AOF's default) all but about the
+  last second, no AOF (this machine's default, ``--appendonly no --save ""``) a SIGKILL of the
+  sidecar or the loss of its pod, not a restart of Redis.
+- Sentinel or Cluster, without ``wait_replicas``: the master executed it. Replication is
+  asynchronous, so a failover loses what the promoted replica had not received, and what the old
+  master still takes until it is demoted (a client keeps its connections to it meanwhile: up to
+  a readiness check, below, or seconds). Every kind of write: a spooled entry is lost; a claim or
+  a delivered mark lost makes the entry PENDING again, so it is sent twice (an entry claimed
+  over an expired lease is checked in the broker's index first; one whose claim was lost is not).
+- With ``wait_replicas=N`` (``&wait_timeout_ms=T``): the master executed it and N replicas
+  acknowledged receiving it (WAIT; in their memory, kept as their own persistence keeps it). A
+  failover that promotes one of them keeps it; Sentinel and Cluster promote the most up to date
+  replica they reach, so N = the number of replicas covers any promotion (Redis does not make
+  WAIT strongly consistent: a promoted replica that had not acknowledged loses it). Fewer
+  acknowledgements within T: OutboxUnavailableError (not SPOOLED; the master may keep the entry,
+  and a put again with the same message id is idempotent). Claims and settlements wait too: no
+  failover hands a claimed entry out again or makes a delivered one PENDING; an entry whose
+  delivered mark failed comes back after its lease, maybe stored, checked in the index first.
+- Cluster: one master (and its replicas) holds the outbox's slot. A reshard that moves the slot
+  loses nothing (MIGRATE is synchronous) and the client follows it, but the outbox's scripts are
+  refused (TRYAGAIN) while its keys move: tried again for runner.CLUSTER_RETRY_S, then
+  OutboxUnavailableError.
+On Sentinel, ``check_writable`` (the sidecar's readiness, every second) asks the Sentinels for the
+master first: connections to a master they no longer name are dropped then.
 
 Group commit: concurrent ``put`` callers, and the requests of a ``put_groups``, share one script
-call (outbox/group_commit.py), which checks and writes every request of the batch, each
+call (outbox/group_commit.py, puts.py), which checks and writes every request of the batch, each
 all-or-nothing on its own. ``mark_delivered_many`` is one script call (per
-``DELIVER_BATCH_MAX`` items). The scripts are in outbox/backends/redis/scripts.py.
-
-A requeued FIFO entry older than its group's leased head is due when that lease ends rather than
-at once, so that the group never has two entries in flight.
-
-``expire_leases`` pages through ``P:leases`` (the entries under a lease: as many as resends in
-flight over every sidecar sharing the outbox), ``EXPIRE_BATCH_MAX`` an atomic script call. A
-lease that another sidecar moves meanwhile may be passed over: it then ends at its lease's end,
-and its entry is claimed maybe stored all the same.
+``DELIVER_BATCH_MAX`` items).
 
 A full Redis (``maxmemory`` with the ``noeviction`` policy, the only one that keeps an outbox
 whole): ``put`` is refused with OutboxNoSpaceError, while claims, their settlements, tombstones
@@ -72,29 +53,25 @@ script: the outbox is unavailable until it can write again.
 from __future__ import annotations
 
 import contextlib
-import json
 from collections.abc import Iterator, Sequence
 from typing import Any, cast
 
-import redis
 import redis.exceptions as rex
 
 from outbox.backends.redis import bulk_and_read_scripts as bulk_scripts
 from outbox.backends.redis import scripts as redis_scripts
-from outbox.backends.redis.connection import Lua, load_script, redis_client, translated_error
-from outbox.backends.redis.fields import (
-    entry_from_hash,
-    group_name,
-    group_of_name,
-    pairs,
-    put_fields,
-)
+from outbox.backends.redis import settle_scripts
+from outbox.backends.redis.connection import open_client, translated_error
+from outbox.backends.redis.fields import entry_from_hash, group_name, group_of_name, pairs
+from outbox.backends.redis.keys import entry_key, group_key
+from outbox.backends.redis.puts import put_call, put_results
+from outbox.backends.redis.runner import Lua, ScriptRunner
+from outbox.backends.redis.urls import RedisUrl, parse_url
 from outbox.contract_checks import (
     check_claim_args,
     check_owner_prefix,
     check_purge_state,
     check_put_entries,
-    with_seq,
 )
 from outbox.entry import (
     DeliveryReceipt,
@@ -118,33 +95,40 @@ REQUEUE_BATCH_MAX = 1_000
 RETRY_NOW_BATCH_MAX = 1_000
 # P:leases members one expire_leases script call looks at.
 EXPIRE_BATCH_MAX = 1_000
+# Script calls of one claim_due (its rounds: outbox.claim_due), and the P:due members one call
+# looks at, at most.
+CLAIM_ROUNDS_MAX = 8
+CLAIM_CANDIDATES_MAX = CLAIM_BATCH_MAX
 
 
 class RedisOutbox(Outbox):
     name = "redis"
     features = OutboxFeatures(shared_by_sidecars=True, survives_process_kill=True)
 
-    def __init__(self, client: redis.Redis, prefix: str, limits: OutboxLimits, where: str) -> None:
+    def __init__(self, url: RedisUrl, limits: OutboxLimits) -> None:
         super().__init__(limits)
-        self.prefix = prefix
-        self._where = where
-        self._client = client
+        self.url = url
+        self.prefix = url.prefix
+        self._base = url.key_base
+        self._where = url.where
+        self._client, self._close_client = open_client(url)
+        self._runner = ScriptRunner(self._client, url)
         self._closed = False
-        # Until a server says it cannot compile ALLOW_OOM (Redis 6).
-        self._allow_oom = True
-        self._put_script = load_script(client, redis_scripts.PUT)
-        self._claim_script = load_script(client, redis_scripts.CLAIM, allow_oom=True)
-        self._delivered_script = load_script(client, redis_scripts.DELIVERED, allow_oom=True)
-        self._bury_script = load_script(client, redis_scripts.BURY, allow_oom=True)
-        self._unlease_script = load_script(client, redis_scripts.UNLEASE, allow_oom=True)
-        self._expire_script = load_script(client, redis_scripts.EXPIRE_LEASES, allow_oom=True)
-        self._requeue_script = load_script(client, bulk_scripts.REQUEUE)
-        self._retry_now_script = load_script(client, bulk_scripts.RETRY_NOW, allow_oom=True)
-        self._purge_script = load_script(client, bulk_scripts.PURGE, allow_oom=True)
-        self._scan_script = load_script(client, bulk_scripts.SCAN)
-        self._pending_groups_script = load_script(client, bulk_scripts.PENDING_GROUPS)
-        self._stats_script = load_script(client, bulk_scripts.STATS)
-        self._committer = GroupCommitter(self._commit, name=f"redis-outbox-put:{prefix}")
+        script = ScriptRunner.script
+        self._put_script = script(redis_scripts.PUT)
+        self._claim_script = script(redis_scripts.CLAIM, allow_oom=True)
+        self._delivered_script = script(settle_scripts.DELIVERED, allow_oom=True)
+        self._bury_script = script(settle_scripts.BURY, allow_oom=True)
+        self._unlease_script = script(settle_scripts.UNLEASE, allow_oom=True)
+        self._expire_script = script(settle_scripts.EXPIRE_LEASES, allow_oom=True)
+        self._requeue_script = script(bulk_scripts.REQUEUE)
+        self._retry_now_script = script(bulk_scripts.RETRY_NOW, allow_oom=True)
+        self._purge_script = script(bulk_scripts.PURGE, allow_oom=True)
+        self._scan_script = script(bulk_scripts.SCAN, writes=False)
+        # It writes only to build P:groups once: nothing a failover could make unsafe.
+        self._pending_groups_script = script(bulk_scripts.PENDING_GROUPS, writes=False)
+        self._stats_script = script(bulk_scripts.STATS, writes=False)
+        self._committer = GroupCommitter(self._commit, name=f"redis-outbox-put:{url.prefix}")
 
     @classmethod
     def from_url(cls, url: str, limits: OutboxLimits, *, create: bool = True) -> RedisOutbox:
@@ -152,8 +136,7 @@ class RedisOutbox(Outbox):
         # so a prefix with no keys is an empty outbox, never "not found" (``create`` changes
         # nothing; opening writes nothing either way).
         del create
-        client, prefix, where = redis_client(url)
-        return cls(client, prefix, limits, where)
+        return cls(parse_url(url), limits)
 
     # -- the contract -------------------------------------------------------------------------
 
@@ -175,8 +158,7 @@ class RedisOutbox(Outbox):
         if not message_group:
             return False  # an empty group is no group (OutboxEntry.fifo_group)
         with self._errors("has_pending_group"):
-            key = f"{self.prefix}:g:{group_name(topic, message_group)}"
-            return bool(self._client.exists(key))
+            return bool(self._client.exists(self._group_key(group_name(topic, message_group))))
 
     def pending_groups(self) -> set[tuple[str, str]]:
         names = self._run(self._pending_groups_script, "pending_groups", [])
@@ -186,9 +168,23 @@ class RedisOutbox(Outbox):
         check_claim_args(lease_ms, owner)
         if limit < 1:
             return []
-        args = [now_ms, min(limit, CLAIM_BATCH_MAX), now_ms + lease_ms, owner]
-        claimed = self._run(self._claim_script, "claim_due", args)
-        return [entry_from_hash(pairs(flat)) for flat in claimed]
+        limit = min(limit, CLAIM_BATCH_MAX)
+        claimed: list[OutboxEntry] = []
+        wanted: dict[str, None] = {}
+        candidates = limit
+        # Rounds (the CLAIM script): the first finds the due entries' keys, the next claims
+        # them (a third for FIFO entries, whose groups' keys it finds). Other claimers take
+        # entries meanwhile: a round that claimed nothing looks further down P:due next time.
+        for _ in range(CLAIM_ROUNDS_MAX):
+            args = [now_ms, limit - len(claimed), candidates, now_ms + lease_ms, owner]
+            batch, dropped, keys = self._run(self._claim_script, "claim_due", args, list(wanted))
+            claimed += [entry_from_hash(pairs(flat)) for flat in batch]
+            if len(claimed) >= limit or not (dropped or keys):
+                break
+            wanted.update(dict.fromkeys(key.decode() for key in keys))
+            if not batch:
+                candidates = min(candidates * 2, CLAIM_CANDIDATES_MAX)
+        return claimed
 
     def expire_leases(self, owner_prefix: str, now_ms: int) -> int:
         check_owner_prefix(owner_prefix)
@@ -209,9 +205,11 @@ class RedisOutbox(Outbox):
         answers: list[bool] = []
         for start in range(0, len(deliveries), DELIVER_BATCH_MAX):
             args: list[Any] = []
+            keys: list[str] = []
             for message_id, r in deliveries[start : start + DELIVER_BATCH_MAX]:
                 args += [message_id, r.queue_id, r.queue_offset, r.delivered_ms, int(r.durable)]
-            reply = self._run(self._delivered_script, "mark_delivered", args)
+                keys.append(self._entry_key(message_id))
+            reply = self._run(self._delivered_script, "mark_delivered", args, keys)
             answers += [flag == ord("1") for flag in reply]
         return answers
 
@@ -226,14 +224,17 @@ class RedisOutbox(Outbox):
         maybe_stored: bool,
     ) -> bool:
         args = [message_id, owner, next_send_time_ms, error, int(maybe_stored)]
-        return bool(self._run(self._unlease_script, "reschedule", args))
+        keys = [self._entry_key(message_id)]
+        return bool(self._run(self._unlease_script, "reschedule", args, keys))
 
     def bury(self, message_id: str, owner: str, error: str, now_ms: int) -> bool:
         args = [message_id, owner, error, now_ms]
-        return bool(self._run(self._bury_script, "bury", args))
+        return bool(self._run(self._bury_script, "bury", args, [self._entry_key(message_id)]))
 
     def release(self, message_id: str, owner: str) -> bool:
-        return bool(self._run(self._unlease_script, "release", [message_id, owner, ""]))
+        args = [message_id, owner, ""]
+        keys = [self._entry_key(message_id)]
+        return bool(self._run(self._unlease_script, "release", args, keys))
 
     def requeue(self, message_ids: Sequence[str] | None, now_ms: int) -> int:
         if message_ids is not None:
@@ -243,11 +244,13 @@ class RedisOutbox(Outbox):
         requeued = 0
         while True:
             with self._errors("requeue"):
-                dead = self._client.zrange(f"{self.prefix}:s:DEAD", 0, REQUEUE_BATCH_MAX - 1)
+                dead = self._client.zrange(f"{self._base}:s:DEAD", 0, REQUEUE_BATCH_MAX - 1)
             if not dead:
                 return requeued
             ids = [m.decode() for m in cast(list[bytes], dead)]
-            requeued += int(self._run(self._requeue_script, "requeue", [now_ms, *ids]))
+            requeued += self._run_by_ids(
+                self._requeue_script, "requeue", now_ms, ids, REQUEUE_BATCH_MAX
+            )
 
     def retry_now(self, message_ids: Sequence[str] | None, now_ms: int) -> int:
         if message_ids is not None:
@@ -260,7 +263,7 @@ class RedisOutbox(Outbox):
         while True:
             with self._errors("retry_now"):
                 page = self._client.zrangebyscore(
-                    f"{self.prefix}:s:PENDING",
+                    f"{self._base}:s:PENDING",
                     f"({after_seq}",
                     "+inf",
                     start=0,
@@ -270,7 +273,9 @@ class RedisOutbox(Outbox):
             pairs = cast(list[tuple[bytes, float]], page)
             if pairs:
                 ids = [member.decode() for member, _ in pairs]
-                changed += int(self._run(self._retry_now_script, "retry_now", [now_ms, *ids]))
+                changed += self._run_by_ids(
+                    self._retry_now_script, "retry_now", now_ms, ids, RETRY_NOW_BATCH_MAX
+                )
                 after_seq = int(pairs[-1][1])
             if len(pairs) < RETRY_NOW_BATCH_MAX:
                 return changed
@@ -307,48 +312,26 @@ class RedisOutbox(Outbox):
         return [entry_from_hash(pairs(flat)) for flat in page]
 
     def check_writable(self) -> None:
-        """A real write: a replica (READONLY), a full server (OOM) or a dead link all fail it."""
+        """A real write: a replica (READONLY), a full server (OOM), a dead link, or replicas
+        that do not acknowledge it (wait_replicas) all fail it. On Sentinel it asks for the
+        master first (module docstring)."""
         self._check_open()
         with self._errors("check_writable"):
-            self._client.set(f"{self.prefix}:probe", b"1")
+            self._runner.refresh_master()
+            self._runner.write("SET", f"{self._base}:probe", b"1")
 
     def close(self) -> None:
         if self._closed:
             return
         self._committer.close()
         self._closed = True
-        self._client.close()
-        self._client.connection_pool.disconnect()
+        self._close_client()
 
     # -- internals ----------------------------------------------------------------------------
 
     def _commit(self, requests: Sequence[Sequence[OutboxEntry]]) -> list[Result]:
-        # One JSON argument for every request's fields, and one per body: redis-py's cost is
-        # per argument, and this runs on the thread every concurrent put waits for.
-        fields = [[put_fields(e) for e in entries] for entries in requests]
-        args: list[Any] = [
-            self.limits.outbox_entries_max,
-            self.limits.outbox_bytes_max,
-            json.dumps(fields, separators=(",", ":")),
-            *(e.message.body for entries in requests for e in entries),
-        ]
-        summary, *stored = self._run(self._put_script, "put", args)
-        results: list[Result] = []
-        for entries, answer in zip(requests, summary.split(b";"), strict=True):
-            if answer[:1] == b"F":
-                held, held_bytes = answer[1:].decode().split(",")
-                results.append(self.limits.full_error(int(held), int(held_bytes)))
-                continue
-            assert answer[:1] == b"S", answer
-            results.append(
-                [
-                    entry_from_hash(pairs(stored[int(item[1:]) - 1]))
-                    if item[:1] == b"="
-                    else with_seq(entry, int(item))
-                    for entry, item in zip(entries, answer.split(b",")[1:], strict=True)
-                ]
-            )
-        return results
+        keys, args = put_call(self._base, self.limits, requests)
+        return put_results(self.limits, requests, self._run(self._put_script, "put", args, keys))
 
     def _run_by_ids(
         self, script: Lua, what: str, now_ms: int, message_ids: Sequence[str], batch_max: int
@@ -356,34 +339,34 @@ class RedisOutbox(Outbox):
         """A script taking (now_ms, ids...), run on ``batch_max`` ids at a time: each batch is
         atomic, and no call holds the server for long. Returns the sum of the answers."""
         ids = list(dict.fromkeys(message_ids))
-        return sum(
-            int(self._run(script, what, [now_ms, *ids[i : i + batch_max]]))
-            for i in range(0, len(ids), batch_max)
-        )
+        total = 0
+        for i in range(0, len(ids), batch_max):
+            batch = ids[i : i + batch_max]
+            keys = [self._entry_key(message_id) for message_id in batch]
+            total += int(self._run(script, what, [now_ms, *batch], keys))
+        return total
 
-    def _run(self, script: Lua, what: str, args: Sequence[Any]) -> Any:
+    def _run(self, script: Lua, what: str, args: Sequence[Any], keys: Sequence[str] = ()) -> Any:
+        """The script's result (runner.py: the keys it finds on the way are declared as it asks,
+        and with wait_replicas its writes are waited for)."""
         self._check_open()
         with self._errors(what):
-            if script.allow_oom is not None and self._allow_oom:
-                try:
-                    return script.allow_oom(keys=[], args=[self.prefix, *args])
-                except rex.ResponseError as e:
-                    if "Error compiling script" not in str(e):
-                        raise
-                    self._allow_oom = False  # Redis 6: no script flags
-            return script.plain(keys=[], args=[self.prefix, *args])
+            return self._runner.run(script, keys, args)
 
     def _check_open(self) -> None:
         if self._closed:
             raise OutboxUnavailableError(f"redis outbox {self._where} is closed")
 
     def _entry_key(self, message_id: str) -> str:
-        return f"{self.prefix}:e:{message_id}"
+        return entry_key(self._base, message_id)
+
+    def _group_key(self, name: str) -> str:
+        return group_key(self._base, name)
 
     @contextlib.contextmanager
     def _errors(self, what: str) -> Iterator[None]:
         """The one place redis-py's errors become the outbox's."""
         try:
             yield
-        except rex.RedisError as e:
+        except (rex.RedisError, rex.RedisClusterException) as e:
             raise translated_error(e, f"{self._where} {what}") from e

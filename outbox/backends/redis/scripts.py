@@ -1,9 +1,11 @@
-"""The Redis outbox's Lua scripts (outbox/backends/redis/outbox.py has the key layout).
+"""The Redis outbox's Lua scripts: PRELUDE, put and claim (settle_scripts.py: settlements;
+bulk_and_read_scripts.py: bulk changes and reads; outbox.py has the key layout).
 
 Each operation is one script, so it is atomic on the server: two sidecars never lease one entry,
-the bound holds for all writers together, and an entry and its indexes never disagree. Every
-script starts with PRELUDE and takes the key prefix as ARGV[1]; the keys are named from it in
-the script (standalone or replicated Redis; on Redis Cluster, give the prefix a hash tag).
+the bound holds for all writers together, and an entry and its indexes never disagree. Every key
+a script touches is declared in KEYS (PRELUDE says how, runner.py runs them): on Redis Cluster
+the call goes to the master of the outbox's one slot, and a slot being moved refuses it whole
+(TRYAGAIN, ASK) rather than halfway.
 
 Numbers travel as strings where Lua would otherwise turn them into doubles printed with 14
 significant digits.
@@ -22,57 +24,126 @@ from __future__ import annotations
 # scripts without it).
 ALLOW_OOM = "#!lua flags=allow-oom\n"
 
-# Shared by every script: ARGV[1] is the prefix.
+# Shared by every script. KEYS: the fixed keys (runner.FIXED_KEYS, in that order), then the
+# per-entry and per-group keys the call declares; ARGV[1] is the key base (the prefix,
+# hash-tagged on a Cluster). The scripts touch no key that is not declared (``call`` refuses
+# one): they read first, and a script that finds it needs keys it was not given writes nothing
+# and answers {1, key...}; the runner calls it again with those declared too. {0, result}
+# otherwise.
 PRELUDE = """
 local P = ARGV[1]
-local DUE, LEASES, COUNTS = P .. ':due', P .. ':leases', P .. ':n'
-local GROUPS = P .. ':groups'
+local DUE, LEASES, COUNTS, GROUPS = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
+local S_PENDING, CREATED, SEQ = KEYS[5], KEYS[6], KEYS[7]
+local S_DELIVERED, T_DELIVERED, S_DEAD, T_DEAD = KEYS[8], KEYS[9], KEYS[10], KEYS[11]
+local GROUPS_READY = KEYS[12]
+local DECLARED, NEEDED = {}, {}
+for _, key in ipairs(KEYS) do DECLARED[key] = true end
+-- The read phase's test: true for a declared key; any other is noted as needed (once).
+local function has(key)
+  if DECLARED[key] then return true end
+  if DECLARED[key] == nil then
+    DECLARED[key] = false
+    NEEDED[#NEEDED + 1] = key
+  end
+  return false
+end
+-- Every command on a key goes through call, which refuses an undeclared one before Redis
+-- sees it (a read phase that missed a key is a bug, found by the tests on any Redis).
+local function call(command, key, ...)
+  if not DECLARED[key] then return error('rocketbox outbox: undeclared key ' .. key) end
+  return redis.call(command, key, ...)
+end
+-- The reply that asks for the keys noted by has (nothing was written), or nil.
+local function needed()
+  if #NEEDED == 0 then return nil end
+  local reply = {1}
+  for i, key in ipairs(NEEDED) do reply[i + 1] = key end
+  return reply
+end
+local function done(result) return {0, result} end
 local function ekey(id) return P .. ':e:' .. id end
+local function gkey(grp) return P .. ':g:' .. grp end
 -- A P:due member: the seq, zero-padded, then the id. Entries due at the same time leave in
 -- seq order, as members of equal score sort by their bytes.
 local function dmember(seq, id) return string.format('%016d', seq) .. id end
 local function member_id(member) return string.sub(member, 17) end
 local function due_score(h)
-  local f = redis.call('HMGET', h, 'nst', 'owner', 'lease')
+  local f = call('HMGET', h, 'nst', 'owner', 'lease')
   if f[2] and f[2] ~= '' and tonumber(f[3]) > tonumber(f[1]) then return f[3] end
   return f[1]
+end
+-- Read phase of entries leaving PENDING (leaving[grp] = {id = true, ...}): the keys
+-- leave_pending touches beyond the entries' own: each group's key, and the entry that becomes
+-- its head when the head leaves.
+local function leaving_reads(leaving)
+  for grp, ids in pairs(leaving) do
+    local gk = gkey(grp)
+    if has(gk) then
+      local count = 0
+      for _ in pairs(ids) do count = count + 1 end
+      local members = call('ZRANGE', gk, 0, count)
+      if members[1] and ids[members[1]] then
+        for _, id in ipairs(members) do
+          if not ids[id] then
+            has(ekey(id))
+            break
+          end
+        end
+      end
+    end
+  end
+end
+local function note_leaving(leaving, grp, id)
+  if grp and grp ~= '' then
+    leaving[grp] = leaving[grp] or {}
+    leaving[grp][id] = true
+  end
 end
 -- PENDING entry id leaves its indexes; its group's next entry becomes claimable, or the group
 -- leaves P:groups with its last PENDING entry.
 local function leave_pending(id, h)
-  local grp, seq = unpack(redis.call('HMGET', h, 'grp', 'seq'))
-  redis.call('ZREM', DUE, dmember(seq, id))
-  redis.call('ZREM', LEASES, id)
-  redis.call('ZREM', P .. ':s:PENDING', id)
-  redis.call('ZREM', P .. ':created', id)
-  redis.call('HINCRBY', COUNTS, 'pending', -1)
+  local grp, seq = unpack(call('HMGET', h, 'grp', 'seq'))
+  call('ZREM', DUE, dmember(seq, id))
+  call('ZREM', LEASES, id)
+  call('ZREM', S_PENDING, id)
+  call('ZREM', CREATED, id)
+  call('HINCRBY', COUNTS, 'pending', -1)
   if grp ~= '' then
-    local gk = P .. ':g:' .. grp
-    local head = redis.call('ZRANGE', gk, 0, 0)[1]
-    redis.call('ZREM', gk, id)
+    local gk = gkey(grp)
+    local head = call('ZRANGE', gk, 0, 0)[1]
+    call('ZREM', gk, id)
     if head == id then
-      local nxt = redis.call('ZRANGE', gk, 0, 0, 'WITHSCORES')
+      local nxt = call('ZRANGE', gk, 0, 0, 'WITHSCORES')
       if nxt[1] then
-        redis.call('ZADD', DUE, due_score(ekey(nxt[1])), dmember(nxt[2], nxt[1]))
+        call('ZADD', DUE, due_score(ekey(nxt[1])), dmember(nxt[2], nxt[1]))
       else
-        redis.call('SREM', GROUPS, grp)
+        call('SREM', GROUPS, grp)
       end
     end
   end
 end
 """
 
-# ARGV: prefix, entries_max, bytes_max, then the JSON list of the requests, each the list of its
-# entries' fields [message_id, next_send_time_ms, created_ms, attempts, state_changed_ms,
+# ARGV: key base, entries_max, bytes_max, then the JSON list of the requests, each the list of
+# its entries' fields [message_id, next_send_time_ms, created_ms, attempts, state_changed_ms,
 # group key, last_error, meta] (numbers as strings), then every body in the same order, one
-# argument each. Returns {summary, stored...}: the summary says per request, ';' between them,
-# "F<entries>,<bytes>" (refused by the bound) or "S" and per entry ",<seq>" (new) or ",=<k>"
-# (already stored: the k-th HGETALL after the summary). One string rather than nested replies:
-# redis-py parses replies in Python, element by element, on the thread every put waits for.
+# argument each. KEYS: every entry's P:e key and every group's P:g key. Result {summary,
+# stored...}: the summary says per request, ';' between them, "F<entries>,<bytes>" (refused by
+# the bound) or "S" and per entry ",<seq>" (new) or ",=<k>" (already stored: the k-th HGETALL
+# after the summary). One string rather than nested replies: redis-py parses replies in Python,
+# element by element, on the thread every put waits for.
 PUT = """
 local entries_max, bytes_max = tonumber(ARGV[2]), tonumber(ARGV[3])
 local requests = cjson.decode(ARGV[4])
-local counts = redis.call('HMGET', COUNTS, 'pending', 'dead', 'bytes')
+for _, list in ipairs(requests) do
+  for _, e in ipairs(list) do
+    has(ekey(e[1]))
+    if e[6] ~= '' then has(gkey(e[6])) end
+  end
+end
+local need = needed()
+if need then return need end
+local counts = call('HMGET', COUNTS, 'pending', 'dead', 'bytes')
 local held = (tonumber(counts[1]) or 0) + (tonumber(counts[2]) or 0)
 local held_bytes = tonumber(counts[3]) or 0
 -- First every request's verdict, in order, against the bound as the earlier ones leave it.
@@ -84,7 +155,7 @@ for r, list in ipairs(requests) do
     local id = e[1]
     if not seen[id] then
       seen[id] = true
-      if known[id] == nil then known[id] = redis.call('EXISTS', ekey(id)) == 1 end
+      if known[id] == nil then known[id] = call('EXISTS', ekey(id)) == 1 end
       if not known[id] then
         fresh[k], new, new_bytes = true, new + 1, new_bytes + #ARGV[body + k - 1]
       end
@@ -101,8 +172,7 @@ for r, list in ipairs(requests) do
   body = body + #list
 end
 -- Then the writes, one INCRBY for every new seq.
-local seq = redis.call('INCRBY', P .. ':seq', added) - added
-local by_seq, by_age = P .. ':s:PENDING', P .. ':created'
+local seq = call('INCRBY', SEQ, added) - added
 local reply, summary = {false}, {}
 body = 5
 for r, list in ipairs(requests) do
@@ -114,24 +184,24 @@ for r, list in ipairs(requests) do
       if fresh[k] then
         seq = seq + 1
         local value, nst, grp = ARGV[body + k - 1], e[2], e[6]
-        redis.call('HSET', h, 'id', id, 'meta', e[8], 'body', value, 'size', #value,
+        call('HSET', h, 'id', id, 'meta', e[8], 'body', value, 'size', #value,
           'nst', nst, 'created', e[3], 'grp', grp, 'attempts', e[4], 'err', e[7],
           'changed', e[5], 'state', 'PENDING', 'seq', seq, 'owner', '', 'lease', 0)
-        redis.call('ZADD', by_seq, seq, id)
-        redis.call('ZADD', by_age, e[3], id)
+        call('ZADD', S_PENDING, seq, id)
+        call('ZADD', CREATED, e[3], id)
         if grp == '' then
-          redis.call('ZADD', DUE, nst, dmember(seq, id))
+          call('ZADD', DUE, nst, dmember(seq, id))
         else
-          local gk = P .. ':g:' .. grp
-          if redis.call('EXISTS', gk) == 0 then
-            redis.call('ZADD', DUE, nst, dmember(seq, id))
-            redis.call('SADD', GROUPS, grp)
+          local gk = gkey(grp)
+          if call('EXISTS', gk) == 0 then
+            call('ZADD', DUE, nst, dmember(seq, id))
+            call('SADD', GROUPS, grp)
           end
-          redis.call('ZADD', gk, seq, id)
+          call('ZADD', gk, seq, id)
         end
         parts[#parts + 1] = string.format('%d', seq)
       else
-        reply[#reply + 1] = redis.call('HGETALL', h)
+        reply[#reply + 1] = call('HGETALL', h)
         parts[#parts + 1] = '=' .. (#reply - 1)
       end
     end
@@ -142,127 +212,50 @@ for r, list in ipairs(requests) do
   body = body + #list
 end
 if added > 0 then
-  redis.call('HINCRBY', COUNTS, 'pending', added)
-  redis.call('HINCRBY', COUNTS, 'bytes', added_bytes)
+  call('HINCRBY', COUNTS, 'pending', added)
+  call('HINCRBY', COUNTS, 'bytes', added_bytes)
 end
 reply[1] = table.concat(summary, ';')
-return reply
+return done(reply)
 """
 
-# ARGV: prefix, now_ms, limit, lease_until_ms, owner. Returns the claimed entries' HGETALLs.
-# Anything in P:due that is not a claimable entry (it cannot be, unless the keys were edited by
-# hand) is dropped from it rather than claimed. An entry taken over an expired lease (its owner
-# still set: no outcome was recorded) gets ms = 1: maybe stored.
+# ARGV: key base, now_ms, limit, candidates, lease_until_ms, owner. KEYS: found on the way (the
+# due entries, their groups). Looks at the first ``candidates`` P:due members that are due, in
+# order, and claims up to ``limit``, stopping at the first one whose keys were not declared (so
+# that what a claim returns is the soonest due); the keys of it and of the members after it are
+# noted. Result {the claimed entries' HGETALLs, dropped, the keys wanted}: dropped counts the
+# members that were no claimable entry (they cannot be, unless the keys were edited by hand),
+# removed from P:due rather than claimed. A claim is never refused for a key it lacks: it claims
+# what it can, and outbox.py's claim_due calls again with the keys wanted. An entry taken over
+# an expired lease (its owner still set: no outcome was recorded) gets ms = 1: maybe stored.
 CLAIM = """
-local now, limit, lease_until, owner = ARGV[2], tonumber(ARGV[3]), ARGV[4], ARGV[5]
-local claimed = {}
-while #claimed < limit do
-  local members = redis.call('ZRANGEBYSCORE', DUE, '-inf', now, 'LIMIT', 0, limit - #claimed)
-  if #members == 0 then break end
-  for _, member in ipairs(members) do
-    local id = member_id(member)
-    local h = ekey(id)
-    local f = redis.call('HMGET', h, 'state', 'grp', 'owner')
-    local head = true
-    if f[1] == 'PENDING' and f[2] ~= '' then
-      head = redis.call('ZRANGE', P .. ':g:' .. f[2], 0, 0)[1] == id
-    end
-    if f[1] ~= 'PENDING' or not head then
-      redis.call('ZREM', DUE, member)
+local now, limit, candidates = ARGV[2], tonumber(ARGV[3]), tonumber(ARGV[4])
+local lease_until, owner = ARGV[5], ARGV[6]
+local members = call('ZRANGEBYSCORE', DUE, '-inf', now, 'LIMIT', 0, candidates)
+local claimed, dropped, blocked = {}, 0, false
+for _, member in ipairs(members) do
+  if #claimed >= limit then break end
+  local id = member_id(member)
+  local h = ekey(id)
+  local f, gk = nil, nil
+  if has(h) then
+    f = call('HMGET', h, 'state', 'grp', 'owner')
+    if f[1] == 'PENDING' and f[2] ~= '' then gk = gkey(f[2]) end
+  end
+  if not f or (gk and not has(gk)) then
+    blocked = true
+  elseif not blocked then
+    if f[1] ~= 'PENDING' or (gk and call('ZRANGE', gk, 0, 0)[1] ~= id) then
+      call('ZREM', DUE, member)
+      dropped = dropped + 1
     else
-      if f[3] and f[3] ~= '' then redis.call('HSET', h, 'ms', '1') end
-      redis.call('HSET', h, 'owner', owner, 'lease', lease_until)
-      redis.call('ZADD', DUE, lease_until, member)
-      redis.call('ZADD', LEASES, lease_until, id)
-      claimed[#claimed + 1] = redis.call('HGETALL', h)
+      if f[3] and f[3] ~= '' then call('HSET', h, 'ms', '1') end
+      call('HSET', h, 'owner', owner, 'lease', lease_until)
+      call('ZADD', DUE, lease_until, member)
+      call('ZADD', LEASES, lease_until, id)
+      claimed[#claimed + 1] = call('HGETALL', h)
     end
   end
 end
-return claimed
-"""
-
-# ARGV: prefix, then per delivery: id, queue_id, queue_offset, delivered_ms, durable (0/1).
-# Returns one character per delivery, '1' (delivered) or '0' (not PENDING), in order.
-DELIVERED = """
-local answers, delivered, freed = {}, 0, 0
-for a = 2, #ARGV, 5 do
-  local id, d_ms = ARGV[a], ARGV[a + 3]
-  local h = ekey(id)
-  if redis.call('HGET', h, 'state') ~= 'PENDING' then
-    answers[#answers + 1] = '0'
-  else
-    local f = redis.call('HMGET', h, 'size', 'seq')
-    leave_pending(id, h)
-    redis.call('HSET', h, 'state', 'DELIVERED', 'changed', d_ms, 'owner', '', 'lease', 0,
-      'size', 0, 'q_id', ARGV[a + 1], 'q_off', ARGV[a + 2], 'd_ms', d_ms, 'durable', ARGV[a + 4])
-    redis.call('HDEL', h, 'body')
-    redis.call('ZADD', P .. ':s:DELIVERED', f[2], id)
-    redis.call('ZADD', P .. ':t:DELIVERED', d_ms, id)
-    delivered, freed = delivered + 1, freed + tonumber(f[1])
-    answers[#answers + 1] = '1'
-  end
-end
-if delivered > 0 then
-  redis.call('HINCRBY', COUNTS, 'delivered', delivered)
-  redis.call('HINCRBY', COUNTS, 'bytes', -freed)
-end
-return table.concat(answers)
-"""
-
-# ARGV: prefix, id, owner, error, now_ms. Returns 1 or 0 (not PENDING, or not the owner).
-BURY = """
-local id = ARGV[2]
-local h = ekey(id)
-local f = redis.call('HMGET', h, 'state', 'owner', 'seq')
-if f[1] ~= 'PENDING' or f[2] ~= ARGV[3] then return 0 end
-leave_pending(id, h)
-redis.call('HSET', h, 'state', 'DEAD', 'err', ARGV[4], 'changed', ARGV[5], 'owner', '', 'lease', 0)
-redis.call('HINCRBY', h, 'attempts', 1)
-redis.call('HINCRBY', COUNTS, 'dead', 1)
-redis.call('ZADD', P .. ':s:DEAD', f[3], id)
-redis.call('ZADD', P .. ':t:DEAD', ARGV[5], id)
-return 1
-"""
-
-# ARGV: prefix, id, owner, next_send_time_ms ('' to keep it: release), then for a reschedule
-# error and maybe_stored (0/1: 1 sets ms = 1; 0 leaves ms as it was).
-UNLEASE = """
-local id = ARGV[2]
-local h = ekey(id)
-local f = redis.call('HMGET', h, 'state', 'owner', 'seq')
-if f[1] ~= 'PENDING' or f[2] ~= ARGV[3] then return 0 end
-redis.call('HSET', h, 'owner', '', 'lease', 0)
-if ARGV[4] ~= '' then
-  redis.call('HSET', h, 'nst', ARGV[4], 'err', ARGV[5])
-  redis.call('HINCRBY', h, 'attempts', 1)
-  if ARGV[6] == '1' then redis.call('HSET', h, 'ms', '1') end
-end
-redis.call('ZREM', LEASES, id)
-if redis.call('ZSCORE', DUE, dmember(f[3], id)) then
-  redis.call('ZADD', DUE, redis.call('HGET', h, 'nst'), dmember(f[3], id))
-end
-return 1
-"""
-
-# ARGV: prefix, owner_prefix, start, count. Ends the leases among the P:leases members of rank
-# start .. start + count - 1 whose owner starts with owner_prefix: unleased, maybe stored
-# (ms = 1), due at their next send time. Returns {ended, kept}: the next page starts at
-# start + kept (the ended ones left P:leases).
-EXPIRE_LEASES = """
-local owner_prefix, start, count = ARGV[2], tonumber(ARGV[3]), tonumber(ARGV[4])
-local ids = redis.call('ZRANGE', LEASES, start, start + count - 1)
-local ended = 0
-for _, id in ipairs(ids) do
-  local h = ekey(id)
-  local f = redis.call('HMGET', h, 'state', 'owner', 'seq', 'nst')
-  if f[1] == 'PENDING' and f[2] and f[2] ~= ''
-      and string.sub(f[2], 1, #owner_prefix) == owner_prefix then
-    redis.call('HSET', h, 'owner', '', 'lease', 0, 'ms', '1')
-    redis.call('ZREM', LEASES, id)
-    local member = dmember(f[3], id)
-    if redis.call('ZSCORE', DUE, member) then redis.call('ZADD', DUE, f[4], member) end
-    ended = ended + 1
-  end
-end
-return {ended, #ids - ended}
+return done({claimed, dropped, NEEDED})
 """

@@ -138,7 +138,8 @@ def test_factory_refuses_an_unknown_scheme_with_a_suggestion(url: str, hint: str
     with pytest.raises(OutboxConfigError, match=re.escape(hint)) as refused:
         open_outbox(url)
     assert not refused.value.retriable
-    assert "known: memory, mysql+pymysql, redis, rediss, rocksdb" in str(refused.value)
+    known = "memory, mysql+pymysql, redis, redis+cluster, redis+sentinel, rediss, rocksdb"
+    assert f"known: {known}" in str(refused.value)
 
 
 def test_factory_hides_the_password_of_a_refused_url() -> None:
@@ -160,6 +161,10 @@ def test_factory_hides_the_password_of_a_refused_url() -> None:
         "redis://127.0.0.1:6379/zero",
         "redis://127.0.0.1:6379/0?prefix=",
         "redis://127.0.0.1:6379/0?socket_timeout=soon",
+        "redis://127.0.0.1:6379/0?wait_replicas=1&wait_timeout_ms=0",
+        "redis+sentinel://127.0.0.1:26379/?prefix=no_service",
+        "redis+cluster://127.0.0.1:7000,127.0.0.1/?prefix=no_port",
+        "redis+cluster://127.0.0.1:7000/1",
     ],
 )
 def test_backends_refuse_urls_they_cannot_use(url: str) -> None:

@@ -29,8 +29,8 @@ from outbox import (
     OutboxUnavailableError,
     open_outbox,
 )
-from outbox.backends.redis.connection import PREFIX_DEFAULT
 from outbox.backends.redis.outbox import RedisOutbox
+from outbox.backends.redis.urls import PREFIX_DEFAULT
 from tests.outbox.conftest import OpenOutbox
 from tests.outbox.entries import LEASE_MS, NOW_MS, TOPIC, entry, ids, message_id, receipt
 from tests.services import free_port, redis_url, start_private_redis
