@@ -62,8 +62,8 @@ BODY_EMPTY = int(Code.MESSAGE_BODY_EMPTY)
 BODY_TOO_LARGE = int(Code.MESSAGE_BODY_TOO_LARGE)
 PROPERTIES_TOO_LARGE = int(Code.MESSAGE_PROPERTIES_TOO_LARGE)
 BAD_REQUEST = int(Code.BAD_REQUEST)
-# The words of sidecar/validation.py's limits on a count or a size ("…; the limit is N"): a
-# property over them is too large, not illegal.
+# The words of the message rules' limits on a count or a size ("…; the limit is N",
+# rocketbox_api/message_rules.py): a property over them is too large, not illegal.
 LIMIT_WORDS = "; the limit is"
 
 
