@@ -9,9 +9,9 @@ buried DEAD. Now both call ``message_fault`` (and ``topic_fault``), and a proper
 them the same messages (tests/rocketbox_api/test_message_rules.py).
 
 The rules are RocketMQ 5's: the proxy's checks and defaults (GrpcValidator,
-SendMessageActivity), the property names MessageConst reserves (its STRING_HASH_SET), and the
-system topic prefixes. In the order they are checked (the first fault is the one named), with
-the Code the proxy answers:
+SendMessageActivity), the property names MessageConst reserves (its STRING_HASH_SET, as of
+5.3.3), and the system topic prefixes. In the order they are checked (the first fault is the one
+named), with the Code the proxy answers:
 
 - topic: 1..TOPIC_LENGTH_MAX characters of NAME_CHARACTERS, none of SYSTEM_TOPIC_PREFIXES
   (ILLEGAL_TOPIC);
@@ -82,7 +82,7 @@ SYSTEM_TOPIC_PREFIXES = (RETRY_TOPIC_PREFIX, DLQ_TOPIC_PREFIX, "rmq_sys_", "RMQ_
 
 DELAY_LEVEL_PROPERTY = "DELAY"
 DELAY_LEVEL_MAX = 18
-# What RocketMQ's MessageConst.STRING_HASH_SET reserves (5.3), and the names RocketMQ and
+# What RocketMQ's MessageConst.STRING_HASH_SET reserves (5.3.3), and the names RocketMQ and
 # rocketbox's broker write besides: a user property of one of these names is refused.
 RESERVED_PROPERTY_NAMES = frozenset(
     {

@@ -73,7 +73,7 @@ QUEUE_NUMS = 8
 BORN_HOST = ("127.0.0.1", 40_000)
 # 1971-01-01T00:00:00Z: the reported delivery time.
 YEAR_1971_MS = 31_536_000_000
-# What RocketMQ 5.3's MessageConst.STRING_HASH_SET holds: the names a RocketMQ proxy refuses.
+# What RocketMQ 5.3.3's MessageConst.STRING_HASH_SET holds: the names a RocketMQ proxy refuses.
 ROCKETMQ_RESERVED = frozenset(
     {
         "TRACE_ON", "MSG_REGION", "KEYS", "TAGS", "WAIT", "DELAY", "RETRY_TOPIC", "REAL_TOPIC",
