@@ -37,6 +37,7 @@ from tests.sidecar.test_restart_drain import commitlog_copies, stored_in_topic
 TOPIC = "Orders"
 DISK_BYTES = 16 * 1024 * 1024
 RESERVE_BYTES = 4 * 1024 * 1024
+WRITE_BUFFER_BYTES = 1024 * 1024
 HELD = 200
 BODY_BYTES = 1_024
 DEADLINE_S = 30.0
@@ -90,6 +91,7 @@ def test_a_full_outbox_disk_refuses_spools_and_still_delivers_what_it_holds(
 ) -> None:
     with small_disk(tmp_path / "fs", DISK_BYTES) as disk:
         url = f"rocksdb://{disk.mount_dir / 'outbox'}?reserve_bytes={RESERVE_BYTES}"
+        url += f"&write_buffer_bytes={WRITE_BUFFER_BYTES}"  # a reopen must fit in the reserve
         set_flow_control(broker.endpoint, True)
         sidecar = SidecarProcess(broker.endpoint, url, *SIDECAR_ARGS)
         try:

@@ -4,8 +4,10 @@ URL ``rocksdb:///abs/path`` or ``rocksdb://./relative/path``; ``?statistics=true
 RocksDB's tickers (``RocksDBOutbox.ticker``); ``?read_only=true`` opens an existing outbox without
 its lock, beside the process that holds it: a snapshot as of the open (WAL included) for operators'
 reads, on which every write fails with OutboxUnavailableError; ``?reserve_bytes=N`` sizes the
-disk reserve (below; default ``RESERVE_BYTES_DEFAULT``, 0: none). Keys and why they stay fast:
-outbox/backends/rocksdb/layout.py.
+disk reserve (below; default ``RESERVE_BYTES_DEFAULT``, 0: none; less than a reopen needs is
+refused); ``?write_buffer_bytes=N`` sizes RocksDB's two write buffers (default
+``WRITE_BUFFER_BYTES_DEFAULT``), which bound what a reopen writes and so the least reserve.
+Keys and why they stay fast: outbox/backends/rocksdb/layout.py.
 
 Bodies apart: a put writes each body once, under its own key; every later change of the entry
 (claim, reschedule, release, bury, expire_leases, requeue, retry_now) rewrites only its state
@@ -111,6 +113,8 @@ from outbox.contract_checks import (
 )
 from outbox.disk_reserve import (
     RESERVE_BYTES_DEFAULT,
+    WRITE_BUFFER_BYTES_DEFAULT,
+    check_sizes,
 )
 from outbox.entry import DeliveryReceipt, EntryState, OutboxEntry, OutboxLimits, OutboxStats
 from outbox.errors import OutboxConfigError, OutboxNotFoundError
@@ -140,12 +144,22 @@ class RocksDBOutbox(RocksDBPuts, RocksDBBulkChanges):
             if value not in ("true", "false", "1", "0"):
                 raise OutboxConfigError(f"outbox URL {redact(url)!r}: {name} must be true or false")
             flags[name] = value in ("true", "1")
-        reserve = options.get("reserve_bytes", [str(RESERVE_BYTES_DEFAULT)])[-1]
-        if not reserve.isdigit():
-            raise OutboxConfigError(
-                f"outbox URL {redact(url)!r}: reserve_bytes must be a whole number of bytes "
-                f">= 0, got {reserve!r}"
-            )
+        sizes = {}
+        for name, default in (
+            ("reserve_bytes", RESERVE_BYTES_DEFAULT),
+            ("write_buffer_bytes", WRITE_BUFFER_BYTES_DEFAULT),
+        ):
+            value = options.get(name, [str(default)])[-1]
+            if not value.isdigit():
+                raise OutboxConfigError(
+                    f"outbox URL {redact(url)!r}: {name} must be a whole number of bytes "
+                    f">= 0, got {value!r}"
+                )
+            sizes[name] = int(value)
+        try:
+            check_sizes(sizes["reserve_bytes"], sizes["write_buffer_bytes"])
+        except OutboxConfigError as e:
+            raise OutboxConfigError(f"outbox URL {redact(url)!r}: {e}") from None
         if not create and not (path / "CURRENT").is_file():
             raise OutboxNotFoundError(
                 f"no such outbox: no RocksDB database at {path} (only the sidecar creates its "
@@ -156,7 +170,8 @@ class RocksDBOutbox(RocksDBPuts, RocksDBBulkChanges):
             limits,
             statistics=flags["statistics"],
             read_only=flags["read_only"],
-            reserve_bytes=int(reserve),
+            reserve_bytes=sizes["reserve_bytes"],
+            write_buffer_bytes=sizes["write_buffer_bytes"],
         )
 
     def get(self, message_id: str) -> OutboxEntry | None:

@@ -25,10 +25,16 @@ from outbox.backends.rocksdb.layout import (
 )
 from outbox.backends.rocksdb.state import State, Txn, index_items, load_state
 from outbox.disk_reserve import (
+    INFO_LOGS_KEPT,
+    REOPEN_LOG_INTERVAL_S,
     RESERVE_BYTES_DEFAULT,
     SPACE_CHECK_INTERVAL_S,
+    WRITE_BUFFER_BYTES_DEFAULT,
+    WRITE_BUFFERS,
     DiskReserve,
+    check_sizes,
     is_no_space,
+    reserve_bytes_min,
 )
 from outbox.entry import OutboxEntry, OutboxLimits
 from outbox.errors import (
@@ -41,10 +47,11 @@ from outbox.factory import redact
 from outbox.group_commit import GroupCommitter, Result
 from outbox.outbox import Outbox
 from rocketbox_api.lock_holder import lock_holders
+from rocketbox_api.rate_limited_log import RateLimitedLog
 
 log = logging.getLogger("outbox.backends.rocksdb")
 
-URL_OPTIONS = ("statistics", "read_only", "reserve_bytes")
+URL_OPTIONS = ("statistics", "read_only", "reserve_bytes", "write_buffer_bytes")
 
 P = ParamSpec("P")
 T = TypeVar("T")
@@ -119,11 +126,14 @@ class RocksDBStore(Outbox):
         statistics: bool = False,
         read_only: bool = False,
         reserve_bytes: int = RESERVE_BYTES_DEFAULT,
+        write_buffer_bytes: int = WRITE_BUFFER_BYTES_DEFAULT,
         sync_claims: bool = True,
     ) -> None:
         super().__init__(limits)
+        check_sizes(reserve_bytes, write_buffer_bytes)
         self.path = path
         self.read_only = read_only
+        self.write_buffer_bytes = write_buffer_bytes
         # False only to measure what the claims' fsync costs, and to show what it prevents
         # (outbox.py: durability): a power cut may then bring claimed entries back unmarked.
         self.sync_claims = sync_claims
@@ -138,6 +148,10 @@ class RocksDBStore(Outbox):
         self._dead_leases: dict[str, tuple[int, int]] = {}
         self._options = rocksdict.Options(raw_mode=True)
         self._options.create_if_missing(not read_only)
+        # They bound what a reopen writes, which the reserve must hold (outbox/disk_reserve.py).
+        self._options.set_write_buffer_size(write_buffer_bytes)
+        self._options.set_max_write_buffer_number(WRITE_BUFFERS)
+        self._options.set_keep_log_file_num(INFO_LOGS_KEPT)
         if statistics:
             self._options.enable_statistics()
         self._unsynced = rocksdict.WriteOptions()
@@ -149,6 +163,9 @@ class RocksDBStore(Outbox):
         # reopened (_check_open), no sooner than _next_reopen_s.
         self._broken = False
         self._next_reopen_s = 0.0
+        # A disk that stays full fails a reopen every SPACE_CHECK_INTERVAL_S: one line per
+        # interval, with the traceback, saying how many more failed.
+        self.reopen_failures = RateLimitedLog(log, logging.ERROR, REOPEN_LOG_INTERVAL_S)
         with rocksdb_errors(path):
             if not read_only:
                 path.mkdir(parents=True, exist_ok=True)
@@ -203,7 +220,11 @@ class RocksDBStore(Outbox):
             if self._closed:
                 return
             self._closed = True
-            self._db.close()
+            try:
+                self._db.close()
+            except rocksdict.DbClosedError:
+                if not self._broken:  # a failed reopen closed it; nothing else may
+                    raise
 
     def ticker(self, name: str) -> int:
         """A RocksDB statistics ticker (``rocksdb.number.iter.skip`` …); needs statistics."""
@@ -234,9 +255,12 @@ class RocksDBStore(Outbox):
             # The in-memory state already counts this batch: rebuild it from what the DB holds.
             try:
                 self._state = self._load_state()
-            except BaseException:
+            except BaseException as rebuild:
                 self._broken = True
-                log.exception("rocksdb outbox %s: no state rebuilt after a failed write", self.path)
+                self.reopen_failures.log(
+                    "rocksdb outbox %s: no state rebuilt after a failed write: %s",
+                    self.path, rebuild, exc_info=rebuild,
+                )  # fmt: skip
             raise
 
     def _flush_wal(self, db: rocksdict.Rdict) -> None:
@@ -256,8 +280,10 @@ class RocksDBStore(Outbox):
         self._no_space = "no room for the disk reserve"
         self._next_space_check_s = time.monotonic() + SPACE_CHECK_INTERVAL_S
         log.error(
-            "rocksdb outbox %s refuses spools: %s (%s); make room or lower ?reserve_bytes=",
+            "rocksdb outbox %s refuses spools: %s (%s); make room for it (it must hold what a "
+            "reopen on a full disk writes: at least %d bytes with write_buffer_bytes=%d)",
             self.path, self._no_space, self._reserve.describe(),
+            reserve_bytes_min(self.write_buffer_bytes), self.write_buffer_bytes,
         )  # fmt: skip
 
     def _recover_from_no_space(self, failed_db: rocksdict.Rdict, error: BaseException) -> bool:
@@ -291,9 +317,12 @@ class RocksDBStore(Outbox):
         try:
             self._db = rocksdict.Rdict(str(self.path), self._options, access_type=self._access())
             self._state = self._load_state()
-        except BaseException:
+        except BaseException as e:
             self._broken = True
-            log.exception("rocksdb outbox %s: reopening it failed", self.path)
+            self.reopen_failures.log(
+                "rocksdb outbox %s: reopening it failed (tried again every %.1f s): %s",
+                self.path, SPACE_CHECK_INTERVAL_S, e, exc_info=e,
+            )  # fmt: skip
             raise
         self._broken = False
         log.warning("rocksdb outbox %s reopened", self.path)

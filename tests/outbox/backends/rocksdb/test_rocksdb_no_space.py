@@ -23,6 +23,9 @@ from tests.rocketbox_process import wait_until
 
 FS_BYTES = 16 * 1024 * 1024
 RESERVE_BYTES = 2 * 1024 * 1024
+# Small write buffers: a reopen (what the reserve must hold first) writes at most two of them.
+WRITE_BUFFER_BYTES = 512 * 1024
+SIZES = f"reserve_bytes={RESERVE_BYTES}&write_buffer_bytes={WRITE_BUFFER_BYTES}"
 HELD = 300
 BODY_BYTES = 1_000
 # Puts of one entry tried after the disk is filled: one of them must find it full.
@@ -59,7 +62,7 @@ def puts_until_refused(outbox: Outbox) -> list[str]:
 def test_a_full_disk_refuses_puts_and_still_drains_what_the_outbox_holds(tmp_path: Path) -> None:
     with small_disk(tmp_path / "fs", FS_BYTES) as disk:
         fs = disk.mount_dir
-        outbox = open_outbox(f"rocksdb://{fs / 'outbox'}?reserve_bytes={RESERVE_BYTES}")
+        outbox = open_outbox(f"rocksdb://{fs / 'outbox'}?{SIZES}")
         try:
             reserve = fs / "outbox" / RESERVE_FILE_NAME
             assert reserve.stat().st_size == RESERVE_BYTES
@@ -115,7 +118,8 @@ def test_a_reserve_that_does_not_fit_at_open_refuses_puts_from_the_start(tmp_pat
         with open_outbox(f"rocksdb://{fs / 'outbox'}?reserve_bytes=0") as outbox:
             outbox.put([entry(n) for n in range(10)])
         too_large = FS_BYTES * 3 // 4  # spools would wait for twice that free
-        outbox = open_outbox(f"rocksdb://{fs / 'outbox'}?reserve_bytes={too_large}")
+        sizes = f"reserve_bytes={too_large}&write_buffer_bytes={WRITE_BUFFER_BYTES}"
+        outbox = open_outbox(f"rocksdb://{fs / 'outbox'}?{sizes}")
         try:
             with pytest.raises(OutboxNoSpaceError, match="no room for the disk reserve"):
                 outbox.check_writable()
