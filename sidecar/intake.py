@@ -88,7 +88,9 @@ class Intake:
         pull_in: RecoveryPullIn | None = None,
         broker_log: BrokerStateLog | None = None,
         outage: BrokerOutage | None = None,
+        namespace: str = "",
     ) -> None:
+        """``namespace``: the producer's, which the broker prefixes the topic with."""
         self._coalescer = coalescer
         self._spool_writer = spool_writer
         self._fence = fence
@@ -97,12 +99,13 @@ class Intake:
         self._pull_in = pull_in
         self._broker_log = broker_log
         self._outage = outage
+        self._namespace = namespace
         # One lock per FIFO group with messages in intake, and how many hold or await it.
         self._group_locks: dict[tuple[str, str], tuple[asyncio.Lock, int]] = {}
 
     async def accept(self, message: OutboxMessage) -> Accepted:
         """STORED or SPOOLED; raises SendRejectedError when the message was not taken."""
-        validate_message(message)
+        validate_message(message, namespace=self._namespace)
         if not message.message_group:
             return await self._send_or_spool(message)
         if not self._fence.loaded:

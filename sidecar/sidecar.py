@@ -73,7 +73,7 @@ from sidecar.fifo_fence import FifoFence
 from sidecar.health_log import BrokerStateLog, OutboxStateLog
 from sidecar.intake import Intake
 from sidecar.ledger import AckLedger
-from sidecar.metrics import OUTBOX_NO_SPACE, OUTBOX_UNAVAILABLE, READY, SidecarMetrics
+from sidecar.metrics import OUTBOX_NO_SPACE, OUTBOX_UNAVAILABLE, READY, SidecarMetrics, outbox_label
 from sidecar.outbox_admin_service import OutboxAdminService
 from sidecar.producer import Producer
 from sidecar.resend_pool import ResendPool
@@ -184,6 +184,7 @@ class Sidecar:
             pull_in=self.pool.pull_in,
             broker_log=self.broker_log,
             outage=self.pool.outage,
+            namespace=c.producer.namespace,
         )
         if c.ack_ledger_path is not None:
             self._ledger = AckLedger(
@@ -226,8 +227,8 @@ class Sidecar:
             ("broker state log", self.broker_log.run()),
         ]
         if self._metrics_server is not None or self.config.outbox_stats_enable:
-            # Only for the gauges: stats may scan the outbox (MySQL), so not without a reader
-            # (this sidecar's metrics endpoint, or one serving its registry: rocketbox up's).
+            # Only for the gauges, so not without a reader of them (this sidecar's metrics
+            # endpoint, or one serving its registry: rocketbox up's).
             tasks.append(("outbox stats", self._stats_loop()))
         if self._ledger is not None:
             tasks.append(("ledger", self._ledger.run()))
@@ -327,7 +328,9 @@ class Sidecar:
                 await self.fence.load()
 
     async def _pending_count(self) -> int:
-        return (await self.outbox.stats(now_ms())).pending
+        # Counted, not scanned (Outbox.shared_stats): this sidecar's gauges read it so too.
+        interval_ms = self.config.outbox_stats_interval_ms
+        return (await self.outbox.shared_stats(now_ms(), self.lease_owner, interval_ms)).pending
 
     async def _readiness_loop(self) -> None:
         while True:
@@ -337,15 +340,19 @@ class Sidecar:
                     await self._outbox_reached()
 
     async def _stats_loop(self) -> None:
+        """The outbox gauges, under the outbox's label (sidecar/metrics.py): every sidecar
+        sharing the outbox reads its counters; one at a time scans for the rest."""
+        interval_ms = self.config.outbox_stats_interval_ms
+        label = outbox_label(self.config.outbox_url, self.config.sidecar_id)
         while True:
             now = now_ms()
             try:
-                stats = await self.outbox.stats(now)
+                stats = await self.outbox.shared_stats(now, self.lease_owner, interval_ms)
             except OutboxError as e:
                 LOG.debug("outbox stats unavailable: %s", e)
             else:
-                self.metrics.observe_stats(stats, now)
-            await asyncio.sleep(self.config.outbox_stats_interval_ms / 1000.0)
+                self.metrics.observe_stats(stats, now, label)
+            await asyncio.sleep(interval_ms / 1000.0)
 
     def _recheck_fence(self, topic: str, message_group: str) -> None:
         """A FIFO entry left PENDING: lift its group's fence if it was the last (on a task of

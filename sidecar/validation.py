@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from outbox.entry import OutboxMessage
 from rocketbox_api.message_rules import message_fault, topic_fault
+from rocketbox_api.names import namespaced
 from rocketbox_api.protobuf_ranges import NANOS_MAX, TIMESTAMP_SECONDS_MAX, TIMESTAMP_SECONDS_MIN
 from sidecar import clock
 from sidecar.errors import SendRejectedError
@@ -35,10 +36,13 @@ def validate_timestamp(field: str, seconds: int, nanos: int) -> None:
         )
 
 
-def validate_message(m: OutboxMessage, now_ms: int | None = None) -> None:
+def validate_message(m: OutboxMessage, now_ms: int | None = None, namespace: str = "") -> None:
     """Raise SendRejectedError naming the first field that RocketMQ would refuse. The limits are
-    RocketMQ's defaults: a broker configured below them may still refuse what passes here."""
-    fault = topic_fault(m.topic)
+    RocketMQ's defaults: a broker configured below them may still refuse what passes here.
+
+    ``namespace``: the sidecar's own; the broker checks the topic as it stores it,
+    ``NAMESPACE%TOPIC``, so its length counts the namespace too."""
+    fault = topic_fault(namespaced(namespace, m.topic))
     if fault is None:
         delivery_ms = m.delivery_timestamp_ms
         if now_ms is None:

@@ -5,7 +5,8 @@ Proves: Send with a delivery_time in 1971, or 40 days ago, is answered REJECTED
 (INVALID_ARGUMENT naming delivery_time and the limit), not SPOOLED, though a good message sent
 beside them is SPOOLED; so is each other case the sidecar and the broker disagreed on (a C1
 control character in a tag, a property name only the broker reserved, a SCHEDULE_TOPIC topic),
-in one SendBatch that answers each; and the outbox holds the good message alone.
+in one SendBatch that answers each; and the outbox holds the good message alone. A topic that
+fits alone but not with the sidecar's namespace before it (the broker's stored name) is REJECTED.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from grpc_status import rpc_status
 
 from outbox.factory import open_outbox
 from rocketbox_api.message_rules import DAY_MS, DELIVERY_PAST_MS_MAX
+from rocketbox_api.names import TOPIC_LENGTH_MAX
 from rocketbox_api.v1 import sidecar_pb2 as api
 from sidecar.clock import now_ms
 from tests.broker.broker_process import BrokerProcess
@@ -85,6 +87,32 @@ def test_every_rule_the_two_disagreed_on_is_rejected_not_spooled(sidecar: Sideca
             assert outcome(result) == "rejected", (field, result)
             assert result.rejected.field == field, result
             assert result.rejected.code == grpc.StatusCode.INVALID_ARGUMENT.value[0], result
+        sidecar.stop()
+        assert spooled_ids(sidecar) == [good.message_id]
+    finally:
+        sidecar.kill()
+
+
+def test_a_topic_too_long_with_the_sidecar_s_namespace_is_rejected_not_spooled(
+    broker: BrokerProcess, tmp_path: Path
+) -> None:
+    # 127 characters is the limit of the topic as the broker stores it: NAMESPACE%TOPIC.
+    namespace = "tenant-a"
+    fits = "T" * (TOPIC_LENGTH_MAX - len(namespace) - 1)
+    sidecar = SidecarProcess(
+        broker.endpoint, f"rocksdb://{tmp_path / 'outbox'}", f"--namespace={namespace}"
+    )
+    broker.stop()
+    try:
+        with sidecar.client() as stub:
+            batch = stub.SendBatch(
+                api.SendBatchRequest(messages=[message(fits), message(fits + "U")])
+            )
+        good, refused = batch.results
+        assert outcome(good) == "spooled", good
+        assert outcome(refused) == "rejected", refused
+        assert refused.rejected.field == "topic", refused
+        assert f"limit: {TOPIC_LENGTH_MAX}" in refused.rejected.reason, refused
         sidecar.stop()
         assert spooled_ids(sidecar) == [good.message_id]
     finally:
