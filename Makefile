@@ -144,8 +144,10 @@ bench-reconcile-incremental: $(DEV_STAMP)
 	$(BIN)/python -m bench.reconcile_incremental_bench $(ARGS)
 
 # The chaos suite (chaos/, `python -m chaos`): every scenario, 20,000 messages each through Send,
-# SendBatch and SendStream, against real broker and sidecar processes, private redis-server and
-# mariadbd instances, a fault proxy and a tmpfs (mounting it needs root). Exits 1 on any loss (or
+# SendBatch and SendStream (the power cuts 3,000-5,000), against real broker and sidecar processes,
+# private redis-server and mariadbd instances, a fault proxy, a tmpfs and a FUSE disk that loses
+# power (mounting them needs root; chaos/power_loss.py installs Debian's fuse3 when missing and
+# the dev extra brings mfusepy). Exits 1 on any loss (or
 # a duplicate where a scenario allows none). Records, logs and reconciliations per scenario under
 # build/chaos/, the table in build/chaos/table.md. ARGS="--scenario broker-sigkill --messages
 # 2000" for a part; `python -m chaos --list` names the scenarios.

@@ -2,8 +2,8 @@
 (chaos/power_loss_daemon.py), for the chaos suite's power cuts and their tests.
 
 ``PowerLossDisk(directory)`` lays out ``directory/backing`` (what was synced: the platters),
-``directory/mnt`` (the mount point: what processes use), ``directory/control.sock`` and
-``directory/power-loss-fs.log`` (the daemon's output, kept across mounts).
+``directory/mnt`` (the mount point: what processes use) and ``directory/power-loss-fs.log``
+(the daemon's output, kept across mounts); its control socket is an abstract one.
 
 - ``start`` (``mount``) installs what it needs when missing (Debian's fuse3 for fusermount3 and
   libfuse3; root runs apt-get, as the Makefile does for chromium) and returns once the
@@ -28,6 +28,7 @@ import socket
 import subprocess
 import sys
 import threading
+import uuid
 from pathlib import Path
 from types import TracebackType
 from typing import Any, Self
@@ -42,8 +43,6 @@ CONTROL_DEADLINE_S = 30.0
 INSTALL_DEADLINE_S = 600.0
 CONTROL_ANSWER_BYTES_MAX = 64 * 1024
 LOG_TAIL_BYTES_MAX = 8 * 1024
-# AF_UNIX paths: 108 bytes with the terminating NUL.
-SOCKET_PATH_BYTES_MAX = 107
 APT_GET = ("apt-get", "-o", "DPkg::Lock::Timeout=300")
 # Unsynced bytes the filesystem keeps in all before it writes back the file being written (as
 # a kernel writes dirty pages back): more than a scenario leaves unsynced, and memory it may take.
@@ -99,13 +98,9 @@ class PowerLossDisk:
         self.dir = directory.resolve()
         self.backing_dir = self.dir / "backing"
         self.mount_dir = self.dir / "mnt"
-        self.control_path = self.dir / "control.sock"
+        # An abstract socket: a scenario's directory may be longer than a socket path can be.
+        self.control_name = f"chaos-power-loss-{os.getpid()}-{uuid.uuid4().hex}"
         self.log_path = self.dir / "power-loss-fs.log"
-        if len(str(self.control_path).encode()) > SOCKET_PATH_BYTES_MAX:
-            raise ValueError(
-                f"directory {str(directory)!r} is too long for the control socket in it "
-                f"({SOCKET_PATH_BYTES_MAX} bytes at most for {str(self.control_path)!r})"
-            )
         self._proc: subprocess.Popen[str] | None = None
         self.cuts = 0
 
@@ -126,7 +121,7 @@ class PowerLossDisk:
             proc = subprocess.Popen(
                 [sys.executable, "-m", "chaos.power_loss_daemon",
                  "--backing", str(self.backing_dir), "--mount", str(self.mount_dir),
-                 "--control", str(self.control_path),
+                 "--control", self.control_name,
                  "--unsynced-bytes-max", str(self.unsynced_bytes_max)],
                 cwd=REPO_ROOT, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=log,
                 text=True, errors="replace",
@@ -212,7 +207,7 @@ class PowerLossDisk:
         try:
             with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
                 s.settimeout(CONTROL_DEADLINE_S)
-                s.connect(str(self.control_path))
+                s.connect("\0" + self.control_name)
                 s.sendall(json.dumps({"op": op}).encode() + b"\n")
                 line = s.makefile("rb").readline(CONTROL_ANSWER_BYTES_MAX)
         except OSError as e:

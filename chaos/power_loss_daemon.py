@@ -2,10 +2,12 @@
 chaos/power_loss_fs.py's operations with libfuse 3 (through mfusepy) in the foreground, and
 serves its control socket.
 
-The control socket takes one JSON request a line and answers one JSON line: ``{"op": "stats"}``
-and ``{"op": "cut"}`` (chaos/power_loss_fs.py says what a cut does); anything else is answered
-``{"error": ...}``. The daemon prints READY_LINE once the kernel has connected and the socket
-listens, and exits when the filesystem is unmounted (``fusermount3 -u``).
+The control socket (a name in Linux's abstract namespace, so no path length limits it and
+nothing is left on disk) takes one JSON request a line and answers one JSON line:
+``{"op": "stats"}`` and ``{"op": "cut"}`` (chaos/power_loss_fs.py says what a cut does);
+anything else is answered ``{"error": ...}``. The daemon prints READY_LINE once the kernel has
+connected and the socket listens, and exits when the filesystem is unmounted (``fusermount3
+-u``).
 """
 
 from __future__ import annotations
@@ -90,7 +92,9 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="python -m chaos.power_loss_daemon", description=__doc__)
     parser.add_argument("--backing", type=Path, required=True, help="the synced files")
     parser.add_argument("--mount", type=Path, required=True, help="where to mount them")
-    parser.add_argument("--control", type=Path, required=True, help="the control socket")
+    parser.add_argument(
+        "--control", required=True, help="the control socket's name (Linux's abstract namespace)"
+    )
     parser.add_argument(
         "--unsynced-bytes-max", type=int, default=UNSYNCED_BYTES_MAX_DEFAULT,
         help="unsynced bytes kept in all before the file being written is written back",
@@ -100,8 +104,7 @@ def main(argv: list[str] | None = None) -> None:
         parser.error(f"--unsynced-bytes-max must be at least {UNSYNCED_BYTES_MIN}")
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
     operations = PowerLossOperations(args.backing.resolve(), args.unsynced_bytes_max)
-    args.control.unlink(missing_ok=True)
-    control = _ControlServer(str(args.control), operations)
+    control = _ControlServer("\0" + args.control, operations)
 
     serving = threading.Thread(target=control.serve_forever, daemon=True, name="control")
 
@@ -120,7 +123,6 @@ def main(argv: list[str] | None = None) -> None:
         if serving.is_alive():
             control.shutdown()
         control.server_close()
-        args.control.unlink(missing_ok=True)
     LOG.info("unmounted %s", args.mount)
 
 

@@ -348,5 +348,5 @@ SCENARIOS: dict[str, Scenario] = {
         *_power_cut_scenarios(),
     ]
 }  # fmt: skip
-# The two `make test` runs (tests/chaos/test_chaos_short.py), with a few thousand messages.
-SHORT_SCENARIOS = ("broker-sigkill", "sidecar-kill-drain-rocksdb")
+# The `make test` runs (tests/chaos/test_chaos_short.py), with a few thousand messages.
+SHORT_SCENARIOS = ("broker-sigkill", "sidecar-kill-drain-rocksdb", "power-cut-drain-rocksdb")

@@ -1,4 +1,4 @@
-"""The chaos suite's two short scenarios, run by ``make test`` (the full suite is ``make chaos``).
+"""The chaos suite's short scenarios, run by ``make test`` (the full suite is ``make chaos``).
 
 Each runs a scenario end to end as ``python -m chaos`` does, with a few thousand messages: real
 broker (SYNC_FLUSH) and sidecar processes, the load through Send, SendBatch and SendStream, the
@@ -7,7 +7,9 @@ fault, the drain, a consumer reading everything back, and ``rocketbox reconcile`
 Proves, against the faults the suite injects:
 - broker SIGKILL mid-load: nothing acknowledged (STORED or SPOOLED) is lost, every message sent
   got exactly one answer, FIFO groups stay in order;
-- sidecar SIGKILL mid-drain (RocksDB outbox), restarted: the same, and no message is stored twice.
+- sidecar SIGKILL mid-drain (RocksDB outbox), restarted: the same, and no message is stored twice;
+- a power cut of the RocksDB outbox's disk mid-drain (its unsynced writes dropped, the sidecar
+  killed), restarted: the same, and no message is stored twice.
 """
 
 from __future__ import annotations
