@@ -11,7 +11,9 @@ The cut, in the order a real one imposes:
 1. those processes are frozen (SIGSTOP), all of them, so that none acts on the cut: nothing an
    application or a peer is told after it may rest on a write the cut drops (a process stopped
    in a system call stops as the call returns, before its code runs again);
-2. the disk drops every unsynced write and answers EIO from then on;
+2. the kernel's dirty pages of the disk (the broker's mapped writes not yet sent to it) are
+   written back to it, unsynced, so that the cut's counts include them; then the disk drops
+   every unsynced write and answers EIO from then on;
 3. the processes are SIGKILLed (a stopped process dies of it) and reaped;
 4. after the machine's seeded time down, the disk is mounted again over what was synced, and
    the processes are started again on their ports, servers before the sidecar that uses them.
@@ -59,6 +61,7 @@ def power_cut(stage: Stage, down_s: float) -> dict[str, Any]:
     parts = victims(stage)
     for _, part in parts:
         part.signal(signal.SIGSTOP)
+    disk.write_back_page_cache()
     dropped = disk.cut()
     codes = {name: part.kill() for name, part in parts}
     stage.event("power cut", killed=codes, **dropped)

@@ -7,7 +7,7 @@ writer SIGKILLed), and a fresh mount over the same backing directory shows what 
 - namespace changes (create, rename, unlink, mkdir) are durable at once: a file created and never
   synced is there, empty; a synced file renamed is there under its new name;
 - writes through a shared mapping are kept once msync'ed or fdatasync'ed, and lost otherwise (the
-  broker's commitlog is written that way);
+  broker's commitlog is written that way), also when the kernel wrote them back before the cut;
 - a real RocksDB (rocksdict) keeps every write it synced, and loses the unsynced ones written
   after its last synced write, which SIGKILL alone would have kept;
 - before the cut every process reads what was written, synced or not; after it the mount answers
@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import errno
 import json
+import mmap
 import os
 import socket
 import subprocess
@@ -136,6 +137,24 @@ def test_mapped_writes_are_kept_once_synced(disk: PowerLossDisk) -> None:
     kept = (disk.mount_dir / "mapped").read_bytes()
     assert len(kept) == 3 * 4096
     assert kept.replace(b"\0", b"") == b"fdsyncmsync"
+
+
+def test_page_cache_written_back_before_a_cut_is_counted_and_dropped(disk: PowerLossDisk) -> None:
+    fd = os.open(disk.mount_dir / "mapped", os.O_RDWR | os.O_CREAT, 0o644)
+    os.posix_fallocate(fd, 0, 2 * 4096)
+    os.fsync(fd)
+    mapped = mmap.mmap(fd, 2 * 4096)
+    mapped[4096:4101] = b"dirty"
+    # The page is dirty in the kernel's cache: the filesystem has not seen it yet.
+    assert disk.stats()["unsynced_bytes"] == 0
+    disk.write_back_page_cache()
+    assert disk.stats()["unsynced_bytes"] == 4096
+    assert disk.cut()["unsynced_bytes"] == 4096
+    mapped.close()
+    with pytest.raises(OSError, match="Input/output error"):
+        os.close(fd)
+    disk.remount()
+    assert (disk.mount_dir / "mapped").read_bytes() == bytes(2 * 4096)
 
 
 # Raw mode, as the outbox opens it: rocksdict's own mode keeps its settings in a file of its own,
