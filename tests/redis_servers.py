@@ -261,7 +261,12 @@ class RedisSentinelServers:
         """SENTINEL FAILOVER, waited for: returns (old master, new master) once every Sentinel
         names the new one and every other server replicates from it with its link up."""
         old = self.master()
-        self.sentinels[0].command("SENTINEL", "FAILOVER", SERVICE_NAME)
+        wait_until(
+            "a Sentinel to start the failover (one within twice failover-timeout of the last "
+            "is refused)",
+            self._failover_started,
+            SETTLE_DEADLINE_S,
+        )
         wait_until(
             "every Sentinel to name a new master",
             lambda: all(self._named_port(s) not in (None, old.port) for s in self.sentinels),
@@ -274,6 +279,13 @@ class RedisSentinelServers:
             SETTLE_DEADLINE_S,
         )
         return old, new
+
+    def _failover_started(self) -> bool:
+        try:
+            self.sentinels[0].command("SENTINEL", "FAILOVER", SERVICE_NAME)
+        except redis.ResponseError:  # INPROG, or the last one is too recent
+            return False
+        return True
 
     def _start(self) -> None:
         master = start_redis(self._stack, self.directory / "server0", list)

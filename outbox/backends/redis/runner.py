@@ -136,7 +136,8 @@ class ScriptRunner:
         while True:
             try:
                 return self._redis.execute_command(*command)
-            except rex.TryAgainError:
+            # RedisCluster's own retries of TRYAGAIN end in ClusterError ("TTL exhausted").
+            except (rex.TryAgainError, rex.ClusterError):
                 if time.monotonic() > deadline:
                     raise
             time.sleep(CLUSTER_RETRY_PAUSE_S)
