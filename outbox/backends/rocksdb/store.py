@@ -115,6 +115,18 @@ def rocksdb_path(url: str) -> Path:
     )
 
 
+def _options(write_buffer_bytes: int, *, statistics: bool, create: bool) -> rocksdict.Options:
+    options = rocksdict.Options(raw_mode=True)
+    options.create_if_missing(create)
+    # They bound what a reopen writes, which the reserve must hold (outbox/disk_reserve.py).
+    options.set_write_buffer_size(write_buffer_bytes)
+    options.set_max_write_buffer_number(WRITE_BUFFERS)
+    options.set_keep_log_file_num(INFO_LOGS_KEPT)
+    if statistics:
+        options.enable_statistics()
+    return options
+
+
 class RocksDBStore(Outbox):
     """The database and its in-memory state, under one lock; a full disk handled here."""
 
@@ -146,14 +158,7 @@ class RocksDBStore(Outbox):
         # The leases found at the first open: (lease_until_ms, seq) by message id. Their holder
         # is gone; they stay ended should the database be reopened (a full disk).
         self._dead_leases: dict[str, tuple[int, int]] = {}
-        self._options = rocksdict.Options(raw_mode=True)
-        self._options.create_if_missing(not read_only)
-        # They bound what a reopen writes, which the reserve must hold (outbox/disk_reserve.py).
-        self._options.set_write_buffer_size(write_buffer_bytes)
-        self._options.set_max_write_buffer_number(WRITE_BUFFERS)
-        self._options.set_keep_log_file_num(INFO_LOGS_KEPT)
-        if statistics:
-            self._options.enable_statistics()
+        self._options = _options(write_buffer_bytes, statistics=statistics, create=not read_only)
         self._unsynced = rocksdict.WriteOptions()
         self._synced = rocksdict.WriteOptions()
         self._synced.sync = True
