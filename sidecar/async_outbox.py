@@ -119,6 +119,9 @@ class AsyncOutbox:
     async def stats(self, now_ms: int) -> OutboxStats:
         return await self._run(lambda o: o.stats(now_ms))
 
+    async def shared_stats(self, now_ms: int, reader: str, interval_ms: int) -> OutboxStats:
+        return await self._run(lambda o: o.shared_stats(now_ms, reader, interval_ms))
+
     async def check_writable(self) -> None:
         await self._run(lambda o: o.check_writable())
 

@@ -15,24 +15,32 @@
   the broker, by method and the gRPC code of the answer (INTERNAL: a fault of the front).
 - ``rocketbox_outbox_put_seconds``: one durable spool write (shared by concurrent spools).
 - ``rocketbox_outbox_put_entries``: entries per spool write.
-- ``rocketbox_outbox_entries{state}``: depth by PENDING, IN_FLIGHT, DELIVERED, DEAD.
-- ``rocketbox_outbox_bytes``: body bytes counted against ``outbox_bytes_max``.
-- ``rocketbox_outbox_oldest_pending_age_seconds``: 0 when nothing is pending.
+- ``rocketbox_outbox_entries{outbox, state}``: depth by PENDING, IN_FLIGHT, DELIVERED, DEAD.
+- ``rocketbox_outbox_bytes{outbox}``: body bytes counted against ``outbox_bytes_max``.
+- ``rocketbox_outbox_oldest_pending_age_seconds{outbox}``: 0 when nothing is pending.
 - ``rocketbox_sidecar_ready{reason}``: 1 for the readiness reason now, 0 for the others: READY,
   or why not: OUTBOX_NO_SPACE (the outbox's storage is full: spools refused, the drain goes on),
   OUTBOX_UNAVAILABLE (the outbox cannot be written). Refreshed with readiness.
 - ``rocketbox_outbox_no_space``: 1 while the outbox refuses spools for want of space (a full
   disk, Redis at maxmemory), while what it holds is still delivered.
 
-The outbox gauges are refreshed every ``outbox_stats_interval_ms``: ``stats`` may scan (MySQL),
-so it is not called per scrape.
+The outbox gauges (the last three) are the whole outbox's, however many sidecars share it: every
+sidecar sharing one exports the same figures under the same ``outbox`` label (``outbox_label``:
+the backend's name of it, without credentials; for an outbox no other sidecar opens, qualified by
+the sidecar's id), so dashboards and alerts count it once with ``max by (outbox)``, never
+``sum``. They are refreshed every ``outbox_stats_interval_ms`` by ``Outbox.shared_stats``, not per
+scrape: its totals come from the backend's counters, and what needs a scan (MySQL's in flight)
+is read by one sidecar at a time and published to the others.
 """
 
 from __future__ import annotations
 
+from urllib.parse import urlsplit
+
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 from outbox.entry import OutboxStats
+from outbox.factory import backend_class
 
 # Seconds: a local send takes about a millisecond; a spool after retries up to the send timeout.
 LATENCY_BUCKETS_S = (0.0005, 0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5)
@@ -99,16 +107,7 @@ class SidecarMetrics:
         self.intake_in_flight = Gauge(
             "rocketbox_sidecar_intake_in_flight", "Messages inside the sidecar now.", registry=r
         )
-        self.entries = Gauge(
-            "rocketbox_outbox_entries", "Outbox entries by state.", ["state"], registry=r
-        )
-        self.bytes = Gauge(
-            "rocketbox_outbox_bytes", "Body bytes of pending and dead entries.", registry=r
-        )
-        self.oldest_pending_age = Gauge(
-            "rocketbox_outbox_oldest_pending_age_seconds",
-            "Age of the oldest pending entry (0: none).", registry=r,
-        )  # fmt: skip
+        self._outbox_gauges(r)
         self.ready = Gauge(
             "rocketbox_sidecar_ready", "1 for the readiness reason now (READY or why not).",
             ["reason"], registry=r,
@@ -119,16 +118,44 @@ class SidecarMetrics:
             registry=r,
         )  # fmt: skip
 
+    def _outbox_gauges(self, r: CollectorRegistry) -> None:
+        """The whole outbox's figures, labelled by it (module docstring)."""
+        self.entries = Gauge(
+            "rocketbox_outbox_entries", "Outbox entries by state (the whole outbox's).",
+            ["outbox", "state"], registry=r,
+        )  # fmt: skip
+        self.bytes = Gauge(
+            "rocketbox_outbox_bytes", "Body bytes of pending and dead entries.", ["outbox"],
+            registry=r,
+        )  # fmt: skip
+        self.oldest_pending_age = Gauge(
+            "rocketbox_outbox_oldest_pending_age_seconds",
+            "Age of the oldest pending entry (0: none).", ["outbox"], registry=r,
+        )  # fmt: skip
+
     def observe_readiness(self, reason: str) -> None:
         for known in READINESS_REASONS:
             self.ready.labels(known).set(1 if known == reason else 0)
         self.outbox_no_space.set(1 if reason == OUTBOX_NO_SPACE else 0)
 
-    def observe_stats(self, stats: OutboxStats, now_ms: int) -> None:
-        self.entries.labels("PENDING").set(stats.pending)
-        self.entries.labels("IN_FLIGHT").set(stats.in_flight)
-        self.entries.labels("DELIVERED").set(stats.delivered)
-        self.entries.labels("DEAD").set(stats.dead)
-        self.bytes.set(stats.bytes)
+    def observe_stats(self, stats: OutboxStats, now_ms: int, outbox: str) -> None:
+        """The outbox gauges of ``outbox`` (its ``outbox_label``) from its stats."""
+        self.entries.labels(outbox, "PENDING").set(stats.pending)
+        self.entries.labels(outbox, "IN_FLIGHT").set(stats.in_flight)
+        self.entries.labels(outbox, "DELIVERED").set(stats.delivered)
+        self.entries.labels(outbox, "DEAD").set(stats.dead)
+        self.bytes.labels(outbox).set(stats.bytes)
         oldest = stats.oldest_pending_created_ms
-        self.oldest_pending_age.set(0 if oldest is None else max(0, now_ms - oldest) / 1000.0)
+        age_s = 0 if oldest is None else max(0, now_ms - oldest) / 1000.0
+        self.oldest_pending_age.labels(outbox).set(age_s)
+
+
+def outbox_label(url: str, sidecar_id: str) -> str:
+    """The ``outbox`` label of the outbox ``url`` names (module docstring): the same in every
+    sidecar given that URL, without credentials (``Outbox.label``)."""
+    backend = backend_class(urlsplit(url).scheme.lower())
+    label = backend.label(url)
+    if backend.features.shared_by_sidecars:
+        return label
+    # No other sidecar opens it: the same path in another pod is another outbox.
+    return f"{label} on {sidecar_id}"

@@ -31,5 +31,19 @@ def metrics_port(output: str, line: re.Pattern[str]) -> int:
 
 
 def sample(samples: Samples, name: str, **labels: str) -> float:
-    """A sample's value; 0 when the series does not exist yet (a counter never incremented)."""
-    return samples.get((name, tuple(sorted(labels.items()))), 0.0)
+    """A sample's value; 0 when the series does not exist yet (a counter never incremented).
+    Labels left out match any value when no series has exactly those given: the sum of the
+    series that have them, as PromQL's ``sum`` (the outbox gauges' ``outbox`` label, say)."""
+    key = (name, tuple(sorted(labels.items())))
+    if key in samples:
+        return samples[key]
+    found = series(samples, name, **labels)
+    return sum(found.values()) if found else 0.0
+
+
+def series(samples: Samples, name: str, **labels: str) -> Samples:
+    """The samples of ``name`` that have ``labels`` (and any others)."""
+    wanted = set(labels.items())
+    return {
+        key: value for key, value in samples.items() if key[0] == name and wanted <= set(key[1])
+    }

@@ -226,9 +226,8 @@ class Resources:
                 try:
                     with engine.begin() as conn:
                         for table in self.mysql_tables:
-                            conn.execute(
-                                sa.text(f"DROP TABLE IF EXISTS `{table}`, `{table}_counters`")
-                            )
+                            tables = f"`{table}`, `{table}_counters`, `{table}_stats`"
+                            conn.execute(sa.text(f"DROP TABLE IF EXISTS {tables}"))
                 finally:
                     engine.dispose()
                 self.mysql_tables.clear()

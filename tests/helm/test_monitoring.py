@@ -8,6 +8,9 @@ Proves:
 - the rules pass `promtool check rules`, and so does every query of the dashboard (each made a
   recording rule, Grafana's variables replaced); every alert has a severity, a summary and a
   description, and each concern the chart promises has its alert;
+- an outbox several sidecars share (each reporting the whole of it under one ``outbox`` label)
+  is counted once: its alerts fire once, on its own figures, not on their sum; the dashboard
+  counts each outbox once too;
 - the dashboard is well formed: unique panel ids, every query on the datasource variable;
 - every metric a query or a rule names is one a real broker or sidecar exports (or the kubelet's,
   for the disks), with the labels it selects on: a broker and a sidecar run with metrics on free
@@ -279,9 +282,11 @@ def test_the_alerts_fire_on_series_that_cross_their_thresholds(
         }
 
     sick = 'namespace="ns", pod="app-0"'
+    sick_outbox = "rocksdb:///data/outbox on app-0:8980"
     series = [
         # Buried entries from the first minute; the outbox unreachable from the start.
-        {"series": f'rocketbox_outbox_entries{{{sick}, state="DEAD"}}', "values": "0 3x20"},
+        {"series": f'rocketbox_outbox_entries{{{sick}, outbox="{sick_outbox}", state="DEAD"}}',
+         "values": "0 3x20"},
         {"series": f'rocketbox_sidecar_ready{{{sick}, reason="OUTBOX_UNAVAILABLE"}}',
          "values": "1x20"},
         # Half the answers spooled: 10 a minute of each state.
@@ -290,8 +295,8 @@ def test_the_alerts_fire_on_series_that_cross_their_thresholds(
         {"series": f'rocketbox_sidecar_sends_total{{{sick}, state="STORED", cause=""}}',
          "values": "0+10x20"},
         # A healthy sidecar beside it.
-        {"series": 'rocketbox_outbox_entries{namespace="ns", pod="app-1", state="DEAD"}',
-         "values": "0x20"},
+        {"series": 'rocketbox_outbox_entries{namespace="ns", pod="app-1", state="DEAD", '
+                   'outbox="rocksdb:///data/outbox on app-1:8980"}', "values": "0x20"},
         {"series": 'rocketbox_sidecar_ready{namespace="ns", pod="app-1", reason="READY"}',
          "values": "1x20"},
     ]  # fmt: skip
@@ -306,8 +311,9 @@ def test_the_alerts_fire_on_series_that_cross_their_thresholds(
                 "alert_rule_test": [
                     {"eval_time": "1m", "alertname": "RocketboxOutboxBuried", "exp_alerts": []},
                     {"eval_time": "3m", "alertname": "RocketboxOutboxBuried",
-                     "exp_alerts": [alert("RocketboxOutboxBuried", fired, "critical",
-                                          "app-0: 3 buried (DEAD) outbox entries")]},
+                     "exp_alerts": [alert("RocketboxOutboxBuried",
+                                          {"namespace": "ns", "outbox": sick_outbox}, "critical",
+                                          f"{sick_outbox}: 3 buried (DEAD) outbox entries")]},
                     {"eval_time": "3m", "alertname": "RocketboxOutboxNotWritable",
                      "exp_alerts": [alert("RocketboxOutboxNotWritable",
                                           fired | {"reason": "OUTBOX_UNAVAILABLE"}, "critical",
@@ -318,6 +324,63 @@ def test_the_alerts_fire_on_series_that_cross_their_thresholds(
                      "exp_alerts": [alert("RocketboxSpoolRatioHigh", fired, "warning",
                                           "app-0: 50% of sends spooled")]},
                     {"eval_time": "16m", "alertname": "RocketboxOutboxDepthHigh", "exp_alerts": []},
+                ],
+            }
+        ],
+    }  # fmt: skip
+    path = tmp_path / "tests.yaml"
+    path.write_text(yaml.safe_dump(tests, sort_keys=False))
+    out = promtool_run("test", "rules", str(path))
+    assert "SUCCESS" in out, out
+
+
+def test_an_outbox_sidecars_share_is_counted_once(monitored: list[Doc], tmp_path: Path) -> None:
+    """`promtool test rules`: the sidecars of three pods each report one shared MySQL outbox's
+    6,000 PENDING and 2 DEAD entries: no depth alert (their sum would pass the 10,000 of the
+    defaults), one buried alert saying 2. A second outbox with 12,000 PENDING, reported by one
+    sidecar, fires the depth alert once. The dashboard's depth query, evaluated over the same
+    series, adds the two outboxes once each."""
+    rules = tmp_path / "rules.yaml"
+    promtool_check_rules(rule_groups(monitored), rules)
+    described = {r["alert"]: r["annotations"]["description"] for g in rule_groups(monitored)
+                 for r in g["rules"]}  # fmt: skip
+    shared, alone = "mysql+pymysql://db:3306/shop.outbox", "mysql+pymysql://db:3306/shop.billing"
+    series = [
+        {"series": f'rocketbox_outbox_entries{{namespace="ns", pod="{pod}", outbox="{shared}", '
+                   f'state="{state}"}}', "values": f"{n}x20"}
+        for pod in ("app-0", "app-1", "app-2") for state, n in (("PENDING", 6_000), ("DEAD", 2))
+    ]  # fmt: skip
+    series.append(
+        {"series": f'rocketbox_outbox_entries{{namespace="ns", pod="billing-0", outbox="{alone}", '
+                   'state="PENDING"}', "values": "12000x20"}
+    )  # fmt: skip
+    (depth_query,) = [e for where, e in dashboard_exprs() if "Outbox entries, by state" in where]
+    tests = {
+        "rule_files": [str(rules)],
+        "evaluation_interval": "1m",
+        "tests": [
+            {
+                "interval": "1m",
+                "input_series": series,
+                "alert_rule_test": [
+                    {"eval_time": "16m", "alertname": "RocketboxOutboxDepthHigh", "exp_alerts": [
+                        {"exp_labels": {"namespace": "ns", "outbox": alone, "severity": "warning"},
+                         "exp_annotations": {
+                             "summary": f"{alone}: 12000 outbox entries waiting to be resent",
+                             "description": described["RocketboxOutboxDepthHigh"]}},
+                    ]},
+                    {"eval_time": "3m", "alertname": "RocketboxOutboxBuried", "exp_alerts": [
+                        {"exp_labels": {"namespace": "ns", "outbox": shared,
+                                        "severity": "critical"},
+                         "exp_annotations": {
+                             "summary": f"{shared}: 2 buried (DEAD) outbox entries",
+                             "description": described["RocketboxOutboxBuried"]}},
+                    ]},
+                ],
+                "promql_expr_test": [
+                    {"expr": without_grafana_variables(depth_query), "eval_time": "5m",
+                     "exp_samples": [{"labels": '{state="PENDING"}', "value": 18_000},
+                                     {"labels": '{state="DEAD"}', "value": 2}]},
                 ],
             }
         ],

@@ -33,7 +33,7 @@ from sidecar.message_id import MessageIdGenerator
 from sidecar.producer import Producer, ProducerConfig
 from tests.broker.broker_process import BrokerProcess, small_store_config, wait_until
 from tests.outbox.conftest import backend_url
-from tests.prometheus import metrics_port, scrape
+from tests.prometheus import metrics_port, scrape, series
 from tests.sidecar.sidecar_process import (
     CALL_DEADLINE_S,
     SidecarProcess,
@@ -93,8 +93,9 @@ def commitlog_copies(broker: BrokerProcess) -> Counter[str]:
 
 def pending_gauge(sidecar: SidecarProcess) -> float | None:
     """The restarted sidecar's PENDING outbox gauge; None before its first stats pass."""
-    samples = scrape(metrics_port(sidecar.output(), METRICS_LINE))
-    return samples.get(("rocketbox_outbox_entries", (("state", "PENDING"),)))
+    found = series(scrape(metrics_port(sidecar.output(), METRICS_LINE)), "rocketbox_outbox_entries",
+                   state="PENDING")  # fmt: skip
+    return sum(found.values()) if found else None
 
 
 def spool_backlog(sidecar: SidecarProcess) -> list[str]:

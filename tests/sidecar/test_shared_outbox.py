@@ -42,7 +42,8 @@ def shared_outbox_url(request: pytest.FixtureRequest) -> Iterator[str]:
     yield f"{mysql_url()}?table={table}"
     engine = sqlalchemy.create_engine(mysql_url())
     with engine.begin() as connection:
-        connection.execute(sqlalchemy.text(f"DROP TABLE IF EXISTS `{table}`, `{table}_counters`"))
+        tables = f"`{table}`, `{table}_counters`, `{table}_stats`"
+        connection.execute(sqlalchemy.text(f"DROP TABLE IF EXISTS {tables}"))
     engine.dispose()
 
 

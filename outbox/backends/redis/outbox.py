@@ -138,6 +138,12 @@ class RedisOutbox(Outbox):
         del create
         return cls(parse_url(url), limits)
 
+    @classmethod
+    def label(cls, url: str) -> str:
+        """The hosts and database, and the key prefix: two prefixes on one Redis are two
+        outboxes."""
+        return f"{super().label(url)}?prefix={parse_url(url).prefix}"
+
     # -- the contract -------------------------------------------------------------------------
 
     def put(self, entries: Sequence[OutboxEntry]) -> list[OutboxEntry]:
