@@ -2,19 +2,22 @@
 passthrough over a backing directory, mounted by chaos/power_loss_daemon.py (a process of its
 own) and driven by chaos/power_loss.py.
 
-The model (the one LazyFS's page cache implements: unsynced file data is lost, namespace changes
-are not):
+The model (unsynced file data is lost, as LazyFS's page cache loses it; metadata is not):
 
-- **File contents and sizes** (write, truncate, O_TRUNC, fallocate) are kept in memory, per file
-  (per inode: hard links and renames keep them), until that file is fsynced or fdatasynced
-  (either one, through any of its descriptors, and writes through a descriptor opened with
-  O_SYNC or O_DSYNC), which writes them to the backing file. Reads see them at once, as they see
-  a page cache. Shared mappings (mmap) take the same path: the kernel writes their dirty pages to
-  the filesystem at msync, fsync or its own writeback, and they are kept like any write.
-- **Namespace changes** (create, mkdir, rename, link, unlink, rmdir, symlink, mknod) and
-  attributes (chmod, chown, utimens) go to the backing directory at once and survive a cut. A
-  file created and never synced is there after the cut, with what was synced of it: nothing.
-  Directory fsyncs change nothing.
+- **File data** (write, pwrite, and the size a write past the end gives the file) is kept in
+  memory, per file (per inode: hard links and renames keep it), until that file is fsynced or
+  fdatasynced (either one, through any of its descriptors; a write through a descriptor opened
+  with O_SYNC or O_DSYNC is synced as it is written), which writes it to the backing file. Reads
+  see it at once, as they see a page cache. Shared mappings (mmap) take the same path: the
+  kernel writes their dirty pages to the filesystem at msync, fsync, munmap or its own
+  writeback, and they are kept like any write.
+- **Metadata** goes to the backing directory at once and survives a cut, as a journaling
+  filesystem (ext4, XFS) commits it in order: namespace changes (create, mkdir, rename, link,
+  unlink, rmdir, symlink, mknod), explicit size changes (truncate, ftruncate, O_TRUNC,
+  fallocate) and attributes (chmod, chown, utimens). A file created and written but never synced
+  is there after the cut, empty; one truncated and rewritten without a sync is there, empty; a
+  file preallocated and renamed into place is there at its full size, zeros where its unsynced
+  data was. Directory fsyncs change nothing.
 - Under memory pressure (more than ``unsynced_bytes_max`` unsynced in all), the file being
   written is written back to the backing file, as a kernel writes back dirty pages: that data
   then survives a cut, as it may on a real disk. The stats count these write-backs.
@@ -159,8 +162,14 @@ class PowerLossOperations(mfusepy.Operations):  # type: ignore[misc]  # an untyp
         self._handles[fd] = _Handle(st.st_ino, bool(flags & os.O_DSYNC))
         self._open_count[st.st_ino] = self._open_count.get(st.st_ino, 0) + 1
         if flags & os.O_TRUNC:
-            self._state(st.st_ino, st.st_size).truncate(0)
+            os.ftruncate(fd, 0)
+            self._resized(st.st_ino, 0)
         return fd
+
+    def _resized(self, ino: int, size: int) -> None:
+        state = self._files.get(ino)
+        if state is not None:
+            state.resized(size)
 
     def read(self, path: str | None, size: int, offset: int, fh: int) -> bytes:
         with self._mutex:
@@ -195,7 +204,11 @@ class PowerLossOperations(mfusepy.Operations):  # type: ignore[misc]  # an untyp
             st = os.fstat(fh) if fh is not None else os.lstat(self._real(path))
             if not stat.S_ISREG(st.st_mode):
                 raise mfusepy.FuseOSError(errno.EINVAL)
-            self._state(st.st_ino, st.st_size).truncate(length)
+            if fh is not None:
+                os.ftruncate(fh, length)
+            else:
+                os.truncate(self._real(path), length)
+            self._resized(st.st_ino, length)
             return 0
 
     def fallocate(self, path: str | None, mode: int, offset: int, size: int, fh: int) -> int:
@@ -203,9 +216,12 @@ class PowerLossOperations(mfusepy.Operations):  # type: ignore[misc]  # an untyp
             self._alive()
             if mode & ~FALLOC_FL_KEEP_SIZE:
                 raise mfusepy.FuseOSError(errno.EOPNOTSUPP)
-            state = self._state(self._handles[fh].ino, os.fstat(fh).st_size)
-            if not mode & FALLOC_FL_KEEP_SIZE and offset + size > state.size:
-                state.truncate(offset + size)
+            if mode & FALLOC_FL_KEEP_SIZE:
+                return 0
+            os.posix_fallocate(fh, offset, size)
+            state = self._files.get(self._handles[fh].ino)
+            if state is not None:
+                state.backing_grown(os.fstat(fh).st_size)
             return 0
 
     def fsync(self, path: str | None, datasync: int, fh: int) -> int:

@@ -98,6 +98,23 @@ class UnsyncedFile:
             self.cut_size = min(self.cut_size, size)
         self.size = size
 
+    def resized(self, size: int) -> None:
+        """The backing file was just resized to ``size`` by an explicit size change (truncate,
+        ftruncate, O_TRUNC), which is durable at once: unsynced writes past ``size`` are gone,
+        those below it stay unsynced."""
+        if size < self.size:
+            self.truncate(size)
+        self.size = max(self.size, size)
+        self.base_size = self.cut_size = size
+
+    def backing_grown(self, size: int) -> None:
+        """The backing file was just grown to ``size`` (fallocate): its new bytes are zeros; the
+        file's own size grows to it when it was shorter."""
+        if size < self.base_size or self.cut_size != self.base_size:
+            raise ValueError(f"a backing file of {self.base_size} bytes cannot grow to {size}")
+        self.size = max(self.size, size)
+        self.base_size = self.cut_size = size
+
     @staticmethod
     def _zero_from(page: bytearray, index: int, pos: int) -> None:
         """Zero the bytes of page ``index`` at and past file position ``pos``."""

@@ -3,9 +3,11 @@ a writer process does its writes on the mount, the power is cut (its unsynced wr
 writer SIGKILLed), and a fresh mount over the same backing directory shows what survived.
 
 - a write never synced is gone; a write followed by fsync, by fdatasync, or through an O_DSYNC
-  descriptor is kept; an unsynced truncation (ftruncate, O_TRUNC) is undone;
-- namespace changes (create, rename, unlink, mkdir) are durable at once: a file created and never
-  synced is there, empty; a synced file renamed is there under its new name;
+  descriptor is kept;
+- metadata is durable at once: explicit size changes (ftruncate, O_TRUNC, fallocate) and
+  namespace changes (create, rename, unlink, mkdir): a file created and never synced is there,
+  empty; a synced file renamed is there under its new name; a file preallocated and renamed into
+  place is there at its size, zeros where its unsynced writes were;
 - writes through a shared mapping are kept once msync'ed or fdatasync'ed, and lost otherwise (the
   broker's commitlog is written that way), also when the kernel wrote them back before the cut;
 - a real RocksDB (rocksdict) keeps every write it synced, and loses the unsynced ones written
@@ -86,7 +88,7 @@ def test_an_unsynced_write_is_gone_and_a_synced_one_kept(disk: PowerLossDisk) ->
     assert (disk.backing_dir / "fsynced").read_bytes() == b"synced"
 
 
-def test_unsynced_truncations_are_undone(disk: PowerLossDisk) -> None:
+def test_explicit_size_changes_are_durable_at_once_and_data_is_not(disk: PowerLossDisk) -> None:
     for name in ("cut", "reopened"):
         fd = os.open(disk.mount_dir / name, os.O_WRONLY | os.O_CREAT, 0o644)
         os.write(fd, b"s" * 10_000)
@@ -98,10 +100,16 @@ def test_unsynced_truncations_are_undone(disk: PowerLossDisk) -> None:
         fd = os.open("cut", os.O_RDWR); os.ftruncate(fd, 10)
         with open("reopened", "wb") as f:
             f.write(b"new")
+        # The broker's way to a new segment: preallocated, renamed into place, written, unsynced.
+        fd = os.open("segment.creating", os.O_RDWR | os.O_CREAT, 0o644)
+        os.posix_fallocate(fd, 0, 3 * 4096)
+        os.rename("segment.creating", "segment")
+        os.pwrite(fd, b"record", 0)
         """,
     )
-    assert (disk.mount_dir / "cut").read_bytes() == b"s" * 10_000
-    assert (disk.mount_dir / "reopened").read_bytes() == b"s" * 10_000
+    assert (disk.mount_dir / "cut").read_bytes() == b"s" * 10
+    assert (disk.mount_dir / "reopened").read_bytes() == b""
+    assert (disk.mount_dir / "segment").read_bytes() == bytes(3 * 4096)
 
 
 def test_namespace_changes_are_durable_at_once(disk: PowerLossDisk) -> None:
@@ -219,7 +227,8 @@ def test_unsynced_writes_are_read_until_the_cut_and_then_eio(disk: PowerLossDisk
     with pytest.raises(OSError, match="Input/output error"):
         (disk.mount_dir / "new").write_bytes(b"x")
     disk.remount()
-    assert path.read_bytes() == b""
+    # The size it was given is durable; the data written never was.
+    assert path.read_bytes() == bytes(6000)
     assert disk.stats() == {
         "unsynced_files": 0, "unsynced_bytes": 0, "dead": False, "syncs": 0, "writes": 0,
         "writebacks": 0,

@@ -1,8 +1,10 @@
 """chaos/unsynced.py, what a file holds beyond its last fsync, over a real backing file:
 
-- whatever the writes and truncations since the sync, the file reads as a plain file given the
-  same calls would (sizes, zeros where a truncation cut and the file grew again);
-- the backing file is untouched until ``write_back``, and afterwards reads exactly the same.
+- whatever the writes, truncations, durable resizes and preallocations since the sync, the file
+  reads as a plain file given the same calls would (sizes, zeros where a truncation cut and the
+  file grew again);
+- the backing file holds only what the durable resizes and preallocations did to it until
+  ``write_back``, and afterwards reads exactly as the file does.
 """
 
 from __future__ import annotations
@@ -25,6 +27,8 @@ ops = st.lists(
     st.one_of(
         st.tuples(st.just("write"), offsets, st.binary(min_size=1, max_size=2 * PAGE_BYTES)),
         st.tuples(st.just("truncate"), offsets, st.just(b"")),
+        st.tuples(st.just("resize"), offsets, st.just(b"")),
+        st.tuples(st.just("grow"), offsets, st.just(b"")),
     ),
     max_size=12,
 )
@@ -40,15 +44,42 @@ def backing(path: Path, content: bytes) -> Iterator[int]:
         os.close(fd)
 
 
-def apply(model: bytearray, op: str, offset: int, data: bytes) -> None:
+def sized(model: bytearray, size: int) -> None:
+    if size < len(model):
+        del model[size:]
+    else:
+        model.extend(bytes(size - len(model)))
+
+
+def apply(model: bytearray, backing_model: bytearray, op: str, offset: int, data: bytes) -> None:
+    """What the file reads, and what its backing file holds, after ``op``."""
     if op == "write":
         if offset > len(model):
             model.extend(bytes(offset - len(model)))
         model[offset : offset + len(data)] = data
-    elif offset < len(model):
-        del model[offset:]
-    else:
-        model.extend(bytes(offset - len(model)))
+    elif op in ("truncate", "resize"):
+        sized(model, offset)
+        if op == "resize":
+            # Durable at once: the backing file is cut or zero-extended to the size.
+            sized(backing_model, offset)
+    elif offset > len(backing_model):
+        # fallocate: the backing file grows with zeros; the file grows to it if shorter.
+        sized(backing_model, offset)
+        if offset > len(model):
+            sized(model, offset)
+
+
+def step(state: UnsyncedFile, fd: int, op: str, offset: int, data: bytes) -> None:
+    if op == "write":
+        state.write(fd, offset, data)
+    elif op == "truncate":
+        state.truncate(offset)
+    elif op == "resize":
+        os.ftruncate(fd, offset)
+        state.resized(offset)
+    elif offset > os.fstat(fd).st_size:
+        os.posix_fallocate(fd, 0, offset)
+        state.backing_grown(offset)
 
 
 @settings(max_examples=200, deadline=None)
@@ -62,17 +93,16 @@ def test_it_reads_as_a_plain_file_and_writes_back_the_same(
     path = tmp_path_factory.getbasetemp() / "unsynced"
     with backing(path, synced) as fd:
         state = UnsyncedFile(len(synced))
-        model = bytearray(synced)
+        model, backing_model = bytearray(synced), bytearray(synced)
         for op, offset, data in steps:
-            apply(model, op, offset, data)
-            if op == "write":
-                state.write(fd, offset, data)
-            else:
-                state.truncate(offset)
+            if op == "grow" and state.cut_size != state.base_size:
+                continue  # fallocate comes after an unsynced truncate only through resize
+            apply(model, backing_model, op, offset, data)
+            step(state, fd, op, offset, data)
             assert state.size == len(model)
         assert state.read(fd, 0, SIZE_MAX * 2) == bytes(model)
         assert state.read(fd, read_at, 777) == bytes(model[read_at : read_at + 777])
-        assert path.read_bytes() == synced, "the backing file changed before the sync"
+        assert path.read_bytes() == backing_model, "the backing file holds unsynced writes"
         state.write_back(fd)
         assert path.read_bytes() == bytes(model)
         assert not state.pages
