@@ -23,7 +23,9 @@ from tests.prometheus import metrics_port, sample, scrape
 from tests.services import free_port, mysql_url, redis_url, unique_name
 from tests.sidecar.sidecar_process import SidecarProcess, message, outcome, send, stored_copies
 
-MESSAGES_PER_SIDECAR = 100
+# Enough that one pool's drain outlasts the other's reconnection to the returned broker (its
+# gRPC channel's reconnect back-off, at most 2 s) and its first probe.
+MESSAGES_PER_SIDECAR = 300
 DELIVERY_DEADLINE_S = 60.0
 B_METRICS_LINE = re.compile(r"sidecar metrics on [^\s]+:(\d+)")
 
@@ -62,7 +64,7 @@ def test_two_sidecars_on_one_outbox_never_send_an_entry_twice(
     # The two pools must compete for this test to prove anything. Small claims sent one at a
     # time, so that a drain takes many rounds, and a short poll, so that the other pool looks
     # in between: with the defaults the pool that first saw the broker back could drain all
-    # 200 before the other's next poll (seen on CI). No pull-in: the sidecar that first sees
+    # the backlog before the other's next poll (seen on CI). No pull-in: the sidecar that first sees
     # the broker back would make its own spools due at once and drain them alone.
     sidecars = [
         SidecarProcess(
@@ -72,6 +74,8 @@ def test_two_sidecars_on_one_outbox_never_send_an_entry_twice(
             "--pull-in-ids-max=0",
             "--resend-concurrency-max=1",
             "--poll-interval-ms=10",
+            # Each sidecar ends its own outage by a probe: soon, so that both join the drain.
+            "--probe-interval-max-ms=100",
         )
         for _ in range(2)
     ]
