@@ -15,7 +15,7 @@ REQUEUE = """
 local now, n = ARGV[2], 0
 for a = 3, #ARGV do
   local h = ekey(ARGV[a])
-  if has(h) then
+  if not LOOSE and has(h) then
     local f = call('HMGET', h, 'state', 'grp')
     if f[1] == 'DEAD' and f[2] ~= '' and has(gkey(f[2])) then
       local head = call('ZRANGE', gkey(f[2]), 0, 0)[1]

@@ -1,9 +1,10 @@
 """The Redis outbox's keys: their layout, and the names the scripts are given.
 
 Every key of an outbox starts with its key base, so all of them are in one Cluster slot (the base
-is hash-tagged there) and several outboxes can share one database. Every script is given the
-fixed keys (FIXED_KEYS, in that order: scripts.py's PRELUDE names them) and declares the others
-it touches (runner.py).
+is hash-tagged there) and several outboxes can share one database. On a Cluster every script is
+given every key it touches (runner.py): the fixed keys (FIXED_KEYS), those its caller can name,
+and those it asks for; ``KeyHints`` remembers the keys a claim found, so that the next claim and
+the claimed entries' settlements need not ask for them again.
 
 Keys (``P`` is the key base: the prefix, hash-tagged on a Cluster, urls.py)::
 
@@ -36,7 +37,16 @@ Keys (``P`` is the key base: the prefix, hash-tagged on a Cluster, urls.py)::
 
 from __future__ import annotations
 
-# KEYS[1..12] of every script, after the key base (PRELUDE names them in this order).
+import threading
+from collections.abc import Iterable, Sequence
+
+# Claimed entries whose settlement keys are remembered: an entry claimed and never settled (its
+# sidecar died) is forgotten once this many newer ones are remembered.
+SETTLE_HINTS_MAX = 100_000
+# Keys of entries made claimable by settlements, remembered for the next claim.
+CLAIM_HINTS_MAX = 20_000
+
+# The keys any script may touch, whatever the call is about (PRELUDE names them).
 FIXED_KEYS = (
     "due", "leases", "n", "groups", "s:PENDING", "created", "seq",
     "s:DELIVERED", "t:DELIVERED", "s:DEAD", "t:DEAD", "groups:ready",
@@ -54,3 +64,48 @@ def entry_key(base: str, message_id: str) -> str:
 def group_key(base: str, name: str) -> str:
     """The P:g key of a group name (fields.group_name)."""
     return f"{base}:g:{name}"
+
+
+class KeyHints:
+    """What the claims of one outbox instance found (on a Cluster): the keys of the due entries
+    after those the last claim took, and, per claimed FIFO entry, its group's key and the entry
+    after it. Only hints: a key declared in vain costs nothing, and a script asks for any it
+    still lacks. Shared by the instance's threads."""
+
+    def __init__(self, base: str) -> None:
+        self._base = base
+        self._lock = threading.Lock()
+        # The keys of the due entries the last claim did not take, and of those settlements
+        # made claimable since (a FIFO group's next entry).
+        self.claim_keys: list[bytes] = []
+        self._made_due: list[bytes] = []
+        self._settle: dict[str, list[str]] = {}
+
+    def claim_keys_now(self) -> list[str]:
+        """The keys the next claim declares at once."""
+        with self._lock:
+            keys, self._made_due = [*self.claim_keys, *self._made_due], []
+        return [key.decode() for key in keys]
+
+    def made_due(self, keys: Sequence[bytes]) -> None:
+        with self._lock:
+            self._made_due += keys
+            del self._made_due[:-CLAIM_HINTS_MAX]
+
+    def claimed(self, entries: Sequence[tuple[str, str | None, str | None]]) -> None:
+        """(message id, group name or None, the id after it in its group or None) per entry."""
+        with self._lock:
+            for message_id, group, after in entries:
+                if group is None:
+                    continue
+                keys = [group_key(self._base, group)]
+                if after is not None:
+                    keys.append(entry_key(self._base, after))
+                self._settle[message_id] = keys
+            while len(self._settle) > SETTLE_HINTS_MAX:
+                del self._settle[next(iter(self._settle))]
+
+    def settled(self, message_ids: Iterable[str]) -> list[str]:
+        """The keys remembered for these entries (forgotten now: their leases end)."""
+        with self._lock:
+            return [key for m in message_ids for key in self._settle.pop(m, ())]

@@ -63,7 +63,7 @@ from outbox.backends.redis import scripts as redis_scripts
 from outbox.backends.redis import settle_scripts
 from outbox.backends.redis.connection import open_client, translated_error
 from outbox.backends.redis.fields import entry_from_hash, group_name, group_of_name, pairs
-from outbox.backends.redis.keys import entry_key, group_key
+from outbox.backends.redis.keys import KeyHints, entry_key, group_key
 from outbox.backends.redis.puts import put_call, put_results
 from outbox.backends.redis.runner import Lua, ScriptRunner
 from outbox.backends.redis.urls import RedisUrl, parse_url
@@ -73,17 +73,8 @@ from outbox.contract_checks import (
     check_purge_state,
     check_put_entries,
 )
-from outbox.entry import (
-    DeliveryReceipt,
-    EntryState,
-    OutboxEntry,
-    OutboxLimits,
-    OutboxStats,
-)
-from outbox.errors import (
-    OutboxError,
-    OutboxUnavailableError,
-)
+from outbox.entry import DeliveryReceipt, EntryState, OutboxEntry, OutboxLimits, OutboxStats
+from outbox.errors import OutboxError, OutboxUnavailableError
 from outbox.group_commit import GroupCommitter, Result
 from outbox.outbox import Outbox, OutboxFeatures
 
@@ -113,6 +104,7 @@ class RedisOutbox(Outbox):
         self._where = url.where
         self._client, self._close_client = open_client(url)
         self._runner = ScriptRunner(self._client, url)
+        self._hints = KeyHints(url.key_base)
         self._closed = False
         script = ScriptRunner.script
         self._put_script = script(redis_scripts.PUT)
@@ -176,20 +168,33 @@ class RedisOutbox(Outbox):
             return []
         limit = min(limit, CLAIM_BATCH_MAX)
         claimed: list[OutboxEntry] = []
-        wanted: dict[str, None] = {}
-        candidates = limit
-        # Rounds (the CLAIM script): the first finds the due entries' keys, the next claims
-        # them (a third for FIFO entries, whose groups' keys it finds). Other claimers take
-        # entries meanwhile: a round that claimed nothing looks further down P:due next time.
-        for _ in range(CLAIM_ROUNDS_MAX):
+        declared = self._runner.declared
+        # On a Cluster, rounds (the CLAIM script): one finds the due entries' keys (those the
+        # last claim found after what it took are declared at once), the next claims them (a
+        # third for FIFO entries, whose groups' keys it finds). Other claimers take entries
+        # meanwhile: a round that claimed nothing looks further down P:due next time.
+        wanted = dict.fromkeys(self._hints.claim_keys_now()) if declared else {}
+        candidates = min(2 * limit, CLAIM_CANDIDATES_MAX) if declared else limit
+        after: list[bytes] = []
+        for round_ in range(CLAIM_ROUNDS_MAX):
             args = [now_ms, limit - len(claimed), candidates, now_ms + lease_ms, owner]
-            batch, dropped, keys = self._run(self._claim_script, "claim_due", args, list(wanted))
-            claimed += [entry_from_hash(pairs(flat)) for flat in batch]
+            batch, dropped, keys, nexts, after = self._run(
+                self._claim_script, "claim_due", args, list(wanted)
+            )
+            entries = [entry_from_hash(pairs(flat)) for flat in batch]
+            claimed += entries
+            if declared:
+                self._hints.claimed(
+                    [(e.message_id, _group(e), nxt and nxt.decode())
+                     for e, nxt in zip(entries, nexts, strict=True)]
+                )  # fmt: skip
             if len(claimed) >= limit or not (dropped or keys):
                 break
             wanted.update(dict.fromkeys(key.decode() for key in keys))
-            if not batch:
+            if not batch and round_ > 0:
                 candidates = min(candidates * 2, CLAIM_CANDIDATES_MAX)
+        if declared:
+            self._hints.claim_keys = after
         return claimed
 
     def expire_leases(self, owner_prefix: str, now_ms: int) -> int:
@@ -210,12 +215,13 @@ class RedisOutbox(Outbox):
     def mark_delivered_many(self, deliveries: Sequence[tuple[str, DeliveryReceipt]]) -> list[bool]:
         answers: list[bool] = []
         for start in range(0, len(deliveries), DELIVER_BATCH_MAX):
+            batch = deliveries[start : start + DELIVER_BATCH_MAX]
             args: list[Any] = []
-            keys: list[str] = []
-            for message_id, r in deliveries[start : start + DELIVER_BATCH_MAX]:
+            for message_id, r in batch:
                 args += [message_id, r.queue_id, r.queue_offset, r.delivered_ms, int(r.durable)]
-                keys.append(self._entry_key(message_id))
-            reply = self._run(self._delivered_script, "mark_delivered", args, keys)
+            keys = self._settle_keys([message_id for message_id, _ in batch])
+            reply, made_due = self._run(self._delivered_script, "mark_delivered", args, keys)
+            self._hints.made_due(made_due)
             answers += [flag == ord("1") for flag in reply]
         return answers
 
@@ -230,16 +236,19 @@ class RedisOutbox(Outbox):
         maybe_stored: bool,
     ) -> bool:
         args = [message_id, owner, next_send_time_ms, error, int(maybe_stored)]
-        keys = [self._entry_key(message_id)]
+        keys = self._settle_keys([message_id])
         return bool(self._run(self._unlease_script, "reschedule", args, keys))
 
     def bury(self, message_id: str, owner: str, error: str, now_ms: int) -> bool:
         args = [message_id, owner, error, now_ms]
-        return bool(self._run(self._bury_script, "bury", args, [self._entry_key(message_id)]))
+        keys = self._settle_keys([message_id])
+        buried, made_due = self._run(self._bury_script, "bury", args, keys)
+        self._hints.made_due(made_due)
+        return bool(buried)
 
     def release(self, message_id: str, owner: str) -> bool:
         args = [message_id, owner, ""]
-        keys = [self._entry_key(message_id)]
+        keys = self._settle_keys([message_id])
         return bool(self._run(self._unlease_script, "release", args, keys))
 
     def requeue(self, message_ids: Sequence[str] | None, now_ms: int) -> int:
@@ -336,7 +345,8 @@ class RedisOutbox(Outbox):
     # -- internals ----------------------------------------------------------------------------
 
     def _commit(self, requests: Sequence[Sequence[OutboxEntry]]) -> list[Result]:
-        keys, args = put_call(self._base, self.limits, requests)
+        base = self._base if self._runner.declared else None
+        keys, args = put_call(base, self.limits, requests)
         return put_results(self.limits, requests, self._run(self._put_script, "put", args, keys))
 
     def _run_by_ids(
@@ -363,6 +373,13 @@ class RedisOutbox(Outbox):
         if self._closed:
             raise OutboxUnavailableError(f"redis outbox {self._where} is closed")
 
+    def _settle_keys(self, message_ids: Sequence[str]) -> list[str]:
+        """The keys a settlement of these claimed entries declares (a Cluster): theirs, and
+        those their claim found (their groups', the entries after them)."""
+        if not self._runner.declared:
+            return []
+        return [*(self._entry_key(m) for m in message_ids), *self._hints.settled(message_ids)]
+
     def _entry_key(self, message_id: str) -> str:
         return entry_key(self._base, message_id)
 
@@ -376,3 +393,8 @@ class RedisOutbox(Outbox):
             yield
         except (rex.RedisError, rex.RedisClusterException) as e:
             raise translated_error(e, f"{self._where} {what}") from e
+
+
+def _group(entry: OutboxEntry) -> str | None:
+    """The group name of a FIFO entry's P:g key (fields.group_name), or None."""
+    return group_name(*entry.fifo_group) if entry.fifo_group is not None else None

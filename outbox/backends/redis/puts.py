@@ -15,17 +15,19 @@ from outbox.group_commit import Result
 
 
 def put_call(
-    base: str, limits: OutboxLimits, requests: Sequence[Sequence[OutboxEntry]]
+    base: str | None, limits: OutboxLimits, requests: Sequence[Sequence[OutboxEntry]]
 ) -> tuple[list[str], list[Any]]:
     """(KEYS, ARGV after the key base) of one PUT call for ``requests``: every entry's key and
-    every group's. One JSON argument for every request's fields, and one per body: redis-py's
-    cost is per argument, and this runs on the thread every concurrent put waits for."""
+    every group's (none when ``base`` is None: a loose call, runner.py). One JSON argument for
+    every request's fields, and one per body: redis-py's cost is per argument, and this runs on
+    the thread every concurrent put waits for."""
     keys: list[str] = []
-    for entries in requests:
-        for e in entries:
-            keys.append(entry_key(base, e.message_id))
-            if e.fifo_group is not None:
-                keys.append(group_key(base, group_name(*e.fifo_group)))
+    if base is not None:
+        for entries in requests:
+            for e in entries:
+                keys.append(entry_key(base, e.message_id))
+                if e.fifo_group is not None:
+                    keys.append(group_key(base, group_name(*e.fifo_group)))
     fields = [[put_fields(e) for e in entries] for entries in requests]
     args: list[Any] = [
         limits.outbox_entries_max,

@@ -1,13 +1,18 @@
 """How the Redis outbox runs its Lua scripts (scripts.py): with every key declared, on the
 master that holds the outbox, and with ``wait_replicas`` followed by WAIT.
 
-Declared keys. A call declares the fixed keys (keys.FIXED_KEYS) and the per-entry keys its caller
-can name (a put's entries, the ids given). Keys a script finds on the way (the due entries, an
-entry's group, the group's next head) it may not touch undeclared, so it reads first and, when
-it would need more, writes nothing and names them; ``run`` calls it again with those declared
-too, up to NEED_ROUNDS_MAX rounds (a put or a plain delivery is one call, a claim two, three
-for FIFO entries). Between rounds the outbox may change (another sidecar): each round reads
-afresh, and keys declared in vain cost nothing.
+Declared keys, on a Cluster. A call declares the fixed keys (keys.FIXED_KEYS) and the per-entry
+keys its caller can name (a put's entries, the ids given, what keys.KeyHints remembers). Keys a
+script finds on the way (the due entries, an entry's group, the group's next head) it may not
+touch undeclared, so it reads first and, when it would need more, writes nothing and names them;
+``run`` calls it again with those declared too, up to NEED_ROUNDS_MAX rounds. Between rounds the
+outbox may change (another sidecar): each round reads afresh, and keys declared in vain cost
+nothing. With the hints a put, a claim in a drain and its settlements are one call each.
+
+Loose, on one server and Sentinel's master: scripts are called without KEYS and name the keys
+they find as they go, in one call, as before Cluster support (Redis allows it outside a
+Cluster). Declaring them there would cost every call the arguments redis-py encodes one by one
+and the rounds that find them (docs/internals.md has the figures).
 
 WAIT. With ``wait_replicas=N`` a script that writes and WAIT N go to the server in one request
 on one connection (WAIT counts the replicas that acknowledged that connection's writes): the
@@ -52,17 +57,24 @@ class KeysKeptChangingError(rex.TryAgainError):
 
 
 @dataclass(frozen=True, slots=True)
+class Source:
+    text: bytes
+    sha1: str
+
+    @classmethod
+    def of(cls, text: str) -> Source:
+        data = text.encode()
+        return cls(data, hashlib.sha1(data, usedforsecurity=False).hexdigest())
+
+
+@dataclass(frozen=True, slots=True)
 class Lua:
-    """One operation's script: its source, and the same flagged to run at maxmemory (None:
-    never so); ``writes``: it changes the outbox (WAIT follows it)."""
+    """One operation's script, and the same flagged to run at maxmemory (None: never so);
+    ``writes``: it changes the outbox (WAIT follows it)."""
 
-    source: bytes
-    allow_oom_source: bytes | None
+    plain: Source
+    allow_oom: Source | None
     writes: bool
-
-
-def sha1(source: bytes) -> str:
-    return hashlib.sha1(source, usedforsecurity=False).hexdigest()
 
 
 class ScriptRunner:
@@ -71,19 +83,22 @@ class ScriptRunner:
         # redis-py's command methods are untyped: called through Any.
         self._redis: Any = client
         self.url = url
-        self.fixed_keys = fixed_keys(url.key_base)
+        # Whether every key a script touches is declared (a Cluster), or none (module docstring).
+        self.declared = url.topology is Topology.CLUSTER
+        self.fixed_keys = fixed_keys(url.key_base) if self.declared else ()
         # Until a server says it cannot compile ALLOW_OOM (Redis 6).
         self._allow_oom = True
 
     @staticmethod
     def script(body: str, *, allow_oom: bool = False, writes: bool = True) -> Lua:
         source = redis_scripts.PRELUDE + body
-        flagged = (redis_scripts.ALLOW_OOM + source).encode() if allow_oom else None
-        return Lua(source.encode(), flagged, writes)
+        flagged = Source.of(redis_scripts.ALLOW_OOM + source) if allow_oom else None
+        return Lua(Source.of(source), flagged, writes)
 
     def run(self, lua: Lua, keys: Sequence[str], args: Sequence[Any]) -> Any:
-        """The script's result, run with the fixed keys, ``keys`` and those it asks for."""
-        declared = dict.fromkeys((*self.fixed_keys, *keys))
+        """The script's result, run with the fixed keys, ``keys`` and those it asks for (a
+        Cluster), or loose (the keys ignored)."""
+        declared = dict.fromkeys((*self.fixed_keys, *keys)) if self.declared else {}
         for _ in range(NEED_ROUNDS_MAX):
             reply, acked = self._eval(lua, list(declared), [self.url.key_base, *args])
             if reply[0] == 0:
@@ -105,29 +120,28 @@ class ScriptRunner:
 
     def _eval(self, lua: Lua, keys: list[str], args: list[Any]) -> tuple[Any, int | None]:
         """(the reply, the replicas WAIT counted or None) of one round."""
-        flagged = lua.allow_oom_source is not None and self._allow_oom
-        source = lua.allow_oom_source if flagged and lua.allow_oom_source else lua.source
+        source = lua.allow_oom if lua.allow_oom is not None and self._allow_oom else lua.plain
         try:
             return self._evalsha(source, keys, args, lua.writes)
         except rex.ResponseError as e:
-            if not flagged or "Error compiling script" not in str(e):
+            if source is lua.plain or "Error compiling script" not in str(e):
                 raise
             self._allow_oom = False  # Redis 6: no script flags
-            return self._evalsha(lua.source, keys, args, lua.writes)
+            return self._evalsha(lua.plain, keys, args, lua.writes)
 
     def _evalsha(
-        self, source: bytes, keys: list[str], args: list[Any], writes: bool
+        self, source: Source, keys: list[str], args: list[Any], writes: bool
     ) -> tuple[Any, int | None]:
-        command = ("EVALSHA", sha1(source), len(keys), *keys, *args)
+        command = ("EVALSHA", source.sha1, len(keys), *keys, *args)
         for loaded in (False, True):
             try:
                 if writes and self.url.wait_replicas:
-                    return self._waited(command, keys[0])
+                    return self._waited(command, keys[0] if keys else self.url.key_base)
                 return self._retried(command), None
             except rex.NoScriptError:
                 if loaded:
                     raise
-                self._redis.script_load(source)
+                self._redis.script_load(source.text)
         raise AssertionError("unreachable")
 
     def _retried(self, command: tuple[Any, ...]) -> Any:

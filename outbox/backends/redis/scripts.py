@@ -24,23 +24,27 @@ from __future__ import annotations
 # scripts without it).
 ALLOW_OOM = "#!lua flags=allow-oom\n"
 
-# Shared by every script. KEYS: the fixed keys (runner.FIXED_KEYS, in that order), then the
-# per-entry and per-group keys the call declares; ARGV[1] is the key base (the prefix,
-# hash-tagged on a Cluster). The scripts touch no key that is not declared (``call`` refuses
-# one): they read first, and a script that finds it needs keys it was not given writes nothing
-# and answers {1, key...}; the runner calls it again with those declared too. {0, result}
-# otherwise.
+# Shared by every script. ARGV[1] is the key base (the prefix, hash-tagged on a Cluster); the
+# keys are named from it. Two ways to call a script (runner.py):
+# - declared (a Cluster): KEYS holds the fixed keys (keys.FIXED_KEYS) and the per-entry and
+#   per-group keys the caller can name. The script touches no other (``call`` refuses one): it
+#   reads first, and when it finds it needs keys it was not given it writes nothing and answers
+#   {1, key...}; the runner calls it again with those declared too.
+# - loose (KEYS empty: one server, Sentinel's master): the script touches the keys it finds as
+#   it goes, in one call, as it did before Cluster support. Redis allows it outside a Cluster.
+# The answer is {0, result} otherwise.
 PRELUDE = """
 local P = ARGV[1]
-local DUE, LEASES, COUNTS, GROUPS = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
-local S_PENDING, CREATED, SEQ = KEYS[5], KEYS[6], KEYS[7]
-local S_DELIVERED, T_DELIVERED, S_DEAD, T_DEAD = KEYS[8], KEYS[9], KEYS[10], KEYS[11]
-local GROUPS_READY = KEYS[12]
+local LOOSE = #KEYS == 0
+local DUE, LEASES, COUNTS, GROUPS = P .. ':due', P .. ':leases', P .. ':n', P .. ':groups'
+local S_PENDING, CREATED, SEQ = P .. ':s:PENDING', P .. ':created', P .. ':seq'
+local S_DELIVERED, T_DELIVERED = P .. ':s:DELIVERED', P .. ':t:DELIVERED'
+local S_DEAD, T_DEAD, GROUPS_READY = P .. ':s:DEAD', P .. ':t:DEAD', P .. ':groups:ready'
 local DECLARED, NEEDED = {}, {}
 for _, key in ipairs(KEYS) do DECLARED[key] = true end
 -- The read phase's test: true for a declared key; any other is noted as needed (once).
 local function has(key)
-  if DECLARED[key] then return true end
+  if LOOSE or DECLARED[key] then return true end
   if DECLARED[key] == nil then
     DECLARED[key] = false
     NEEDED[#NEEDED + 1] = key
@@ -50,7 +54,9 @@ end
 -- Every command on a key goes through call, which refuses an undeclared one before Redis
 -- sees it (a read phase that missed a key is a bug, found by the tests on any Redis).
 local function call(command, key, ...)
-  if not DECLARED[key] then return error('rocketbox outbox: undeclared key ' .. key) end
+  if not (LOOSE or DECLARED[key]) then
+    return error('rocketbox outbox: undeclared key ' .. key)
+  end
   return redis.call(command, key, ...)
 end
 -- The reply that asks for the keys noted by has (nothing was written), or nil.
@@ -99,6 +105,8 @@ local function note_leaving(leaving, grp, id)
     leaving[grp][id] = true
   end
 end
+-- Declared calls: the keys of the entries leave_pending made claimable, and their groups'.
+local MADE_DUE = {}
 -- PENDING entry id leaves its indexes; its group's next entry becomes claimable, or the group
 -- leaves P:groups with its last PENDING entry.
 local function leave_pending(id, h)
@@ -116,6 +124,10 @@ local function leave_pending(id, h)
       local nxt = call('ZRANGE', gk, 0, 0, 'WITHSCORES')
       if nxt[1] then
         call('ZADD', DUE, due_score(ekey(nxt[1])), dmember(nxt[2], nxt[1]))
+        if not LOOSE then
+          MADE_DUE[#MADE_DUE + 1] = ekey(nxt[1])
+          MADE_DUE[#MADE_DUE + 1] = gk
+        end
       else
         call('SREM', GROUPS, grp)
       end
@@ -223,18 +235,25 @@ return done(reply)
 # due entries, their groups). Looks at the first ``candidates`` P:due members that are due, in
 # order, and claims up to ``limit``, stopping at the first one whose keys were not declared (so
 # that what a claim returns is the soonest due); the keys of it and of the members after it are
-# noted. Result {the claimed entries' HGETALLs, dropped, the keys wanted}: dropped counts the
-# members that were no claimable entry (they cannot be, unless the keys were edited by hand),
-# removed from P:due rather than claimed. A claim is never refused for a key it lacks: it claims
-# what it can, and outbox.py's claim_due calls again with the keys wanted. An entry taken over
-# an expired lease (its owner still set: no outcome was recorded) gets ms = 1: maybe stored.
+# noted. Result {the claimed entries' HGETALLs, dropped, the keys wanted, nexts, after}: dropped
+# counts the members that were no claimable entry (they cannot be, unless the keys were edited
+# by hand), removed from P:due rather than claimed; nexts (declared calls) gives per claimed
+# entry of a group the member after it (its settlement will need that key), else false; after
+# the keys of the members looked at and not claimed, declared or not (the next claim_due
+# declares them at once). A claim is never refused for a key it lacks: it claims what it can,
+# and outbox.py's claim_due calls again with the keys wanted. An entry taken over an expired
+# lease (its owner still set: no outcome was recorded) gets ms = 1: maybe stored.
 CLAIM = """
 local now, limit, candidates = ARGV[2], tonumber(ARGV[3]), tonumber(ARGV[4])
 local lease_until, owner = ARGV[5], ARGV[6]
 local members = call('ZRANGEBYSCORE', DUE, '-inf', now, 'LIMIT', 0, candidates)
-local claimed, dropped, blocked = {}, 0, false
+local claimed, nexts, after, dropped, blocked = {}, {}, {}, 0, false
 for _, member in ipairs(members) do
-  if #claimed >= limit then break end
+  if #claimed >= limit then
+    -- Declared: the keys of the members after those claimed are noted, for the next claim.
+    if LOOSE then break end
+    blocked = true
+  end
   local id = member_id(member)
   local h = ekey(id)
   local f, gk = nil, nil
@@ -244,7 +263,11 @@ for _, member in ipairs(members) do
   end
   if not f or (gk and not has(gk)) then
     blocked = true
-  elseif not blocked then
+  end
+  if blocked then
+    after[#after + 1] = h
+    if gk then after[#after + 1] = gk end
+  else
     if f[1] ~= 'PENDING' or (gk and call('ZRANGE', gk, 0, 0)[1] ~= id) then
       call('ZREM', DUE, member)
       dropped = dropped + 1
@@ -254,8 +277,10 @@ for _, member in ipairs(members) do
       call('ZADD', DUE, lease_until, member)
       call('ZADD', LEASES, lease_until, id)
       claimed[#claimed + 1] = call('HGETALL', h)
+      -- Declared: the entry that will be its group's head after it, for the settlement's keys.
+      nexts[#claimed] = (not LOOSE and gk and call('ZRANGE', gk, 1, 1)[1]) or false
     end
   end
 end
-return done({claimed, dropped, NEEDED})
+return done({claimed, dropped, NEEDED, nexts, after})
 """

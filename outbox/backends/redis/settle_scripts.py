@@ -12,19 +12,22 @@ from __future__ import annotations
 
 # ARGV: key base, then per delivery: id, queue_id, queue_offset, delivered_ms, durable (0/1).
 # KEYS: the entries' P:e keys; found on the way: their groups and each group's next head.
-# Result: one character per delivery, '1' (delivered) or '0' (not PENDING), in order.
+# Result {one character per delivery, '1' (delivered) or '0' (not PENDING), in order; the keys
+# of the entries made claimable (declared calls: the next claim declares them)}.
 DELIVERED = """
-local leaving = {}
-for a = 2, #ARGV, 5 do
-  local h = ekey(ARGV[a])
-  if has(h) then
-    local f = call('HMGET', h, 'state', 'grp')
-    if f[1] == 'PENDING' then note_leaving(leaving, f[2], ARGV[a]) end
+if not LOOSE then
+  local leaving = {}
+  for a = 2, #ARGV, 5 do
+    local h = ekey(ARGV[a])
+    if has(h) then
+      local f = call('HMGET', h, 'state', 'grp')
+      if f[1] == 'PENDING' then note_leaving(leaving, f[2], ARGV[a]) end
+    end
   end
+  leaving_reads(leaving)
+  local need = needed()
+  if need then return need end
 end
-leaving_reads(leaving)
-local need = needed()
-if need then return need end
 local answers, delivered, freed = {}, 0, 0
 for a = 2, #ARGV, 5 do
   local id, d_ms = ARGV[a], ARGV[a + 3]
@@ -47,15 +50,16 @@ if delivered > 0 then
   call('HINCRBY', COUNTS, 'delivered', delivered)
   call('HINCRBY', COUNTS, 'bytes', -freed)
 end
-return done(table.concat(answers))
+return done({table.concat(answers), MADE_DUE})
 """
 
 # ARGV: key base, id, owner, error, now_ms. KEYS: the entry's; found on the way: its group and
-# the group's next head. Result 1 or 0 (not PENDING, or not the owner).
+# the group's next head. Result {1 or 0 (not PENDING, or not the owner), the keys of the entry
+# made claimable (as DELIVERED's)}.
 BURY = """
 local id = ARGV[2]
 local h = ekey(id)
-if has(h) then
+if not LOOSE and has(h) then
   local f = call('HMGET', h, 'state', 'owner', 'grp')
   if f[1] == 'PENDING' and f[2] == ARGV[3] then
     local leaving = {}
@@ -66,14 +70,14 @@ end
 local need = needed()
 if need then return need end
 local f = call('HMGET', h, 'state', 'owner', 'seq')
-if f[1] ~= 'PENDING' or f[2] ~= ARGV[3] then return done(0) end
+if f[1] ~= 'PENDING' or f[2] ~= ARGV[3] then return done({0, MADE_DUE}) end
 leave_pending(id, h)
 call('HSET', h, 'state', 'DEAD', 'err', ARGV[4], 'changed', ARGV[5], 'owner', '', 'lease', 0)
 call('HINCRBY', h, 'attempts', 1)
 call('HINCRBY', COUNTS, 'dead', 1)
 call('ZADD', S_DEAD, f[3], id)
 call('ZADD', T_DEAD, ARGV[5], id)
-return done(1)
+return done({1, MADE_DUE})
 """
 
 # ARGV: key base, id, owner, next_send_time_ms ('' to keep it: release), then for a reschedule
