@@ -44,6 +44,8 @@ REFUSED_EXIT_CODE = 5
 ACCEPTED_URLS = (
     "rocksdb:///absolute/path (or rocksdb://./relative/path), "
     "redis://[:password@]host:port/db?prefix=NAME (rediss:// for TLS), "
+    "redis+sentinel://[:password@]host:port[,host:port...]/SERVICE?prefix=NAME, "
+    "redis+cluster://[:password@]host:port[,host:port...]/?prefix=NAME, "
     "mysql+pymysql://user:password@host:port/db?table=NAME"
 )
 OUTBOX_PARAM_HINT = "'--outbox' / ROCKETBOX_OUTBOX"

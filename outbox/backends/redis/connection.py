@@ -40,7 +40,14 @@ class BlockingSentinelConnectionPool(SentinelConnectionPool, redis.BlockingConne
     changes) that waits for a free connection at its bound rather than failing at once."""
 
 
-def translated_error(e: rex.RedisError | rex.RedisClusterException, what: str) -> OutboxError:
+def translated_error(
+    e: rex.RedisError | rex.RedisClusterException, what: str, topology: Topology | None = None
+) -> OutboxError:
+    if topology is not Topology.CLUSTER and (
+        isinstance(e, rex.AskError) or "non local key" in str(e)
+    ):
+        # A redis:// URL naming a Cluster node: it answers for its own slots only.
+        what += " (the server is a Redis Cluster node: open it with redis+cluster://)"
     if isinstance(e, rex.OutOfMemoryError):
         return OutboxNoSpaceError(f"redis outbox {what}: the server is at its maxmemory: {e}")
     transient = (

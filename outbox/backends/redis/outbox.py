@@ -392,7 +392,7 @@ class RedisOutbox(Outbox):
         try:
             yield
         except (rex.RedisError, rex.RedisClusterException) as e:
-            raise translated_error(e, f"{self._where} {what}") from e
+            raise translated_error(e, f"{self._where} {what}", self.url.topology) from e
 
 
 def _group(entry: OutboxEntry) -> str | None:

@@ -4,6 +4,8 @@
   it is, no hash tag), so an outbox written by an earlier release is read as it was;
 - a Cluster: every key of an outbox is in the one slot of its hash-tagged prefix, on the master
   that serves it;
+- a ``redis://`` URL naming a Cluster node (as before Cluster support) is told to use
+  ``redis+cluster://`` when it meets a key of another node's slot;
 - a Cluster drain costs about one script call a claim and one a settlement: the keys a claim finds
   (the entries after those it took, a FIFO group's next entry) are declared by the next call
   without asking (counted by the master's own command statistics).
@@ -11,10 +13,11 @@
 
 from __future__ import annotations
 
+import pytest
 import redis
 from redis.crc import key_slot
 
-from outbox import open_outbox
+from outbox import OutboxError, open_outbox
 from outbox.backends.redis.fields import group_name
 from outbox.backends.redis.urls import Topology, key_base
 from tests.outbox.entries import LEASE_MS, NOW_MS, TOPIC, entry, message_id, receipt
@@ -91,3 +94,17 @@ def test_a_cluster_drain_is_one_call_a_claim_and_a_settlement(
         assert evalsha <= calls * 1.1 + 4, f"{evalsha} script calls, {calls} claims and marks"
     finally:
         delete_keys(redis_cluster, f"{base}:*")
+
+
+def test_a_redis_url_naming_a_cluster_node_is_told_to_use_the_cluster_url(
+    redis_cluster: RedisClusterServers,
+) -> None:
+    prefix = unique_name("astray")
+    # The put script's first key: its counters, P:n.
+    slot = key_slot(key_base(prefix, Topology.STANDALONE).encode() + b":n")
+    node = next(m for m in redis_cluster.masters() if m is not redis_cluster.owner(slot))
+    with (
+        open_outbox(f"redis://127.0.0.1:{node.port}/0?prefix={prefix}") as outbox,
+        pytest.raises(OutboxError, match=r"open it with redis\+cluster://"),
+    ):
+        outbox.put([entry(1)])
