@@ -194,7 +194,8 @@ class ScriptRunner:
         master of ``key``'s slot, following redirects (module docstring)."""
         deadline = time.monotonic() + CLUSTER_RETRY_S
         asking: Any = None  # the importing node (redis-py's ClusterNode) to ask
-        for _ in range(REDIRECTS_MAX):
+        redirects = 0  # MOVED and ASK since the last TRYAGAIN
+        while redirects <= REDIRECTS_MAX:
             node = asking if asking is not None else client.get_node_from_key(key)
             pipe = client.get_redis_connection(node).pipeline(transaction=False)
             if asking is not None:
@@ -204,12 +205,16 @@ class ScriptRunner:
             replies = pipe.execute(raise_on_error=False)[1 if asking is not None else 0 :]
             first, asking = replies[0], None
             if isinstance(first, rex.MovedError):
+                redirects += 1
                 client.nodes_manager.initialize()
             elif isinstance(first, rex.AskError):
+                redirects += 1
                 asking = client.get_node(host=first.host, port=first.port)
                 if asking is None:
                     client.nodes_manager.initialize()
             elif isinstance(first, rex.TryAgainError) and time.monotonic() < deadline:
+                # The slot is being moved (an ASK often leads here): it settles by itself.
+                redirects = 0
                 time.sleep(CLUSTER_RETRY_PAUSE_S)
             else:
                 return list(replies)

@@ -1,6 +1,7 @@
 """A Redis Cluster outbox (``redis+cluster://``) while a reshard moves its slot to another master,
 under load (tests/outbox/backends/redis/load.py: a putter, a claimer/deliverer, readiness checks;
-three masters of the test's own, tests/redis_servers.py):
+three masters of the test's own, tests/redis_servers.py), and the same with a replica each and
+``wait_replicas=1`` (whose WAIT follows the slot's redirects itself):
 
 - every key of the outbox is in the one slot of its hash-tagged prefix, and the reshard moves
   them all: none is left on the old master;
@@ -33,12 +34,19 @@ PREFIX = "reshard"
 LOAD_DEADLINE_S = 60.0
 
 
-def test_a_reshard_that_moves_the_outbox_slot_loses_and_strands_nothing(tmp_path: Path) -> None:
-    with RedisClusterServers(tmp_path / "cluster") as cluster:
+@pytest.mark.parametrize(
+    ("replicas", "options"),
+    [(0, ""), (1, "&wait_replicas=1&wait_timeout_ms=1000")],
+    ids=["no-wait", "wait-replicas"],
+)
+def test_a_reshard_that_moves_the_outbox_slot_loses_and_strands_nothing(
+    tmp_path: Path, replicas: int, options: str
+) -> None:
+    with RedisClusterServers(tmp_path / "cluster", replicas=replicas) as cluster:
         slot = key_slot(key_base(PREFIX, Topology.CLUSTER).encode())
         source = cluster.owner(slot)
         target = next(m for m in cluster.masters() if m is not source)
-        with OutboxLoad(cluster.url(f"prefix={PREFIX}")) as load:
+        with OutboxLoad(cluster.url(f"prefix={PREFIX}{options}")) as load:
             load.wait_for(
                 "300 puts acknowledged and 100 entries delivered",
                 lambda r: len(r.acked_puts) >= 300 and len(r.acked_marks) >= 100,
@@ -69,7 +77,7 @@ def test_a_reshard_that_moves_the_outbox_slot_loses_and_strands_nothing(tmp_path
             for message_id in load.record.refused_puts:
                 assert load.deliverer.get(message_id) is None, "a refused put wrote"
         record = load.record
-        LOG.info("reshard: %s", summary(record, (start, end)))
+        LOG.info("reshard%s: %s", options, summary(record, (start, end)))
         assert cluster.owner(slot) is target
         assert int(source.command("CLUSTER", "COUNTKEYSINSLOT", slot)) == 0
         assert int(target.command("CLUSTER", "COUNTKEYSINSLOT", slot)) >= keys_before
