@@ -36,6 +36,7 @@ import logging
 import os
 import stat
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -77,7 +78,8 @@ class PowerLossOperations(mfusepy.Operations):  # type: ignore[misc]  # an untyp
         self._open_count: dict[int, int] = {}
         self._dead = False
         self._counts = {"syncs": 0, "writes": 0, "writebacks": 0}
-        self.on_mounted: list[Any] = []
+        # Called once the kernel has connected (libfuse's init).
+        self.on_mounted: list[Callable[[], None]] = []
 
     # -- the control commands -----------------------------------------------------------------
     def cut(self) -> dict[str, Any]:
