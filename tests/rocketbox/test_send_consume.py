@@ -129,7 +129,7 @@ def test_a_rejection_exits_1_naming_the_field(sidecar: SidecarProcess) -> None:
     assert (answer["answer"], answer["code"], answer["field"]) == (
         "REJECTED", "INVALID_ARGUMENT", "topic"
     )  # fmt: skip
-    assert "[%a-zA-Z0-9_-]+" in answer["reason"]
+    assert "%a-zA-Z0-9_-" in answer["reason"]
 
 
 def test_a_spilled_message_is_spooled_then_consumed_when_the_broker_takes_sends_again(
