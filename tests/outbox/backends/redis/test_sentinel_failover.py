@@ -34,6 +34,9 @@ pytestmark = pytest.mark.slow
 LOG = logging.getLogger(__name__)
 LOAD_DEADLINE_S = 90.0
 WAIT_TIMEOUT_MS = 300
+# The load notes the time of an answer after the call returns, on a thread a busy machine may
+# run late: an answer noted this long after the failover ended still came during it.
+WINDOW_GRACE_S = 1.0
 
 
 @pytest.fixture(scope="module")
@@ -70,7 +73,7 @@ def failover_under_load(sentinel: RedisSentinelServers, query: str) -> FailoverR
         assert pipe.execute()[1] == 1
         start = time.monotonic()
         sentinel.failover()
-        end = time.monotonic()
+        end = time.monotonic() + WINDOW_GRACE_S
         acked = len(load.record.acked_puts)
         load.wait_for(
             "300 more puts acknowledged after the failover",
