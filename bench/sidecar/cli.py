@@ -30,8 +30,10 @@ bench = this process, i.e. the clients) beside its rate, and each target as met 
 (b) Spool rate with the broker DOWN (the sidecar points at a closed port), per outbox backend
     (RocksDB in a temporary directory, Redis with a unique key prefix, MySQL/MariaDB with a
     unique table): msgs/s answered SPOOLED through ``Send`` (W in flight), ``SendStream`` (the
-    first K), ``SendBatch`` and the client library. The resend pool is held off (first resend
-    in an hour) so that the figure is intake alone. Beside them the physical reference:
+    first K), ``SendBatch`` and the client library. The resend pool runs as in production: it
+    probes the dead broker, one send an interval, and leaves the spooled entries alone; the
+    SendStream row is also set beside (a)'s SendStream STORED rate. Beside them the physical
+    reference:
     ``outbox.put`` in this process, 64 threads putting one entry at a time, and one thread
     putting batches of 100. Then, RocksDB only, THROTTLED: the broker up with flow control
     forced on (its admin service, as ``rocketbox flow-control on``), so that it answers every
@@ -232,10 +234,11 @@ def report(bench: Bench, args: argparse.Namespace, start_load: str, began: float
     print(
         "(a) latency: open loop, from each send's scheduled start; direct and sidecar alternate "
         f"in {LATENCY_ROUNDS} rounds. Overload: a fresh sidecar, open loop at "
-        f"{OVERLOAD_FACTOR:g}x (a)'s unary STORED rate. (b) the resend pool is held off (first "
-        "resend in 1 h). (c) from the sidecar's ready line to all N at the broker (and none "
-        "pending). (e) the official Python client, direct = pointed at the broker, front = at "
-        "the sidecar's RocketMQ front; rounds alternate; consumer calls one at a time."
+        f"{OVERLOAD_FACTOR:g}x (a)'s unary STORED rate. (b) broker down: the resend pool runs, "
+        "probing; THROTTLED: it is held off (first resend in 1 h). (c) from the sidecar's "
+        "ready line to all N at the broker (and none pending). (e) the official Python "
+        "client, direct = pointed at the broker, front = at the sidecar's RocketMQ front; "
+        "rounds alternate; consumer calls one at a time."
     )
     for row in bench.rows:
         if row.detail or row.not_run:
