@@ -13,8 +13,20 @@ Categories, per message id (a message is in as many as apply):
 - lost: acknowledged to the load (STORED or SPOOLED) and never consumed; or the reconciliation
   calls it lost (an acknowledgement in the sidecar's own ledger counts too);
 - duplicated: consumed, or in the commitlog, more than once;
-- recovered: the load got no answer (the call failed as a whole), yet it is stored;
-- unexpected: stored, though the load never sent it or was told REJECTED.
+- recovered: the load got no answer (the call failed as a whole), or a rejection that leaves the
+  outcome open (below), yet it is stored;
+- unexpected: stored, though the load never sent it or was told REJECTED (but for a rejection
+  that leaves the outcome open).
+
+A rejection leaves the outcome open when the outbox wrote the spool and could not make it as
+durable as it was told to: a Redis outbox with ``wait_replicas`` whose replicas did not
+acknowledge the write in time (``ReplicasNotAcknowledgedError``: "the master executed the write
+[…]: it may not survive a failover"). The sidecar answers it UNAVAILABLE, as it answers a spool
+that never happened, and the entry may be kept, and sent, or not; ``ambiguous_rejected`` counts
+those answers.
+
+And one count of the outbox's own: dead, its entries in the DEAD state once drained (given up by
+the sidecar; the runner reads it from the outbox, and from the reconciliation's summary).
 
 Besides: FIFO order (within each message group, the consumed order of first copies follows the
 order the load sent them in; a group spread over several queues is out of order too), and the
@@ -38,6 +50,7 @@ import pyarrow.parquet as pq
 from chaos.consume import Consumed
 from chaos.load import Answer
 from chaos.processes import REPO_ROOT
+from outbox.backends.redis.connection import ReplicasNotAcknowledgedError
 
 RECONCILE_MASTER_DEFAULT = "local[2]"
 RECONCILE_SHUFFLE_PARTITIONS_DEFAULT = 4
@@ -45,6 +58,8 @@ RECONCILE_DEADLINE_S = 900.0
 # Exit codes of rocketbox reconcile that still wrote a summary: nothing lost, something lost.
 RECONCILE_ANSWERED = (0, 1)
 SAMPLE_IDS_MAX = 50
+# What the reason of a rejection whose spool was written, but not as durably as asked, names.
+AMBIGUOUS_REJECTION_MARKERS = (ReplicasNotAcknowledgedError.__name__,)
 
 
 @dataclass(slots=True)
@@ -109,6 +124,8 @@ class Findings:
     stored: int = 0
     spooled: int = 0
     rejected: int = 0
+    # Of the rejected, those whose reason leaves the outcome open (module docstring).
+    ambiguous_rejected: int = 0
     no_answer: int = 0
     lost: int = 0
     duplicated: int = 0
@@ -119,6 +136,8 @@ class Findings:
     # Ids whose consumed copies differ from their commitlog copies.
     consumer_mismatch: int = 0
     consumed: int = 0
+    # DEAD entries in the outbox after the drain (the runner's, not judge's).
+    dead: int = 0
     # The lost, by what the reconciliation says of them (lost, pending, dead …).
     lost_by_outcome: dict[str, int] = field(default_factory=dict)
     samples: dict[str, list[str]] = field(default_factory=dict)
@@ -145,6 +164,9 @@ def judge(answers: list[dict[str, Any]], reconciled: ReconcileRun, consumed: Con
     universe = set(by_id) | set(reconciled.messages) | set(consumed.copies)
     for message_id in sorted(universe):
         state = by_id[message_id]["state"] if message_id in by_id else None
+        if state == Answer.REJECTED and ambiguous_rejection(by_id[message_id]):
+            f.ambiguous_rejected += 1
+            state = Answer.NO_ANSWER
         log_copies, outcome = reconciled.messages.get(message_id, (0, ""))
         read = consumed.copies[message_id]
         present = read > 0 or log_copies > 0
@@ -170,6 +192,12 @@ def judge(answers: list[dict[str, Any]], reconciled: ReconcileRun, consumed: Con
         f.groups_out_of_order += 1
         f.note("groups_out_of_order", group)
     return f
+
+
+def ambiguous_rejection(answer: dict[str, Any]) -> bool:
+    """Whether a REJECTED answer leaves open whether the message was spooled."""
+    reason = str(answer.get("reason", ""))
+    return any(marker in reason for marker in AMBIGUOUS_REJECTION_MARKERS)
 
 
 def groups_out_of_order(answers: dict[str, dict[str, Any]], consumed: Consumed) -> list[str]:

@@ -16,7 +16,7 @@ from chaos.checker import Findings
 
 COLUMNS = (
     "scenario", "sent", "STORED", "SPOOLED", "REJECTED", "no answer", "lost", "duplicated",
-    "recovered", "unexpected", "time to drain", "verdict",
+    "recovered", "unexpected", "dead", "time to drain", "verdict",
 )  # fmt: skip
 
 
@@ -47,7 +47,7 @@ class Row:
         f = self.findings
         counts = (
             f.sent, f.stored, f.spooled, f.rejected, f.no_answer, f.lost, f.duplicated,
-            f.recovered, f.unexpected,
+            f.recovered, f.unexpected, f.dead,
         )  # fmt: skip
         return [self.scenario, *(f"{n:,}" for n in counts), drain, "pass" if self.ok else "FAIL"]
 

@@ -6,7 +6,10 @@ read every message back through the broker's consumer protocol; stop the broker;
 ``rocketbox reconcile``; judge (chaos/checker.py).
 
 A scenario fails on any lost message, any unexpected one, a FIFO group out of order, a consumer
-that reads other copies than the commitlog holds, an outbox not drained in time, a part that
+that reads other copies than the commitlog holds, an outbox not drained in time, any DEAD entry
+in the outbox (the sidecars run with the default delivery budget of a week: no scenario lasts
+long enough for a message to exhaust it, so a DEAD entry was given up for a reason the scenario
+did not allow; sample ids and their last errors go to verdict.json), a part that
 would not start or a check that could not run, and, where the scenario says so (``no_duplicates``),
 on any duplicate. Whatever happens, ``<out>/<scenario>/`` keeps what is needed to debug it:
 ``verdict.json`` (the row, the findings with sample ids, the reconciliation's totals, the fault
@@ -34,6 +37,7 @@ from chaos.plan import make_plan
 from chaos.report import Row
 from chaos.scenarios import Scenario
 from chaos.stage import Stage
+from outbox.entry import EntryState
 
 LOG = logging.getLogger(__name__)
 MESSAGES_DEFAULT = 20_000
@@ -121,6 +125,8 @@ def _finish(
             f"the outbox still held {stage.outbox_pending()} PENDING entries "
             f"{settings.drain_deadline_s} s after the heal"
         )
+    stats = stage.outbox_stats()
+    dead_samples = stage.outbox_entries(EntryState.DEAD, SAMPLE_IDS_SHOWN) or []
     if (code := sidecar.stop()) != 0:
         verdict["notes"].append(f"the sidecar exited {code} on SIGTERM")
     consumed = consume_all(stage.broker_endpoint, stage.plan.topics)
@@ -137,6 +143,16 @@ def _finish(
     if reconciled.summary is None:
         row.failures.append(f"rocketbox reconcile: {reconciled.error}")
     findings = judge(read_answers(load.out_dir), reconciled, consumed)
+    outbox = (reconciled.summary or {}).get("outbox") or {}
+    if stats is None:
+        row.failures.append("the outbox's counts could not be read after the drain")
+    findings.dead = max(0 if stats is None else stats.dead, int(outbox.get("dead") or 0))
+    for e in dead_samples:
+        findings.note("dead", e.message_id)
+    verdict["dead_entries"] = [
+        {"message_id": e.message_id, "attempts": e.attempts, "last_error": e.last_error}
+        for e in dead_samples
+    ]
     verdict["findings"] = findings.to_dict()
     _fill(row, findings, scenario)
 
@@ -166,6 +182,11 @@ def _fill(row: Row, f: Findings, scenario: Scenario) -> None:
         row.failures.append(
             f"{f.consumer_mismatch} messages consumed a different number of times than the "
             f"commitlog holds them (e.g. {ids('consumer_mismatch')})"
+        )
+    if f.dead:
+        row.failures.append(
+            f"{f.dead} DEAD entries in the outbox: given up within the delivery budget "
+            f"(e.g. {ids('dead')}; verdict.json's dead_entries has their last errors)"
         )
     if scenario.no_duplicates and f.duplicated:
         row.failures.append(

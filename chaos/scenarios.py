@@ -26,13 +26,21 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from chaos.faults import Fault
+from chaos.field_faults import (
+    LONG_OUTAGE_S,
+    LONG_OUTAGE_SIDECAR_ARGS,
+    cluster_reshard,
+    long_outage,
+    sentinel_failover,
+)
 from chaos.power_cut import power_cut
 from chaos.processes import KILL_DEADLINE_S, STOP_DEADLINE_S
+from chaos.progress import DRAIN_PROGRESS_DEADLINE_S
+from chaos.progress import next_point as _next
+from chaos.progress import spooling as _spooling
 from chaos.stage import BACKENDS, Backend, Stage, StageOptions
 
 Act = Callable[[Stage, random.Random], None]
-# A drain a scenario times a kill into must get this far within this long.
-DRAIN_PROGRESS_DEADLINE_S = 300.0
 # The sidecar's link through the fault proxy carries answers again within this long.
 LINK_DEADLINE_S = 60.0
 # The power cuts' loads (chaos/power_cut.py): enough for a cut to land among writes in flight,
@@ -51,27 +59,6 @@ class Scenario:
     # At most this many messages, whatever --messages asks (the power cuts': their disk is a
     # FUSE filesystem in Python, and a drain of a few thousand entries is what they need).
     messages_max: int | None = None
-
-
-def _next(stage: Stage, rng: random.Random, low: float, high: float) -> None:
-    """On to a further point of the load, ``low``..``high`` of it past the last one."""
-    stage.progress_mark = min(1.0, stage.progress_mark + rng.uniform(low, high))
-    stage.at_progress(stage.progress_mark)
-
-
-def _spooling(stage: Stage, rng: random.Random) -> None:
-    """Until the outbox holds 5-15 % of the load's messages (or the load has ended): the fault
-    that follows lands while the sidecar is writing to its outbox, not before it began."""
-    load = stage.load
-    assert load is not None
-    target = max(1, round(len(stage.plan.messages) * rng.uniform(0.05, 0.15)))
-    stage.wait_outbox(
-        f"{target} entries spooled",
-        lambda pending: pending >= target or load.done,
-        DRAIN_PROGRESS_DEADLINE_S,
-    )
-    stage.event("spooling", target=target)
-    stage.progress_mark = load.answered / len(stage.plan.messages)
 
 
 def broker_signalled(sig: signal.Signals) -> Act:
@@ -323,6 +310,31 @@ def _backend_scenarios() -> list[Scenario]:
     return out
 
 
+def _field_scenarios() -> list[Scenario]:
+    out = [
+        Scenario(
+            f"long-outage-{backend}",
+            f"broker SIGKILL mid-load, down {LONG_OUTAGE_S:.0f} s while the sidecar spools and "
+            f"probes at a 10-50 ms back-off ({_BACKEND_NAMES[backend]} outbox): nothing DEAD",
+            long_outage,
+            StageOptions(backend=backend, sidecar_args=LONG_OUTAGE_SIDECAR_ARGS),
+            no_duplicates=True,
+        )
+        for backend in BACKENDS
+    ]
+    out.append(Scenario(
+        "redis-cluster-reshard", "the Redis Cluster outbox's slot moved to another master while "
+        "the sidecar spools and drains (flow control storming), drained by the same sidecar",
+        cluster_reshard, StageOptions(backend="redis-cluster"), no_duplicates=True,
+    ))  # fmt: skip
+    out.append(Scenario(
+        "redis-sentinel-failover", "SENTINEL FAILOVER of the Sentinel outbox's master "
+        "(wait_replicas=1) while the sidecar spools and drains (flow control storming)",
+        sentinel_failover, StageOptions(backend="redis-sentinel"), no_duplicates=True,
+    ))  # fmt: skip
+    return out
+
+
 _BACKEND_NAMES: dict[Backend, str] = {"rocksdb": "RocksDB", "redis": "Redis", "mysql": "MariaDB"}
 
 SCENARIOS: dict[str, Scenario] = {
@@ -346,6 +358,7 @@ SCENARIOS: dict[str, Scenario] = {
         Scenario("disk-full", "the outbox's disk (tmpfs) full while spooling and draining",
                  disk_full, StageOptions(small_disk=True)),
         *_power_cut_scenarios(),
+        *_field_scenarios(),
     ]
 }  # fmt: skip
 # The `make test` runs (tests/chaos/test_chaos_short.py), with a few thousand messages.

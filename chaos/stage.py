@@ -2,6 +2,10 @@
 fault proxy between them and a small disk under the outbox), the load, and the means a scenario
 times its faults with.
 
+The outbox backends: RocksDB, a private redis-server, a private mariadbd (chaos/services.py), and
+a private Redis Cluster or Sentinel-managed master and replica (chaos/redis_ha.py), the last with
+``wait_replicas=1`` (SENTINEL_OUTBOX_OPTIONS).
+
 Promises:
 - every part is private to the scenario (its own directories under ``<out>/<scenario>/data``, its
   own ports) and is stopped when the stage closes, whatever raised;
@@ -14,6 +18,7 @@ Promises:
 
 from __future__ import annotations
 
+import itertools
 import json
 import logging
 import time
@@ -30,15 +35,24 @@ from chaos.load import LoadGenerator
 from chaos.plan import BROKER_TOPIC_ARGS, Plan
 from chaos.power_loss import PowerLossDisk
 from chaos.processes import BrokerProcess, SidecarProcess
+from chaos.redis_ha import PrivateRedisCluster, PrivateRedisSentinel
 from chaos.services import PrivateMariaDB, PrivateRedis
+from outbox.entry import EntryState, OutboxEntry, OutboxStats
 from outbox.factory import open_outbox
 from rocketbox.admin_client import AdminClient
 
 LOG = logging.getLogger(__name__)
-Backend = Literal["rocksdb", "redis", "mysql"]
+Backend = Literal["rocksdb", "redis", "mysql", "redis-cluster", "redis-sentinel"]
 # Whose storage the power-loss disk holds (chaos/power_cut.py).
 PowerLossTarget = Literal["broker", "outbox"]
+# The backends every per-backend scenario runs on; the replicated Redis ones have their own.
 BACKENDS: tuple[Backend, ...] = ("rocksdb", "redis", "mysql")
+# Every Redis outbox's key prefix (hash-tagged on a Cluster: one slot, the one a reshard moves).
+REDIS_PREFIX = "chaos"
+# The Sentinel outbox waits for its replica before it answers (SPOOLED, a claim, a settlement),
+# so that a failover to it keeps what the sidecar acknowledged; a WAIT unanswered within 1 s
+# (redis-py's default socket timeout is 10 s) refuses the write.
+SENTINEL_OUTBOX_OPTIONS = "wait_replicas=1&wait_timeout_ms=1000"
 POLL_INTERVAL_S = 0.1
 # The outbox's small disk: room for the RocksDB outbox's emergency reserve (128 MiB by default,
 # and twice that free to take spools: outbox/disk_reserve.py) and a scenario's spools; tmpfs is
@@ -60,6 +74,8 @@ class StageOptions:
     small_disk: bool = False
     proxy: bool = False
     power_loss: PowerLossTarget | None = None
+    # The sidecar's own arguments for the scenario, after the suite's (so they override).
+    sidecar_args: tuple[str, ...] = ()
 
 
 class Stage:
@@ -89,6 +105,8 @@ class Stage:
         self._events = (self.dir / "events.jsonl").open("a", encoding="utf-8")
         self.redis: PrivateRedis | None = None
         self.mariadb: PrivateMariaDB | None = None
+        self.redis_cluster: PrivateRedisCluster | None = None
+        self.redis_sentinel: PrivateRedisSentinel | None = None
         self.disk: SmallDisk | None = None
         self.power_disk: PowerLossDisk | None = None
         self.proxy: FaultProxy | None = None
@@ -155,7 +173,7 @@ class Stage:
                 self.outbox_url,
                 ack_ledger=self.dir / "sidecar-acks.jsonl",
                 sidecar_id=self._sidecar_id,
-                extra_args=SIDECAR_ARGS,
+                extra_args=SIDECAR_ARGS + self.options.sidecar_args,
             )
         )
         self.event("sidecar started", port=self.sidecar.port)
@@ -173,7 +191,23 @@ class Stage:
                 PrivateRedis(self.data_dir / "redis", self._power_dir("outbox", "redis"))
             )
             self.event("redis-server started")
-            return self.redis.url("chaos")
+            return self.redis.url(REDIS_PREFIX)
+        if backend == "redis-cluster":
+            self.redis_cluster = self._stack.enter_context(
+                PrivateRedisCluster(self.data_dir / "redis-cluster")
+            )
+            self.event("redis cluster started", ports=[n.port for n in self.redis_cluster.nodes])
+            return self.redis_cluster.url(REDIS_PREFIX)
+        if backend == "redis-sentinel":
+            self.redis_sentinel = self._stack.enter_context(
+                PrivateRedisSentinel(self.data_dir / "redis-sentinel")
+            )
+            self.event(
+                "redis master, replica and sentinels started",
+                servers=[s.port for s in self.redis_sentinel.servers],
+                sentinels=[s.port for s in self.redis_sentinel.sentinels],
+            )
+            return self.redis_sentinel.url(REDIS_PREFIX, SENTINEL_OUTBOX_OPTIONS)
         if backend == "mysql":
             self.mariadb = self._stack.enter_context(
                 PrivateMariaDB(self.data_dir / "mariadb", self._power_dir("outbox", "mariadb"))
@@ -258,17 +292,35 @@ class Stage:
             admin.set_flow_control(on, None)
         self.event(f"flow control {'on' if on else 'off'}")
 
+    @property
+    def _outbox_view_url(self) -> str:
+        """The outbox's URL for a look at it: the RocksDB outbox, beside the sidecar that holds
+        it, as a read-only view (opened afresh each time)."""
+        if self.outbox_url.startswith("rocksdb:"):
+            return self.outbox_url + "?read_only=true"
+        return self.outbox_url
+
     def outbox_pending(self) -> int | None:
         """PENDING entries in the outbox now; None when it cannot be read."""
-        url = self.outbox_url
-        if url.startswith("rocksdb:"):
-            # Beside the sidecar that holds it: a read-only view, opened afresh each time.
-            url += "?read_only=true"
+        stats = self.outbox_stats()
+        return None if stats is None else stats.pending
+
+    def outbox_stats(self) -> OutboxStats | None:
+        """The outbox's counts now; None when it cannot be read."""
         try:
-            with open_outbox(url) as outbox:
-                return outbox.stats(time.time_ns() // 1_000_000).pending
+            with open_outbox(self._outbox_view_url) as outbox:
+                return outbox.stats(time.time_ns() // 1_000_000)
         except Exception as e:  # any backend's failure: the outbox is unreadable right now
             LOG.debug("outbox stats: %s", e)
+            return None
+
+    def outbox_entries(self, state: EntryState, limit: int) -> list[OutboxEntry] | None:
+        """Up to ``limit`` of the outbox's entries in ``state``; None when it cannot be read."""
+        try:
+            with open_outbox(self._outbox_view_url) as outbox:
+                return list(itertools.islice(outbox.scan_all(state), limit))
+        except Exception as e:  # any backend's failure: the outbox is unreadable right now
+            LOG.debug("outbox scan: %s", e)
             return None
 
     def wait_outbox(self, condition: str, test: Callable[[int], object], deadline_s: float) -> None:
