@@ -9,11 +9,15 @@ seeded durations, heals them, and returns; the runner then waits for the drain a
 
 ``no_duplicates``: the scenarios where the suite insists on no duplicate at all, the sidecar's
 own restarts against rocketbox's broker (the sidecar checks the broker's index by message id
-before any resend it cannot rule out), and the power cuts of the outbox's disk (a cut may drop
+before any resend it cannot rule out), the power cuts of the outbox's disk (a cut may drop
 only what the outbox never synced, and an outbox must sync whatever marks an entry as possibly
-sent before it sends it). Elsewhere duplicates are counted and reported: a broker that stored a
-message and could not say so (killed, stopped, cut off, its power cut) makes delivery at least
-once.
+sent before it sends it), the long outages (chaos/field_faults.py: a SIGKILLed broker keeps
+what it stored, so once it is back its index settles every send the kill left ambiguous; the
+outage adds only time), the Cluster reshard (a move loses no write, and a settlement it refuses
+leaves the entry to its lease and the index check) and the Sentinel failover with
+``wait_replicas=1`` (no acknowledged claim or delivered mark is lost to it). Elsewhere
+duplicates are counted and reported: a broker that stored a message and could not say so
+(killed mid-answer, stopped, cut off, its power cut) makes delivery at least once.
 
 ``messages_max``: a scenario's own bound on its messages, under ``--messages``.
 """
