@@ -25,6 +25,7 @@ import json
 import logging
 import random
 import shutil
+import time
 import traceback
 from dataclasses import dataclass
 from pathlib import Path
@@ -36,14 +37,16 @@ from chaos.load import read_answers
 from chaos.plan import make_plan
 from chaos.report import Row
 from chaos.scenarios import Scenario
-from chaos.stage import Stage
-from outbox.entry import EntryState
+from chaos.stage import POLL_INTERVAL_S, Stage
+from outbox.entry import EntryState, OutboxStats
 
 LOG = logging.getLogger(__name__)
 MESSAGES_DEFAULT = 20_000
 LOAD_DEADLINE_S_DEFAULT = 900.0
 DRAIN_DEADLINE_S_DEFAULT = 300.0
 SAMPLE_IDS_SHOWN = 5
+# The outbox's counts after the drain are read again for this long when it cannot be read.
+STATS_DEADLINE_S = 30.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -125,7 +128,7 @@ def _finish(
             f"the outbox still held {stage.outbox_pending()} PENDING entries "
             f"{settings.drain_deadline_s} s after the heal"
         )
-    stats = stage.outbox_stats()
+    stats = _outbox_stats(stage)
     dead_samples = stage.outbox_entries(EntryState.DEAD, SAMPLE_IDS_SHOWN) or []
     if (code := sidecar.stop()) != 0:
         verdict["notes"].append(f"the sidecar exited {code} on SIGTERM")
@@ -155,6 +158,14 @@ def _finish(
     ]
     verdict["findings"] = findings.to_dict()
     _fill(row, findings, scenario)
+
+
+def _outbox_stats(stage: Stage) -> OutboxStats | None:
+    """The outbox's counts, read again until STATS_DEADLINE_S when a read fails."""
+    end = time.monotonic() + STATS_DEADLINE_S
+    while (stats := stage.outbox_stats()) is None and time.monotonic() < end:
+        time.sleep(POLL_INTERVAL_S)
+    return stats
 
 
 def _fill(row: Row, f: Findings, scenario: Scenario) -> None:
