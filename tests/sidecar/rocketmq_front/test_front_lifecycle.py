@@ -24,7 +24,7 @@ from rocketmq.grpc_protocol import definition_pb2 as pb
 from rocketmq.grpc_protocol import service_pb2 as spb
 from rocketmq.grpc_protocol import service_pb2_grpc
 
-from tests.broker.broker_process import BrokerProcess
+from tests.broker.broker_process import BrokerProcess, wait_until
 from tests.prometheus import sample, scrape
 from tests.services import free_port
 from tests.sidecar.rocketmq_front.front_process import (
@@ -168,8 +168,16 @@ def test_a_producer_life_cycle_is_answered_ok_and_a_consumer_sees_the_outage(
     with pytest.raises(grpc.RpcError) as received:
         list(stub.ReceiveMessage(receive, metadata=METADATA, timeout=CALL_TIMEOUT_S))
     assert received.value.code() == grpc.StatusCode.UNAVAILABLE
-    samples = scrape(orphaned_front.metrics_port)
     name = "rocketbox_sidecar_front_forwarded_total"
+
+    def counted() -> bool:
+        # A stream's count is taken as its handler ends, which may come after the client saw
+        # the stream's error.
+        samples = scrape(orphaned_front.metrics_port)
+        return sample(samples, name, method="ReceiveMessage", code="UNAVAILABLE") >= 1
+
+    wait_until(counted, CALL_TIMEOUT_S, "the ReceiveMessage forward counted")
+    samples = scrape(orphaned_front.metrics_port)
     assert sample(samples, name, method="ReceiveMessage", code="UNAVAILABLE") == 1
     assert sample(samples, name, method="Heartbeat", code="UNAVAILABLE") == 2
 
