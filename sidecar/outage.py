@@ -2,10 +2,11 @@
 
 While the broker takes nothing, resending every due entry only to reschedule it costs one outbox
 write per entry per back-off, for as long as the outage lasts, and competes with the spools the
-sidecar must absorb meanwhile. So once sends fail with nothing stored for ``evidence_window_ms``,
-the broker is in an outage: one send (the probe: an entry the pool claims, or a message intake
-sends) goes per probe interval, and every other entry is left as it is, due. Intake spools what
-apps send without trying the broker (sidecar/intake.py), so a spool costs the outbox write alone.
+sidecar must absorb meanwhile. So once sends fail with nothing stored for ``evidence_window_ms``
+(or many fail with none stored between them), the broker is in an outage: one send (the probe: an
+entry the pool claims, or a message intake sends) goes per probe interval, and every other entry
+is left as it is, due. Intake spools what apps send without trying the broker
+(sidecar/intake.py), so a spool costs the outbox write alone.
 A stored send, the probe's or any other, ends the outage, and the pool claims full batches again
 at once: the backlog is due, so it drains at the broker's pace, whatever the outage's length or its
 entries' history.
@@ -16,7 +17,9 @@ a flapping broker sees at most one probe per interval until a send is stored.
 
 The window: a send stored within it is evidence that the broker takes sends, and a failure then is
 taken as the failed message's or topic's own (its entry backs off alone). Without it, one topic
-whose sends fail would throttle the drain of every other topic to the probe's pace.
+whose sends fail would throttle the drain of every other topic to the probe's pace. But
+``OUTAGE_FAILURES_MIN`` failed messages with no stored send between them begin an outage at once:
+that is a broker gone mid-drain, not one topic's trouble among healthy ones.
 
 Runs on the event loop: no locks.
 """
@@ -31,6 +34,10 @@ from outbox.entry import SpoolCause
 from sidecar.backoff import Backoff
 
 LOG = logging.getLogger(__name__)
+# Messages whose sends failed with none stored since that make an outage, however recent the last
+# stored send: a broker killed mid-drain fails every resend in flight at once, and waiting out the
+# window would resend the whole due backlog, once per back-off, meanwhile.
+OUTAGE_FAILURES_MIN = 64
 
 
 class BrokerOutage:
@@ -47,6 +54,7 @@ class BrokerOutage:
         self._on_probe = on_probe
         self._evidence_window_s = evidence_window_ms / 1000.0
         self._last_stored_s = float("-inf")
+        self._failures_since_stored = 0
         self.failing = False
         # The latest failure's cause: what intake tells an app whose message it spools without
         # a send while the broker is probed.
@@ -64,20 +72,23 @@ class BrokerOutage:
         if self.failing:
             LOG.info("the broker takes sends again after %d failed probes", self._probes_failed)
         self.failing = False
-        # The latest failure's cause: what intake tells an app whose message it spools without
-        # a send while the broker is probed.
-        self.cause = SpoolCause.UNAVAILABLE
+        self._failures_since_stored = 0
         self._probes_failed = 0
 
     def failed(self, cause: SpoolCause | None = None) -> None:
-        """A send failed (intake's or a resend, of ``cause`` when known): an outage begins
-        unless a send was stored within the window."""
+        """A send failed (intake's or a resend's message, of ``cause`` when known): an outage
+        begins unless a send was stored within the window and fewer than
+        ``OUTAGE_FAILURES_MIN`` failed since."""
         if cause is not None:
             # A message spooled unsent in the outage was not sent at all: it is no ambiguous
             # one, whatever the probes met (a live connection cut ends as AMBIGUOUS).
             self.cause = SpoolCause.UNAVAILABLE if cause is SpoolCause.AMBIGUOUS else cause
+        self._failures_since_stored += 1
         now_s = time.monotonic()
-        if self.failing or now_s - self._last_stored_s < self._evidence_window_s:
+        if self.failing or (
+            now_s - self._last_stored_s < self._evidence_window_s
+            and self._failures_since_stored < OUTAGE_FAILURES_MIN
+        ):
             return
         self.failing = True
         self.outages += 1

@@ -13,7 +13,8 @@ It proves:
   every entry is delivered, once;
 - in an outage intake spools what apps send without sending it, but for the probe: an app's
   message may be it, and once one is stored the outage is over and intake sends again;
-- BrokerOutage's rules: the evidence window, one probe at a time, the interval's bound.
+- BrokerOutage's rules: the evidence window, the failures that begin an outage within it, one
+  probe at a time, the interval's bound.
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ from outbox import EntryState, SpoolCause
 from sidecar.backoff import Backoff
 from sidecar.clock import now_ms
 from sidecar.intake import Spooled, Stored
-from sidecar.outage import BrokerOutage
+from sidecar.outage import OUTAGE_FAILURES_MIN, BrokerOutage
 from tests.sidecar.in_process import FAST_RESEND, Core, core, message, wait_for
 from tests.sidecar.scripted_broker import Answer
 
@@ -152,12 +153,19 @@ def test_in_an_outage_intake_spools_without_sending_but_for_the_probe() -> None:
 
 def test_the_outage_s_rules() -> None:
     probe_backoff = Backoff(initial_ms=1, max_ms=50)
-    # A send stored within the window: a failure is its message's own, no outage.
+    # A send stored within the window: a failure is its message's own, no outage...
     recent = BrokerOutage(probe_backoff, evidence_window_ms=3_600_000)
     recent.stored()
-    recent.failed()
+    for _ in range(OUTAGE_FAILURES_MIN - 1):
+        recent.failed()
     assert not recent.failing
     assert recent.claim_limit(512) == 512
+    # ...until so many failed with none stored between them: a broker gone mid-drain.
+    recent.failed()
+    assert recent.failing
+    recent.stored()
+    recent.failed()
+    assert not recent.failing, "a stored send starts the count again"
     # None stored within it: an outage, one probe at a time.
     outage = BrokerOutage(probe_backoff, evidence_window_ms=0)
     outage.stored()
