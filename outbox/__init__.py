@@ -17,6 +17,7 @@ from outbox.errors import (
     OutboxNoSpaceError,
     OutboxNotFoundError,
     OutboxUnavailableError,
+    OutboxUnconfirmedError,
 )
 from outbox.factory import open_outbox
 from outbox.outbox import Outbox, OutboxFeatures
@@ -37,6 +38,7 @@ __all__ = [
     "OutboxNotFoundError",
     "OutboxStats",
     "OutboxUnavailableError",
+    "OutboxUnconfirmedError",
     "SpoolCause",
     "open_outbox",
 ]

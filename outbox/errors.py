@@ -8,6 +8,9 @@ SQLAlchemy) into these at one place, chained with ``from``.
     │                                holds is still claimed and delivered (retriable)
     │   └── OutboxHeldError          a RocksDB outbox's lock is held by another process (its
     │                                holder file, outbox/holder.py, may say which)
+    │   └── OutboxUnconfirmedError   the write was applied where it was sent, but the
+    │                                replicas the outbox waits for did not confirm it in
+    │                                time: it may or may not survive a failover (retriable)
     ├── OutboxFullError              ``outbox_entries_max`` / ``outbox_bytes_max`` reached
     │                                (retriable after ``retry_after_ms``)
     ├── OutboxConfigError            a bad URL or limit (not retriable)
@@ -35,6 +38,12 @@ class OutboxNoSpaceError(OutboxUnavailableError):
 
 class OutboxHeldError(OutboxUnavailableError):
     """Another process holds the (single-process) outbox: RocksDB's LOCK."""
+
+
+class OutboxUnconfirmedError(OutboxUnavailableError):
+    """A write the primary applied that too few replicas confirmed in time (Redis's WAIT): the
+    outbox may hold it and hand it out, or lose it in a failover. Retried with the same
+    message ids, a put finds what it wrote (``put`` is idempotent by id)."""
 
 
 class OutboxFullError(OutboxError):

@@ -46,7 +46,7 @@ from dataclasses import dataclass
 import grpc
 
 from outbox.entry import OutboxEntry, OutboxMessage, SpoolCause
-from outbox.errors import OutboxError, OutboxFullError
+from outbox.errors import OutboxError, OutboxFullError, OutboxUnconfirmedError
 from sidecar.backoff import Backoff
 from sidecar.clock import now_ms
 from sidecar.coalescer import SendCoalescer
@@ -213,6 +213,16 @@ class Intake:
             raise SendRejectedError(
                 "", f"outbox is full: {e}", grpc.StatusCode.RESOURCE_EXHAUSTED, e.retry_after_ms
             ) from e
+        except OutboxUnconfirmedError as e:
+            # Neither SPOOLED (its replicas did not confirm it) nor surely not taken (the
+            # primary holds it): the app is told how to resend it without a duplicate.
+            raise SendRejectedError(
+                "", f"the broker did not take it, and the outbox's primary holds it but its "
+                f"replicas did not confirm it in time, so it may still be delivered: send it "
+                f"again with the same message_id {message.message_id} (the outbox keeps one "
+                f"entry an id), never as a new message ({e})",
+                grpc.StatusCode.UNAVAILABLE, OUTBOX_UNAVAILABLE_RETRY_AFTER_MS,
+            ) from e  # fmt: skip
         except OutboxError as e:
             raise SendRejectedError(
                 "", f"the broker did not take it and the outbox could not spool it: {e}",

@@ -20,6 +20,7 @@ from outbox.errors import (
     OutboxError,
     OutboxNoSpaceError,
     OutboxUnavailableError,
+    OutboxUnconfirmedError,
 )
 
 # Connections the sidecar's threads share, per server; a caller beyond them waits up to the
@@ -64,6 +65,8 @@ def translated_error(
         ReplicasNotAcknowledgedError,
     )
     text = str(e)
+    if isinstance(e, ReplicasNotAcknowledgedError):
+        return OutboxUnconfirmedError(f"redis outbox {what}: {type(e).__name__}: {text}")
     if isinstance(e, transient) or text.startswith(("MISCONF", "NOREPLICAS", "BUSY")):
         return OutboxUnavailableError(f"redis outbox {what}: {type(e).__name__}: {text}")
     # Anything else is a reply the outbox did not expect: trying again will not help.

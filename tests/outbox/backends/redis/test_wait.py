@@ -4,10 +4,11 @@ of the test's own (tests/redis_servers.py).
 - With a replica that acknowledges, puts, claims and settlements succeed, and what a put
   returned is on the replica when it returns (read there, not on the master).
 - Without one (none there, or one paused), every write fails with OutboxUnavailableError naming
-  wait_replicas, after wait_timeout_ms, chained to ReplicasNotAcknowledgedError: the sidecar does
-  not answer SPOOLED. The master did execute the write (the put's entry is there, a refused
-  delivered mark did mark it): a put again with the same message id writes nothing new. Reads
-  still answer; check_writable fails, so readiness says so.
+  wait_replicas, after wait_timeout_ms (OutboxUnconfirmedError: applied, not confirmed), chained
+  to ReplicasNotAcknowledgedError: the sidecar does not answer SPOOLED. The master did execute
+  the write (the put's entry is there, a refused delivered mark did mark it): a put again with
+  the same message id writes nothing new. Reads still answer; check_writable fails, so readiness
+  says so.
 - On a Cluster the WAIT goes to the master of the outbox's slot, on the connection that wrote.
 """
 
@@ -20,7 +21,7 @@ from typing import Any
 import pytest
 from redis.crc import key_slot
 
-from outbox import OutboxUnavailableError, open_outbox
+from outbox import OutboxUnavailableError, OutboxUnconfirmedError, open_outbox
 from outbox.backends.redis.connection import ReplicasNotAcknowledgedError
 from outbox.backends.redis.keys import entry_key
 from outbox.backends.redis.urls import Topology, key_base
@@ -41,6 +42,7 @@ def test_writes_fail_when_no_replica_acknowledges(tmp_path: Path) -> None:
         with pytest.raises(OutboxUnavailableError, match="wait_replicas=1") as refused:
             outbox.put([entry(1)])
         assert refused.value.retriable
+        assert isinstance(refused.value, OutboxUnconfirmedError), "applied, not confirmed"
         assert isinstance(refused.value.__cause__, ReplicasNotAcknowledgedError)
         stored = outbox.get(message_id(1))
         assert stored is not None, "the master executed the put"
