@@ -105,7 +105,10 @@ class UnsyncedFile:
         if size < self.size:
             self.truncate(size)
         self.size = max(self.size, size)
-        self.base_size = self.cut_size = size
+        # Grown past an earlier unsynced cut, the backing file still holds the bytes the cut
+        # dropped: they stay cut off (read as zeros), as the file itself says.
+        self.cut_size = min(self.cut_size, size)
+        self.base_size = size
 
     def backing_grown(self, size: int) -> None:
         """The backing file was just grown to ``size`` (fallocate): its new bytes are zeros; the
