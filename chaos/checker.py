@@ -18,11 +18,12 @@ Categories, per message id (a message is in as many as apply):
 - unexpected: stored, though the load never sent it or was told REJECTED (but for a rejection
   that leaves the outcome open).
 
-A rejection leaves the outcome open when the outbox wrote the spool and could not make it as
-durable as it was told to: a Redis outbox with ``wait_replicas`` whose replicas did not
-acknowledge the write in time (``ReplicasNotAcknowledgedError``: "the master executed the write
-[…]: it may not survive a failover"). The sidecar answers it UNAVAILABLE, as it answers a spool
-that never happened, and the entry may be kept, and sent, or not; ``ambiguous_rejected`` counts
+A rejection leaves the outcome open when the outbox may have written the spool without
+confirming it: a Redis outbox with ``wait_replicas`` whose replicas did not acknowledge the
+write in time (``ReplicasNotAcknowledgedError``: "the master executed the write […]"), or a
+write whose answer was lost (the server killed after it logged the write). The sidecar answers
+it UNAVAILABLE saying so (``SPOOL_OUTCOME_OPEN``: it may still be delivered, to be sent again with
+the same message id), and the entry may be kept, and sent, or not; ``ambiguous_rejected`` counts
 those answers.
 
 And one count of the outbox's own: dead, its entries in the DEAD state once drained (given up by
@@ -51,6 +52,7 @@ from chaos.consume import Consumed
 from chaos.load import Answer
 from chaos.processes import REPO_ROOT
 from outbox.backends.redis.connection import ReplicasNotAcknowledgedError
+from sidecar.errors import SPOOL_OUTCOME_OPEN
 
 RECONCILE_MASTER_DEFAULT = "local[2]"
 RECONCILE_SHUFFLE_PARTITIONS_DEFAULT = 4
@@ -59,7 +61,7 @@ RECONCILE_DEADLINE_S = 900.0
 RECONCILE_ANSWERED = (0, 1)
 SAMPLE_IDS_MAX = 50
 # What the reason of a rejection whose spool was written, but not as durably as asked, names.
-AMBIGUOUS_REJECTION_MARKERS = (ReplicasNotAcknowledgedError.__name__,)
+AMBIGUOUS_REJECTION_MARKERS = (ReplicasNotAcknowledgedError.__name__, SPOOL_OUTCOME_OPEN)
 
 
 @dataclass(slots=True)

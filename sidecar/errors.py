@@ -23,6 +23,11 @@ import grpc
 
 from outbox.entry import SpoolCause
 
+# What a REJECTED answer says when the outbox did not confirm a spool it may have written: the
+# message may still be delivered, and sent again under the same id it cannot be twice. A checker
+# of answers finds these by it.
+SPOOL_OUTCOME_OPEN = "may still be delivered: send it again with the same message_id"
+
 
 class SidecarError(Exception):
     retriable = False

@@ -46,11 +46,17 @@ from dataclasses import dataclass
 import grpc
 
 from outbox.entry import OutboxEntry, OutboxMessage, SpoolCause
-from outbox.errors import OutboxError, OutboxFullError, OutboxUnconfirmedError
+from outbox.errors import (
+    OutboxError,
+    OutboxFullError,
+    OutboxHeldError,
+    OutboxNoSpaceError,
+    OutboxUnavailableError,
+)
 from sidecar.backoff import Backoff
 from sidecar.clock import now_ms
 from sidecar.coalescer import SendCoalescer
-from sidecar.errors import SendFailedError, SendRejectedError
+from sidecar.errors import SPOOL_OUTCOME_OPEN, SendFailedError, SendRejectedError
 from sidecar.fifo_fence import FifoFence
 from sidecar.health_log import SPOOLED, BrokerStateLog
 from sidecar.outage import BrokerOutage
@@ -213,14 +219,19 @@ class Intake:
             raise SendRejectedError(
                 "", f"outbox is full: {e}", grpc.StatusCode.RESOURCE_EXHAUSTED, e.retry_after_ms
             ) from e
-        except OutboxUnconfirmedError as e:
-            # Neither SPOOLED (its replicas did not confirm it) nor surely not taken (the
-            # primary holds it): the app is told how to resend it without a duplicate.
+        except (OutboxNoSpaceError, OutboxHeldError) as e:
             raise SendRejectedError(
-                "", f"the broker did not take it, and the outbox's primary holds it but its "
-                f"replicas did not confirm it in time, so it may still be delivered: send it "
-                f"again with the same message_id {message.message_id} (the outbox keeps one "
-                f"entry an id), never as a new message ({e})",
+                "", f"the broker did not take it and the outbox could not spool it: {e}",
+                grpc.StatusCode.UNAVAILABLE, OUTBOX_UNAVAILABLE_RETRY_AFTER_MS,
+            ) from e  # fmt: skip
+        except OutboxUnavailableError as e:
+            # The write may have been applied with its answer lost (a connection cut, a server
+            # killed after its log write) or left unconfirmed by replicas: neither SPOOLED nor
+            # surely not taken, so the app is told how to send it again without a duplicate.
+            raise SendRejectedError(
+                "", f"the broker did not take it and the outbox did not confirm the spool, so "
+                f"it {SPOOL_OUTCOME_OPEN} {message.message_id} (the outbox keeps one entry an "
+                f"id), never as a new message ({e})",
                 grpc.StatusCode.UNAVAILABLE, OUTBOX_UNAVAILABLE_RETRY_AFTER_MS,
             ) from e  # fmt: skip
         except OutboxError as e:

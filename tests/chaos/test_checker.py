@@ -1,8 +1,8 @@
 """chaos/checker.py's categories and chaos/report.py's row, on books written by hand:
 
 - a message answered REJECTED yet stored is unexpected, but one whose rejection says the outbox
-  wrote it without the replicas' acknowledgement it waited for (the outcome is open) is
-  recovered, and counted as an ambiguous rejection;
+  wrote it without the replicas' acknowledgement it waited for, or that the outbox did not
+  confirm it (the outcome is open), is recovered, and counted as an ambiguous rejection;
 - acknowledged and never consumed is lost; consumed twice is duplicated;
 - the row carries the outbox's DEAD entries in a column of their own.
 """
@@ -16,6 +16,7 @@ from chaos.checker import ReconcileRun, judge
 from chaos.consume import Consumed, ConsumedMessage
 from chaos.load import Answer
 from chaos.report import COLUMNS, Row, markdown
+from sidecar.errors import SPOOL_OUTCOME_OPEN
 
 WAIT_SHORTFALL = (
     "the broker did not take it and the outbox could not spool it: redis outbox … put: "
@@ -23,6 +24,11 @@ WAIT_SHORTFALL = (
     "replicas acknowledged it within wait_timeout_ms=1000: it may not survive a failover"
 )
 OUTBOX_DOWN = "the broker did not take it and the outbox could not spool it: ConnectionError"
+ANSWER_LOST = (
+    f"the broker did not take it and the outbox did not confirm the spool, so it "
+    f"{SPOOL_OUTCOME_OPEN} d (the outbox keeps one entry an id), never as a new message "
+    "(redis outbox put: ConnectionError: Connection closed by server.)"
+)
 
 
 def answer(message_id: str, state: Answer, reason: str = "") -> dict[str, Any]:
@@ -49,13 +55,14 @@ def test_a_stored_rejection_is_unexpected_unless_it_left_the_outcome_open() -> N
         answer("a", Answer.REJECTED, OUTBOX_DOWN),
         answer("b", Answer.REJECTED, WAIT_SHORTFALL),
         answer("c", Answer.REJECTED, WAIT_SHORTFALL),
+        answer("d", Answer.REJECTED, ANSWER_LOST),
     ]
-    stored = {"a": 1, "b": 1}
+    stored = {"a": 1, "b": 1, "d": 1}
     f = judge(answers, reconciled(stored), consumed(stored))
-    assert f.rejected == 3
-    assert f.ambiguous_rejected == 2
+    assert f.rejected == 4
+    assert f.ambiguous_rejected == 3
     assert f.samples["unexpected"] == ["a"]
-    assert f.samples["recovered"] == ["b"]
+    assert f.samples["recovered"] == ["b", "d"]
     assert f.lost == 0
 
 

@@ -25,7 +25,7 @@ import grpc
 import pytest
 
 from outbox import EntryState, SpoolCause
-from sidecar.errors import SendRejectedError
+from sidecar.errors import SPOOL_OUTCOME_OPEN, SendRejectedError
 from sidecar.intake import Spooled, Stored
 from tests.sidecar.in_process import RETRY_TIMES_WHEN_SEND_FAILED, core, message
 from tests.sidecar.scripted_broker import BROKER_NAME, Answer
@@ -143,6 +143,7 @@ def test_an_outbox_that_cannot_spool_answers_rejected_unavailable() -> None:
             assert rejected.value.code is grpc.StatusCode.UNAVAILABLE
             assert rejected.value.retry_after_ms > 0
             assert rejected.value.retriable
-            assert "could not spool it" in rejected.value.reason
+            # The outbox did not answer the write: the app is told to send it again by its id.
+            assert f"{SPOOL_OUTCOME_OPEN} {message(1).message_id}" in rejected.value.reason
 
     asyncio.run(run())
