@@ -12,6 +12,7 @@ tmpfs is memory: SIZE_BYTES_MAX keeps a chaos run from taking much of it.
 
 from __future__ import annotations
 
+import abc
 import errno
 import os
 import subprocess
@@ -40,7 +41,34 @@ def _run(args: list[str]) -> subprocess.CompletedProcess[str]:
         raise DiskError(f"{' '.join(args)} failed: {e}") from e
 
 
-class SmallDisk:
+class MountedDisk(abc.ABC):
+    """A disk the suite mounts for a scenario: started and stopped as its servers are."""
+
+    @abc.abstractmethod
+    def mount(self) -> Self: ...
+
+    @abc.abstractmethod
+    def unmount(self) -> None: ...
+
+    def start(self) -> Self:
+        return self.mount()
+
+    def stop(self) -> None:
+        self.unmount()
+
+    def __enter__(self) -> Self:
+        return self.mount()
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.unmount()
+
+
+class SmallDisk(MountedDisk):
     def __init__(self, mount_dir: Path, size_bytes: int) -> None:
         if not SIZE_BYTES_MIN <= size_bytes <= SIZE_BYTES_MAX:
             raise ValueError(
@@ -112,23 +140,6 @@ class SmallDisk:
         self._require_mounted()
         stats = os.statvfs(self.mount_dir)
         return stats.f_bavail * stats.f_frsize
-
-    def start(self) -> Self:
-        return self.mount()
-
-    def stop(self) -> None:
-        self.unmount()
-
-    def __enter__(self) -> Self:
-        return self.mount()
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.unmount()
 
     def _require_mounted(self) -> None:
         if not self.mounted:

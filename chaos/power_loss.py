@@ -31,10 +31,10 @@ import sys
 import threading
 import uuid
 from pathlib import Path
-from types import TracebackType
 from typing import Any, Self
 
-from chaos.processes import REPO_ROOT
+from chaos.disk import MountedDisk
+from chaos.processes import REPO_ROOT, log_tail
 
 FUSERMOUNT = "fusermount3"
 FUSE_DEVICE = Path("/dev/fuse")
@@ -43,7 +43,6 @@ UNMOUNT_DEADLINE_S = 30.0
 CONTROL_DEADLINE_S = 30.0
 INSTALL_DEADLINE_S = 600.0
 CONTROL_ANSWER_BYTES_MAX = 64 * 1024
-LOG_TAIL_BYTES_MAX = 8 * 1024
 APT_GET = ("apt-get", "-o", "DPkg::Lock::Timeout=300")
 # Unsynced bytes the filesystem keeps in all before it writes back the file being written (as
 # a kernel writes dirty pages back): more than a scenario leaves unsynced, and memory it may take.
@@ -89,7 +88,7 @@ def _apt(args: list[str]) -> int:
     return done.returncode
 
 
-class PowerLossDisk:
+class PowerLossDisk(MountedDisk):
     def __init__(
         self, directory: Path, unsynced_bytes_max: int = UNSYNCED_BYTES_MAX_DEFAULT
     ) -> None:
@@ -234,30 +233,9 @@ class PowerLossDisk:
         return answer
 
     def log_tail(self) -> str:
-        if not self.log_path.exists():
-            return "(no log)"
-        with self.log_path.open("rb") as log:
-            size = log.seek(0, 2)
-            log.seek(max(0, size - LOG_TAIL_BYTES_MAX))
-            return log.read().decode(errors="replace")
+        return log_tail(self.log_path)
 
     # -- as the other parts of the suite ---------------------------------------------------------
-    def start(self) -> Self:
-        return self.mount()
-
-    def stop(self) -> None:
-        self.unmount()
-
-    def __enter__(self) -> Self:
-        return self.mount()
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.unmount()
 
 
 def _fusermount(flags: str, mount_dir: Path) -> subprocess.CompletedProcess[str]:

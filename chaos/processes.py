@@ -374,3 +374,17 @@ class SidecarProcess(RocketboxProcess):
             "--listen", f"127.0.0.1:{port}", "--metrics-listen", f"127.0.0.1:{metrics_port}",
             *FAST_RESEND_ARGS, *ledger, *sidecar_id, *self.extra_args,
         ]  # fmt: skip
+
+
+# What an error about a server's or a daemon's start shows of its log: its end.
+LOG_TAIL_BYTES_MAX = 8 * 1024
+
+
+def log_tail(log_path: Path) -> str:
+    """The last ``LOG_TAIL_BYTES_MAX`` bytes of a log, as text."""
+    if not log_path.exists():
+        return "(no log)"
+    with log_path.open("rb") as log:
+        size = log.seek(0, 2)
+        log.seek(max(0, size - LOG_TAIL_BYTES_MAX))
+        return log.read().decode(errors="replace")

@@ -32,6 +32,8 @@ import redis
 import sqlalchemy
 import sqlalchemy.exc
 
+from chaos.processes import log_tail
+
 REDIS_SERVER = "redis-server"
 MARIADBD = "/usr/sbin/mariadbd"
 MARIADB_INSTALL_DB = "mariadb-install-db"
@@ -43,7 +45,6 @@ KILL_DEADLINE_S = 10.0
 PING_DEADLINE_S = 1.0
 POLL_INTERVAL_S = 0.05
 PORT_RETRY_INTERVAL_S = 0.2
-LOG_TAIL_BYTES_MAX = 8 * 1024
 # AF_UNIX paths: 108 bytes with the terminating NUL.
 SOCKET_PATH_BYTES_MAX = 107
 # redis-server's and mariadbd's words for a port someone else holds.
@@ -162,12 +163,7 @@ class _PrivateServer:
         return self.kill()
 
     def log_tail(self) -> str:
-        if not self.log_path.exists():
-            return "(no log)"
-        with self.log_path.open("rb") as log:
-            size = log.seek(0, 2)
-            log.seek(max(0, size - LOG_TAIL_BYTES_MAX))
-            return log.read().decode(errors="replace")
+        return log_tail(self.log_path)
 
     def __enter__(self) -> Self:
         return self if self.running() else self.start()
