@@ -13,6 +13,7 @@ from outbox.backends.mysql.connection import (
     MySQLConnection,
     chunks,
 )
+from outbox.backends.mysql.deadlocks import retried_on_deadlock
 from outbox.backends.mysql.schema import (
     COUNTER_SLOTS,
     DEAD,
@@ -72,6 +73,7 @@ class MySQLBulkChanges(MySQLConnection):
             if len(seqs) < batch_max:
                 return changed
 
+    @retried_on_deadlock
     def _requeue_batch(self, which: sa.ColumnElement[bool], index: str, now_ms: int) -> int:
         """Requeue the DEAD entries ``which`` selects by ``index`` (named, as every locking read
         is: see Statements.pending_by_ids)."""
@@ -112,6 +114,7 @@ class MySQLBulkChanges(MySQLConnection):
             lambda which, index: self._retry_now_batch(which, index, now_ms),
         )  # fmt: skip
 
+    @retried_on_deadlock
     def _retry_now_batch(self, which: sa.ColumnElement[bool], index: str, now_ms: int) -> int:
         """Make the PENDING entries ``which`` selects by ``index`` due now, in one transaction.
 

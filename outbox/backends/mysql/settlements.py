@@ -13,6 +13,7 @@ import sqlalchemy as sa
 from outbox.backends.mysql.connection import (
     MySQLConnection,
 )
+from outbox.backends.mysql.deadlocks import retried_on_deadlock
 from outbox.backends.mysql.schema import (
     COUNTER_SLOTS,
     DEAD,
@@ -43,6 +44,7 @@ class MySQLSettlements(MySQLConnection):
                 raise answer  # the transaction failed: every item's answer
         return [answer is True for answer in answers]
 
+    @retried_on_deadlock
     def _commit_deliveries(
         self, requests: Sequence[tuple[str, DeliveryReceipt]]
     ) -> list[bool | BaseException]:
@@ -106,6 +108,7 @@ class MySQLSettlements(MySQLConnection):
                 self._count(conn, counter_slot(message_id), **counted)
         return changed
 
+    @retried_on_deadlock
     def reschedule(
         self,
         message_id: str,
@@ -133,6 +136,7 @@ class MySQLSettlements(MySQLConnection):
             },
         )
 
+    @retried_on_deadlock
     def bury(self, message_id: str, owner: str, error: str, now_ms: int) -> bool:
         return self._update_leased(
             "bury",
