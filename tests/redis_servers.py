@@ -32,6 +32,9 @@ START_DEADLINE_S = 30.0
 # A cluster agrees on its slots, a failover completes (Sentinel turns the old master into a
 # replica some seconds after it promoted another), within this.
 SETTLE_DEADLINE_S = 90.0
+# How long one SENTINEL FAILOVER is given to name a new master before it is asked for again:
+# past Sentinel's failover-timeout (10 s here), which ends a failover that did not finish.
+FAILOVER_TRY_S = 25.0
 POLL_S = 0.05
 START_ATTEMPTS_MAX = 5
 SERVICE_NAME = "rocketbox"
@@ -261,17 +264,24 @@ class RedisSentinelServers:
         """SENTINEL FAILOVER, waited for: returns (old master, new master) once every Sentinel
         names the new one and every other server replicates from it with its link up."""
         old = self.master()
-        wait_until(
-            "a Sentinel to start the failover (one within twice failover-timeout of the last "
-            "is refused)",
-            self._failover_started,
-            SETTLE_DEADLINE_S,
-        )
-        wait_until(
-            "every Sentinel to name a new master",
-            lambda: all(self._named_port(s) not in (None, old.port) for s in self.sentinels),
-            SETTLE_DEADLINE_S,
-        )
+
+        def named_new() -> bool:
+            return all(self._named_port(s) not in (None, old.port) for s in self.sentinels)
+
+        # A failover that Sentinel abandons (its timeout passed with the replica not yet
+        # promoted, as on a loaded machine) names no new master: it is asked for again.
+        deadline = time.monotonic() + SETTLE_DEADLINE_S
+        while not named_new():
+            assert time.monotonic() < deadline, "timed out waiting for a new master"
+            wait_until(
+                "a Sentinel to start the failover (one within twice failover-timeout of the "
+                "last is refused)",
+                self._failover_started,
+                SETTLE_DEADLINE_S,
+            )
+            tried_until = time.monotonic() + FAILOVER_TRY_S
+            while not named_new() and time.monotonic() < tried_until:
+                time.sleep(POLL_S)  # sleep: a poll of the Sentinels within the try's bound
         new = self.master()
         wait_until(
             f"every server to replicate from the new master (port {new.port})",
