@@ -1,9 +1,11 @@
 """Two sidecars sharing one outbox (the real Redis, the real MariaDB) never send an entry twice.
 
-Both spool while the broker is down; when it is back, both resend pools drain the same outbox at
-once. Every message must then be in the broker exactly once: a claim leased to one sidecar is
-never taken by the other. And a FIFO group one sidecar spooled is fenced in the other too.
-"""
+Both spool while the broker throttles (its flow control on): their connections to it stay up, so
+once it takes sends again both probe it within an interval and both resend pools drain the same
+outbox at once (a broker down and back would leave each pool's return to its channel's reconnect
+back-off, and one pool could drain everything first). Every message must then be in the broker
+exactly once: a claim leased to one sidecar is never taken by the other. And a FIFO group one
+sidecar spooled is fenced in the other too."""
 
 from __future__ import annotations
 
@@ -21,7 +23,14 @@ from sidecar.clock import now_ms
 from tests.broker.broker_process import BrokerProcess, wait_until
 from tests.prometheus import metrics_port, sample, scrape
 from tests.services import free_port, mysql_url, redis_url, unique_name
-from tests.sidecar.sidecar_process import SidecarProcess, message, outcome, send, stored_copies
+from tests.sidecar.sidecar_process import (
+    SidecarProcess,
+    message,
+    outcome,
+    send,
+    set_flow_control,
+    stored_copies,
+)
 
 # Enough that one pool's drain outlasts the other's reconnection to the returned broker (its
 # gRPC channel's reconnect back-off, at most 2 s) and its first probe.
@@ -60,7 +69,7 @@ def test_two_sidecars_on_one_outbox_never_send_an_entry_twice(
 ) -> None:
     broker = BrokerProcess(tmp_path / "broker", "--auto-create-topic")
     port = broker.port
-    broker.stop()
+    set_flow_control(broker.endpoint, True)
     # The two pools must compete for this test to prove anything. Small claims sent one at a
     # time, so that a drain takes many rounds, and a short poll, so that the other pool looks
     # in between: with the defaults the pool that first saw the broker back could drain all
@@ -88,9 +97,8 @@ def test_two_sidecars_on_one_outbox_never_send_an_entry_twice(
                     result = send(stub, message("Orders", f"{sidecar.port}/{i}".encode()))
                     assert outcome(result) == "spooled", result
                     ids.append(result.message_id)
-        back = BrokerProcess(
-            broker.data_dir, "--auto-create-topic", "--listen", f"127.0.0.1:{port}"
-        )
+        back = broker
+        set_flow_control(broker.endpoint, False)
         endpoint = back.endpoint
         wait_until(
             lambda: all(stored_copies(endpoint, i) for i in ids),
