@@ -37,6 +37,7 @@ from chaos.field_faults import (
     long_outage,
     sentinel_failover,
 )
+from chaos.load import LoadGenerator
 from chaos.power_cut import power_cut
 from chaos.processes import KILL_DEADLINE_S, STOP_DEADLINE_S
 from chaos.progress import DRAIN_PROGRESS_DEADLINE_S
@@ -108,11 +109,9 @@ def sidecar_killed_mid_load(stage: Stage, rng: random.Random) -> None:
     stage.healed()
 
 
-def sidecar_killed_mid_drain(stage: Stage, rng: random.Random) -> None:
-    """The whole load spooled (flow control on), then the drain, killed part way through."""
-    sidecar, load = stage.sidecar, stage.load
-    assert sidecar is not None
-    assert load is not None
+def _spool_then_drain_part(stage: Stage, load: LoadGenerator, rng: random.Random) -> int:
+    """The whole load spooled (flow control on), then the drain let go until a seeded 20-60 %
+    of what was pending has left; returns what was pending before the drain."""
     stage.flow_control(True)
     stage.start_load()
     if not load.wait(stage.load_deadline_s):
@@ -126,6 +125,15 @@ def sidecar_killed_mid_drain(stage: Stage, rng: random.Random) -> None:
         lambda pending: pending <= before * (1 - fraction),
         DRAIN_PROGRESS_DEADLINE_S,
     )
+    return before
+
+
+def sidecar_killed_mid_drain(stage: Stage, rng: random.Random) -> None:
+    """The whole load spooled (flow control on), then the drain, killed part way through."""
+    sidecar, load = stage.sidecar, stage.load
+    assert sidecar is not None
+    assert load is not None
+    before = _spool_then_drain_part(stage, load, rng)
     sidecar.signal(signal.SIGKILL)
     stage.event(
         "sidecar SIGKILL mid-drain",
@@ -238,19 +246,7 @@ def power_cut_mid_drain(stage: Stage, rng: random.Random) -> None:
     outbox's machine loses power 20-60 % into it; back up, the drain goes on to its end."""
     load = stage.load
     assert load is not None
-    stage.flow_control(True)
-    stage.start_load()
-    if not load.wait(stage.load_deadline_s):
-        raise TimeoutError(f"the load did not end in {stage.load_deadline_s} s")
-    stage.event("load ended")
-    before = stage.outbox_pending() or 0
-    fraction = rng.uniform(0.2, 0.6)
-    stage.flow_control(False)
-    stage.wait_outbox(
-        f"the drain {fraction:.0%} through",
-        lambda pending: pending <= before * (1 - fraction),
-        DRAIN_PROGRESS_DEADLINE_S,
-    )
+    before = _spool_then_drain_part(stage, load, rng)
     stage.event("power cut mid-drain", pending_before=before, pending_at_cut=stage.outbox_pending())
     power_cut(stage, rng.uniform(1.0, 3.0))
     stage.healed()
