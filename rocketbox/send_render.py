@@ -67,10 +67,11 @@ def answer_json(answer: SendResult | RocketboxError) -> str:
 def answer_line(answer: SendResult | RocketboxError) -> str:
     if isinstance(answer, Stored):
         durable = "durable" if answer.durable else "NOT durable yet (stored, flush timed out)"
-        return (
-            f"STORED {answer.message_id} on {answer.broker_name} queue {answer.queue_id} "
-            f"offset {answer.queue_offset}, {durable}"
-        )
+        # The broker picks the queue and its answer names none (queue_id -1), nor the broker
+        # when a proxy in front of several picked it (broker_name empty).
+        broker = f" on {answer.broker_name}" if answer.broker_name else ""
+        queue = f" queue {answer.queue_id}" if answer.queue_id >= 0 else ""
+        return f"STORED {answer.message_id}{broker}{queue} offset {answer.queue_offset}, {durable}"
     if isinstance(answer, Spooled):
         maybe = "; it may already be stored" if answer.maybe_stored else ""
         return (

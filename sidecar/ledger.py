@@ -2,8 +2,9 @@
 
 ``{"message_id", "topic", "state": STORED|SPOOLED, "time_ms", "queue_id", "queue_offset",
 "durable", "cause"}``; a sidecar with a ``--namespace`` writes its topics as the broker stores
-them, ``NAMESPACE%TOPIC``. The reconciliation (reconcile/) reads it as the senders' side of the
-books.
+them, ``NAMESPACE%TOPIC``. A STORED line's ``queue_offset`` is the broker's answer, in the queue
+the broker picked; its ``queue_id`` is -1, as the answer names no queue (sidecar/producer.py's
+``SendReceipt``). The reconciliation (reconcile/) reads it as the senders' side of the books.
 
 What is written, when:
 

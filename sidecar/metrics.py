@@ -4,6 +4,9 @@
   SPOOLED or REJECTED; cause the spool cause, the rejection's gRPC code, or "" when stored).
 - ``rocketbox_sidecar_send_seconds{state}``: intake to answer.
 - ``rocketbox_sidecar_resends_total{outcome}``: the resend pool's DELIVERED, RESCHEDULED, BURIED.
+- ``rocketbox_sidecar_resends_unchecked_total``: outbox entries that may already be stored (an
+  ambiguous send) resent without the broker's index check, because no access point offers it (a
+  RocketMQ proxy): each may be delivered twice. 0 against rocketbox's broker.
 - ``rocketbox_sidecar_resends_pulled_in_total``: outbox entries made due at once because their
   topic's sends were stored again (sidecar/pull_in.py), instead of waiting out their back-off.
 - ``rocketbox_sidecar_intake_in_flight``: messages inside the sidecar now (admission control's
@@ -65,6 +68,12 @@ class SidecarMetrics:
         )  # fmt: skip
         self.resends = Counter(
             "rocketbox_sidecar_resends", "Resend outcomes.", ["outcome"], registry=r
+        )
+        self.resends_unchecked = Counter(
+            "rocketbox_sidecar_resends_unchecked",
+            "Resends of outbox entries that may already be stored, made without the broker's "
+            "index check (no access point offers it): each may be delivered twice.",
+            registry=r,
         )
         self.resends_pulled_in = Counter(
             "rocketbox_sidecar_resends_pulled_in",

@@ -14,6 +14,13 @@
 
 It talks ``apache.rocketmq.v2`` only, as an official client does; ``lookup_stored`` uses the
 rocketbox broker's admin service when the broker offers it (a real RocketMQ cluster does not).
+
+A receipt says what the broker answered, never what the sidecar asked (``SendReceipt``): the
+SendResultEntry's message id, queue offset and transaction id. It names no queue, and the broker
+picks the queue itself (a RocketMQ proxy with its own selector, possibly on another broker behind
+it; rocketbox's broker by round robin, or by a hash of the message group), so a receipt's
+``queue_id`` is ``QUEUE_ID_UNKNOWN``, and its ``broker_name`` is the addressed queue's broker only
+where the route puts no other broker behind that endpoint.
 """
 
 from __future__ import annotations
@@ -74,16 +81,31 @@ class ProducerConfig:
             raise ValueError("send_msg_timeout_ms must be >= 1")
 
 
+# A receipt's queue_id: the answer to SendMessage names no queue, and the broker chose it
+# (module docstring). RocketMQ's own word for "no queue".
+QUEUE_ID_UNKNOWN = -1
+# A receipt's broker_name when the endpoint fronts several brokers and picked one itself.
+BROKER_NAME_UNKNOWN = ""
+# What a stored answer without an entry per message tells of each: no id, no offset.
+NO_ENTRY = service_pb2.SendResultEntry(offset=-1)
+
+
 @dataclass(frozen=True, slots=True)
 class SendReceipt:
+    """What the broker answered for one stored message (its SendResultEntry)."""
+
     message_id: str
+    # The broker that stored it; BROKER_NAME_UNKNOWN when the endpoint addressed fronts several
+    # brokers of the route (a proxy picks one itself).
     broker_name: str
-    # The queue the sidecar addressed. A RocketMQ proxy (and rocketbox's broker) may store a
-    # non-FIFO message on another queue of the same broker: queue_offset is the broker's own.
+    # QUEUE_ID_UNKNOWN: the answer names no queue (module docstring).
     queue_id: int
+    # The broker's offset in the queue it chose; -1 when its answer had no entry per message.
     queue_offset: int
     durable: bool
     attempts: int
+    # The broker's transaction id for the message, as answered ("" for none).
+    transaction_id: str = ""
 
 
 SendOutcome = SendReceipt | SendFailedError | SendRejectedError
@@ -179,7 +201,8 @@ class Producer:
             except Exception as e:  # grpc.aio.AioRpcError; classified in one place
                 answers: list[SendOutcome] = [classify_rpc_error(e)] * len(pending)
             else:
-                answers = self._answers(response, queue, attempt, messages, pending)
+                broker_name = _answering_broker(route, queue)
+                answers = self._answers(response, broker_name, attempt, messages, pending)
             failed = False
             throttled = False
             for i, answer in zip(pending, answers, strict=True):
@@ -217,13 +240,13 @@ class Producer:
     def _answers(
         self,
         response: service_pb2.SendMessageResponse,
-        queue: WritableQueue,
+        broker_name: str,
         attempt: int,
         messages: Sequence[OutboxMessage],
         pending: list[int],
     ) -> list[SendOutcome]:
-        """Per message: a receipt, or the error its status means. A response without one entry
-        per message is answered by its top-level status for all."""
+        """Per message: a receipt of what its entry says, or the error its status means. A
+        response without one entry per message is answered by its top-level status for all."""
         count = len(pending)
         entries = list(response.entries) if len(response.entries) == count else [None] * count
         answers: list[SendOutcome] = []
@@ -234,14 +257,16 @@ class Producer:
             except (SendFailedError, SendRejectedError) as e:
                 answers.append(e)
                 continue
+            answered = entry if entry is not None else NO_ENTRY
             answers.append(
                 SendReceipt(
-                    message_id=messages[i].message_id,
-                    broker_name=queue.broker_name,
-                    queue_id=queue.queue_id,
-                    queue_offset=entry.offset if entry is not None else -1,
+                    message_id=answered.message_id or messages[i].message_id,
+                    broker_name=broker_name,
+                    queue_id=QUEUE_ID_UNKNOWN,
+                    queue_offset=answered.offset,
                     durable=durable,
                     attempts=attempt,
+                    transaction_id=answered.transaction_id,
                 )
             )
         return answers
@@ -290,6 +315,12 @@ class Producer:
             system.message_type = definition_pb2.NORMAL
         return wire
 
+    @property
+    def index_lookup_missing(self) -> tuple[Endpoint, ...]:
+        """The access points found not to offer ``lookup_stored``'s query (it answered
+        UNIMPLEMENTED there: a RocketMQ proxy, which serves apache.rocketmq.v2 alone)."""
+        return tuple(e for e, offered in self._admin_offered.items() if not offered)
+
     async def lookup_stored(self, message_id: str, topic: str) -> StoredLookup:
         """Ask the broker's index whether it holds ``message_id`` of ``topic``. When no broker
         offers the query the caller resends and accepts a possible duplicate (at least once)."""
@@ -320,3 +351,13 @@ class Producer:
                     return StoredLookup(True, StoredCopy(copy.queue_id, copy.queue_offset))
             return NOT_STORED
         return NOT_OFFERED
+
+
+def _answering_broker(route: TopicRoute, queue: WritableQueue) -> str:
+    """The broker a send to ``queue`` is stored on, as far as the route tells: the queue's own,
+    unless the route puts other brokers' queues behind the same endpoint, which then picks one
+    itself (a RocketMQ proxy in front of several brokers)."""
+    for q in route.queues:
+        if q.endpoint == queue.endpoint and q.broker_name != queue.broker_name:
+            return BROKER_NAME_UNKNOWN
+    return queue.broker_name

@@ -8,11 +8,14 @@ outbox write (``mark_delivered_many``). A resend:
 
 1. checks the broker's index first when the entry may already be stored (an ambiguous send, a
    resend that failed ambiguously, or an entry claimed over a lease whose holder died without
-   recording an outcome): found → delivered, without sending it twice;
+   recording an outcome): found → delivered, without sending it twice. Where no access point
+   offers the index (a RocketMQ proxy) it is resent unchecked, counted and said once per access
+   point (sidecar/unchecked_resends.py);
 2. sends with the same message id, through the producer's retries; the resend path never spools;
-3. stored → marked delivered (a tombstone with the broker's queue offset; one write for the
-   batch); failed → ``reschedule`` after a back-off (the entry's state is written, never its
-   body again), or ``bury`` once its delivery budget has run out (sidecar/delivery_budget.py:
+3. stored → marked delivered (a tombstone with what the broker answered: its queue offset, and
+   a queue id only where the index named one, sidecar/producer.py's ``SendReceipt``; one write
+   for the batch); failed → ``reschedule`` after a back-off (the entry's state is written, never
+   its body again), or ``bury`` once its delivery budget has run out (sidecar/delivery_budget.py:
    a failure, however often repeated, never buries by count); rejected by the broker (e.g. its
    topic was deleted) → buried at once.
 
@@ -66,6 +69,7 @@ from sidecar.outage import BrokerOutage
 from sidecar.producer import Producer
 from sidecar.pull_in import RecoveryPullIn
 from sidecar.tracing import bury_span, resend_send_span, resend_span
+from sidecar.unchecked_resends import UncheckedResends
 
 LOG = logging.getLogger(__name__)
 HOUR_MS = 3_600_000
@@ -153,6 +157,7 @@ class ResendPool:
         self._stopping = False
         # What the pool did (DELIVERED, RESCHEDULED, BURIED), also counted in the metrics.
         self.totals = dict.fromkeys(RESEND_OUTCOMES, 0)
+        self._unchecked = UncheckedResends(self._metrics.resends_unchecked)
 
     def wake(self) -> None:
         """Something may be due now (a spool, a delivered FIFO head)."""
@@ -270,7 +275,10 @@ class ResendPool:
         except SendFailedError as e:
             await self._failed(entry, e)
             return True
-        if not lookup.offered or lookup.copy is None:
+        if not lookup.offered:
+            self._unchecked.resending(self._producer.index_lookup_missing)
+            return False
+        if lookup.copy is None:
             return False
         LOG.info(
             "%s to %s was already stored; not resent", m.message_id, m.topic,

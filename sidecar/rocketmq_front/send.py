@@ -5,7 +5,7 @@ the app's logs, the broker and the reconciliation agree), and passes the same bo
 rocketbox.v1 message (sidecar/server.py's ``accept``: admission control, the shutting down
 refusal, metrics, the ledger, INTERNAL on a bug). Its answer, in the protocol's words:
 
-- STORED: OK, with the broker's queue offset;
+- STORED: OK, with what the broker answered: its message id, queue offset and transaction id;
 - SPOOLED: OK, with the message id and ``offset = -1``. This is the product's promise: the
   message is durable in the outbox and will be delivered; its offset is not known yet (it is the
   broker's, given when the resend stores it). Both official clients hand the offset to the app
@@ -281,8 +281,16 @@ def _entry(outcome: Outcome) -> spb.SendResultEntry:
     if isinstance(answer, SendRejectedError):
         status = definition_pb2.Status(code=rocketmq_code(answer), message=reason(answer))
         return spb.SendResultEntry(status=status, message_id=outcome.message_id)
-    offset = answer.receipt.queue_offset if isinstance(answer, Stored) else SPOOLED_OFFSET
-    return spb.SendResultEntry(status=OK, message_id=outcome.message_id, offset=offset)
+    if isinstance(answer, Stored):
+        # The broker's own answer, passed on as it gave it (sidecar/producer.py's SendReceipt).
+        r = answer.receipt
+        return spb.SendResultEntry(
+            status=OK,
+            message_id=r.message_id,
+            offset=r.queue_offset,
+            transaction_id=r.transaction_id,
+        )
+    return spb.SendResultEntry(status=OK, message_id=outcome.message_id, offset=SPOOLED_OFFSET)
 
 
 def _answer(

@@ -42,6 +42,11 @@ def test_times_are_iso_8601_in_utc() -> None:
 def test_each_answer_is_one_line_saying_what_happened() -> None:
     stored = Stored("ID1", "broker-a", 3, 17, durable=True, attempts=1)
     assert answer_line(stored) == "STORED ID1 on broker-a queue 3 offset 17, durable"
+    # What the sidecar answers: the broker picked the queue (and, behind a proxy, the broker).
+    unnamed = Stored("ID1", "broker-a", -1, 17, durable=True, attempts=1)
+    assert answer_line(unnamed) == "STORED ID1 on broker-a offset 17, durable"
+    behind_a_proxy = Stored("ID1", "", -1, 17, durable=True, attempts=1)
+    assert answer_line(behind_a_proxy) == "STORED ID1 offset 17, durable"
     spooled = Spooled("ID2", "UNAVAILABLE", "no route", 1_764_000_000_000, maybe_stored=False)
     assert answer_line(spooled) == (
         "SPOOLED ID2: UNAVAILABLE (no route); in the outbox, next attempt at "

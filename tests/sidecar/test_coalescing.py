@@ -15,6 +15,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+from rocketbox_api.admin.v1 import broker_admin_pb2
 from rocketbox_api.v1 import sidecar_pb2 as api
 from tests.broker.broker_process import BrokerProcess
 from tests.prometheus import metrics_port, sample, scrape
@@ -107,16 +108,24 @@ def test_fifo_groups_keep_their_queue_and_order_while_plain_messages_coalesce(
         # 24 FIFO messages alone, the 24 plain ones in one request.
         assert sends_to_broker(port) == (25, 48)
         for group in ("a", "b", "c"):
-            stored = [
-                r.stored
+            # Where the broker put them: the answers name no queue (the broker picks it).
+            copies = [
+                only_copy(broker, r)
                 for r, m in zip(batch.results, messages, strict=True)
                 if m.HasField("message_group") and m.message_group == group
             ]
-            assert len({s.queue_id for s in stored}) == 1, f"group {group} left its queue"
-            offsets = [s.queue_offset for s in stored]
+            assert len({c.queue_id for c in copies}) == 1, f"group {group} left its queue"
+            offsets = [c.queue_offset for c in copies]
             assert offsets == sorted(set(offsets)), f"group {group} out of order: {offsets}"
     finally:
         sidecar.stop()
+
+
+def only_copy(broker: BrokerProcess, result: api.SendResult) -> broker_admin_pb2.StoredMessage:
+    """The one copy of a STORED message, at the offset its answer gave."""
+    [copy] = wait_stored(broker.endpoint, result.message_id)
+    assert copy.queue_offset == result.stored.queue_offset, "the answer has the broker's offset"
+    return copy
 
 
 def test_without_coalescing_each_message_is_its_own_request(broker: BrokerProcess) -> None:

@@ -4,7 +4,8 @@
 - a failed send is retried on another broker (retry_times_when_send_failed), and latency fault
   avoidance then prefers the broker that answered; with every broker failing, the send ends as
   one SendFailedError after 1 + retry_times_when_send_failed attempts within the one timeout;
-- a FIFO message always goes to the same queue;
+- a FIFO message is always sent to the same queue; a receipt is what the broker answered, so
+  it names no queue (the broker picks it), and no broker when the endpoint fronts several;
 - the broker's answers are classified as DESIGN §3 says (stored, weak, throttled, terminal,
   ambiguous), and back-off waits grow and stay within their bounds.
 
@@ -32,11 +33,18 @@ from sidecar.channels import Channels, Endpoint
 from sidecar.errors import SendFailedError, SendRejectedError
 from sidecar.latency_fault import LatencyFaultTolerance, not_available_duration_ms
 from sidecar.message_id import MessageIdGenerator
-from sidecar.producer import Producer, ProducerConfig
+from sidecar.producer import (
+    BROKER_NAME_UNKNOWN,
+    QUEUE_ID_UNKNOWN,
+    Producer,
+    ProducerConfig,
+    SendReceipt,
+)
 from sidecar.route import TopicRouteCache
 from sidecar.send_status import check_send_status
 from tests.broker.broker_process import BrokerProcess
 from tests.services import free_port
+from tests.sidecar.scripted_broker import ScriptedBroker, scripted_broker
 from tests.sidecar.sidecar_process import wait_stored
 
 
@@ -188,19 +196,47 @@ def test_every_broker_down_ends_as_one_unavailable_failure() -> None:
     asyncio.run(scenario())
 
 
-def test_a_fifo_group_always_gets_the_same_queue(broker: BrokerProcess) -> None:
-    async def scenario() -> None:
-        server, producer = await with_route({"live": broker.port})
+def test_a_fifo_group_is_always_addressed_to_the_same_queue() -> None:
+    """Where the producer sends (the scripted broker stores in the queue addressed); its
+    receipts name no queue, as a broker's answer names none."""
+
+    async def scenario() -> tuple[ScriptedBroker, list[SendReceipt], list[SendReceipt]]:
+        async with scripted_broker() as broker:
+            producer = Producer(ProducerConfig(access_points=(broker.endpoint,)))
+            try:
+                fifo = [await producer.send(outbox_message(i, "g-7")) for i in range(8)]
+                plain = [await producer.send(outbox_message(100 + i)) for i in range(8)]
+            finally:
+                await producer.close()
+            return broker, fifo, plain
+
+    broker, fifo, plain = asyncio.run(scenario())
+    assert len({broker.stored[r.message_id].queue_id for r in fifo}) == 1
+    spread = {broker.stored[r.message_id].queue_id for r in plain}
+    assert len(spread) > 1, "round robin for messages without a group"
+    assert {r.queue_id for r in fifo + plain} == {QUEUE_ID_UNKNOWN}
+    assert [r.queue_offset for r in fifo] == [
+        broker.stored[r.message_id].queue_offset for r in fifo
+    ], "the broker's offsets"
+
+
+def test_a_receipt_names_no_broker_when_its_endpoint_fronts_several(
+    broker: BrokerProcess,
+) -> None:
+    """One endpoint serving two brokers' queues (a RocketMQ proxy) picks the broker itself."""
+
+    async def scenario() -> SendReceipt:
+        server, producer = await with_route({"a": broker.port, "b": broker.port})
         try:
-            queues = {(await producer.send(outbox_message(i, "g-7"))).queue_id for i in range(8)}
-            assert len(queues) == 1
-            spread = {(await producer.send(outbox_message(100 + i))).queue_id for i in range(8)}
-            assert len(spread) > 1, "round robin for messages without a group"
+            return await producer.send(outbox_message(1))
         finally:
             await producer.close()
             await server.stop(None)
 
-    asyncio.run(scenario())
+    receipt = asyncio.run(scenario())
+    assert (receipt.broker_name, receipt.queue_id) == (BROKER_NAME_UNKNOWN, QUEUE_ID_UNKNOWN)
+    [copy] = wait_stored(broker.endpoint, receipt.message_id)
+    assert copy.queue_offset == receipt.queue_offset, "the broker's answer"
 
 
 def test_a_held_route_failure_is_raised_fresh_each_time() -> None:
