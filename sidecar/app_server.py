@@ -1,5 +1,6 @@
 """The sidecar's gRPC servers for apps, built but not bound: rocketbox.v1 with the outbox admin
-service, health and reflection; and, with ``--health-listen``, health alone in plaintext.
+service, health and reflection (v1 and v1alpha, sidecar/reflection.py); and, with
+``--health-listen``, health alone in plaintext.
 
 Security (sidecar/security.py): the listeners' TLS is read here, once, at start; with a token,
 SidecarService and OutboxAdminService are registered token-guarded (each handler wrapped once),
@@ -10,12 +11,12 @@ from __future__ import annotations
 
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
-from grpc_reflection.v1alpha import reflection
 
 from rocketbox_api.server_guard import ServerGuard
 from rocketbox_api.v1 import outbox_admin_pb2, outbox_admin_pb2_grpc, sidecar_pb2, sidecar_pb2_grpc
 from sidecar.config import SidecarConfig
 from sidecar.outbox_admin_service import OutboxAdminService
+from sidecar.reflection import enable_server_reflection
 from sidecar.security import ServerTls, TokenGuard
 from sidecar.server import SidecarService
 
@@ -65,11 +66,9 @@ def app_server(
     sidecar_pb2_grpc.add_SidecarServiceServicer_to_server(guarded_service, server)
     outbox_admin_pb2_grpc.add_OutboxAdminServiceServicer_to_server(guarded_admin, server)
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
-    reflection.enable_server_reflection(
-        (SIDECAR_SERVICE.full_name, ADMIN_SERVICE.full_name, reflection.SERVICE_NAME,
-         HEALTH_SERVICE_NAME),
-        server,
-    )  # fmt: skip
+    enable_server_reflection(
+        (SIDECAR_SERVICE.full_name, ADMIN_SERVICE.full_name, HEALTH_SERVICE_NAME), server
+    )
     return server
 
 
