@@ -8,6 +8,7 @@
                                        # broker_name, queue_id, queue_offset it chose, message_id,
                                        # body, tag, keys, properties, message_group ...
         proxy.kill()                   # SIGKILL; nothing answered is lost (fsynced)
+        proxy.pause(); proxy.resume()  # SIGSTOP / SIGCONT: a proxy that hangs, then answers
         proxy.start()                  # again, on the same port, over the same data
         proxy.set_flow_control(True)   # every send answered TOO_MANY_REQUESTS from now on
         proxy.acked("group")           # (topic, broker, queue id, queue offset) it acked
@@ -31,6 +32,7 @@ process's output in ``data_dir/proxy.log``. Every wait is on a condition with a 
 
 from __future__ import annotations
 
+import signal
 import subprocess
 import sys
 import time
@@ -142,11 +144,19 @@ class RocketMQProxy:
             proc.kill()
         return proc.wait(STOP_DEADLINE_S)
 
+    def pause(self) -> None:
+        """SIGSTOP: it takes connections (the kernel does) and answers nothing until resumed."""
+        self._started().send_signal(signal.SIGSTOP)
+
+    def resume(self) -> None:
+        self._started().send_signal(signal.SIGCONT)
+
     def stop(self) -> int:
         """SIGTERM, and SIGKILL if it has not stopped within STOP_DEADLINE_S."""
         proc = self._started()
         if proc.poll() is None:
             proc.terminate()
+            proc.send_signal(signal.SIGCONT)  # a paused process acts on SIGTERM only once resumed
             try:
                 return proc.wait(STOP_DEADLINE_S)
             except subprocess.TimeoutExpired:
