@@ -53,8 +53,9 @@ def wait_stored_once(proxy: RocketMQProxy, topic: str, ids: Sequence[str]) -> No
     assert sorted(copies) == sorted(wanted), f"stored more than once: {copies}"
 
 
-def wait_metric(sidecar: FrontSidecar, value: Callable[[FrontSidecar], float], at_least: float,
-                what: str) -> None:  # fmt: skip
+def wait_metric(
+    sidecar: FrontSidecar, value: Callable[[FrontSidecar], float], at_least: float, what: str
+) -> None:
     wait_until(lambda: value(sidecar) >= at_least, DRAIN_DEADLINE_S, what)
 
 

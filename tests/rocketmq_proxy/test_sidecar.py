@@ -75,8 +75,10 @@ def test_stored_names_the_proxys_offset_and_no_queue_it_did_not_choose(tmp_path:
             or stored.queue_id not in (-1, m.queue_id)
             or (stored.broker_name not in ("", m.broker_name))
         ):
-            wrong.append(f"{answer.message_id}: answered {claimed}, proxy holds it at "
-                         f"{(m.broker_name, m.queue_id, m.queue_offset)}")  # fmt: skip
+            wrong.append(
+                f"{answer.message_id}: answered {claimed}, proxy holds it at "
+                f"{(m.broker_name, m.queue_id, m.queue_offset)}"
+            )
     assert not wrong, "STORED named a place the proxy did not choose:\n" + "\n".join(wrong)
 
 
