@@ -1,0 +1,126 @@
+"""The three questions put to a RocketMQ broker, each one request on its remoting port (10911).
+
+- QUERY_MESSAGE with ``_UNIQUE_KEY_QUERY``: the messages its IndexFile lists under
+  ``topic#key`` stored within [beginTimestamp, endTimestamp] (store time, the broker's clock),
+  at most the broker's ``defaultQueryMaxNum`` (32), newest index files first. The index keeps a
+  hash of the key, not the key: another message may come back, so the caller matches each
+  record's own ``UNIQ_KEY`` and topic. SUCCESS carries the records (records.py);
+  QUERY_NOT_FOUND means none.
+- GET_BROKER_RUNTIME_INFO: a KVTable (``{"table": {name: value}}``) whose
+  ``commitLogMaxOffset`` is where the commitlog ends and ``dispatchBehindBytes`` how far behind
+  it the dispatcher (ReputMessageService, which builds the consume queues and the index) is.
+- GET_BROKER_CONFIG: the broker's settings as ``name=value`` lines; ``messageIndexEnable=false``
+  means no index is built and no query can find anything.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from rocketbox_api.credentials import Credentials
+from sidecar.remoting.connection import RemotingConnection
+from sidecar.remoting.errors import RemotingAnswerError, RemotingProtocolError
+from sidecar.remoting.protocol import (
+    GET_BROKER_CONFIG,
+    GET_BROKER_RUNTIME_INFO,
+    QUERY_MESSAGE,
+    QUERY_NOT_FOUND,
+    SUCCESS,
+    RemotingCommand,
+    request,
+)
+from sidecar.remoting.records import StoredRecord, decode_records
+from sidecar.remoting.route import loads_fastjson
+
+UNIQUE_KEY_QUERY_FLAG = "_UNIQUE_KEY_QUERY"
+# The broker replaces maxNum by its defaultQueryMaxNum for a unique key query; the field must
+# be there all the same.
+QUERY_MAX_NUM = 32
+# endTimestamp: no end (Long.MAX_VALUE, as RocketMQ's own clients ask): a store time is the
+# broker's clock, which the sidecar's cannot bound.
+END_TIMESTAMP_NONE = 2**63 - 1
+MESSAGE_INDEX_ENABLE = "messageIndexEnable"
+COMMIT_LOG_MAX_OFFSET = "commitLogMaxOffset"
+DISPATCH_BEHIND_BYTES = "dispatchBehindBytes"
+
+
+@dataclass(frozen=True, slots=True)
+class CommitLogProgress:
+    max_offset: int
+    # Where the dispatcher is: every record before it is in the index. Read after the max
+    # offset, so never more than the truth when the commitlog ends at its max offset.
+    dispatched_offset: int
+
+
+async def _ask(
+    connection: RemotingConnection,
+    code: int,
+    fields: dict[str, str],
+    deadline: float,
+    credentials: Credentials | None,
+    also_ok: int = SUCCESS,
+) -> RemotingCommand:
+    answer = await connection.invoke(request(code, fields, credentials=credentials), deadline)
+    if answer.code not in (SUCCESS, also_ok):
+        raise RemotingAnswerError(str(connection.address), code, answer.code, answer.remark)
+    return answer
+
+
+async def query_uniq_key(
+    connection: RemotingConnection,
+    topic: str,
+    key: str,
+    begin_timestamp_ms: int,
+    deadline: float,
+    credentials: Credentials | None,
+) -> list[StoredRecord]:
+    """The records the broker's index lists for ``key`` in ``topic`` (hash matches included)."""
+    fields = {
+        "topic": topic,
+        "key": key,
+        "maxNum": str(QUERY_MAX_NUM),
+        "beginTimestamp": str(begin_timestamp_ms),
+        "endTimestamp": str(END_TIMESTAMP_NONE),
+        UNIQUE_KEY_QUERY_FLAG: "true",
+    }
+    answer = await _ask(connection, QUERY_MESSAGE, fields, deadline, credentials, QUERY_NOT_FOUND)
+    if answer.code == QUERY_NOT_FOUND:
+        return []
+    return decode_records(answer.body, str(connection.address))
+
+
+async def commit_log_progress(
+    connection: RemotingConnection, deadline: float, credentials: Credentials | None
+) -> CommitLogProgress:
+    answer = await _ask(connection, GET_BROKER_RUNTIME_INFO, {}, deadline, credentials)
+    address = str(connection.address)
+    try:
+        table = loads_fastjson(answer.body.decode())
+    except (UnicodeDecodeError, ValueError) as e:
+        raise RemotingProtocolError(f"{address}: runtime info does not decode: {e}") from e
+    values = table.get("table") if isinstance(table, dict) else None
+    if not isinstance(values, dict):
+        raise RemotingProtocolError(f"{address}: runtime info without its table")
+    try:
+        max_offset = int(values[COMMIT_LOG_MAX_OFFSET])
+        behind = int(values[DISPATCH_BEHIND_BYTES])
+    except (KeyError, TypeError, ValueError) as e:
+        raise RemotingProtocolError(
+            f"{address}: runtime info lacks {COMMIT_LOG_MAX_OFFSET} or {DISPATCH_BEHIND_BYTES}"
+        ) from e
+    return CommitLogProgress(max_offset, max_offset - behind)
+
+
+async def index_enabled(
+    connection: RemotingConnection, deadline: float, credentials: Credentials | None
+) -> bool:
+    answer = await _ask(connection, GET_BROKER_CONFIG, {}, deadline, credentials)
+    try:
+        text = answer.body.decode()
+    except UnicodeDecodeError as e:
+        raise RemotingProtocolError(f"{connection.address}: broker config is not text") from e
+    for line in text.splitlines():
+        name, sep, value = line.partition("=")
+        if sep and name.strip() == MESSAGE_INDEX_ENABLE:
+            return value.strip().lower() == "true"
+    raise RemotingProtocolError(f"{connection.address}: broker config lacks {MESSAGE_INDEX_ENABLE}")

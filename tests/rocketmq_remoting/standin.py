@@ -1,0 +1,258 @@
+"""A stand-in Apache RocketMQ NameServer and brokers on their remoting ports, written from the
+protocol: real asyncio TCP servers on 127.0.0.1, port 0 each, serving what the sidecar's index
+lookup asks (sidecar/remoting/).
+
+- The NameServer answers GET_ROUTEINFO_BY_TOPIC (105) with TopicRouteData: every stand-in broker
+  as a group whose master (broker id 0) is that broker's address, or TOPIC_NOT_EXIST (17) for a
+  topic outside ``topics`` when that is set. ``fastjson_keys`` writes ``brokerAddrs`` as an old
+  NameServer does, its keys unquoted; ``masterless`` lists groups routed without a master.
+- A broker answers QUERY_MESSAGE (12) from what it holds: the messages of its name that its
+  ``source`` gives, each a commitlog record encoded by rocketbox's own store codec
+  (broker/store/codec), stored under its topic, or, a delayed message still ``waiting``, under
+  ``rmq_sys_wheel_timer`` with its own in ``REAL_TOPIC`` / ``REAL_QID``. A unique key query
+  (``_UNIQUE_KEY_QUERY``) returns at most 32, newest first, within the time range; ``collide``
+  returns every message of the topic, as a hash collision in a real index would.
+  GET_BROKER_RUNTIME_INFO (28) reports ``commitLogMaxOffset`` and ``dispatchBehindBytes``;
+  GET_BROKER_CONFIG (26) ``messageIndexEnable``. Anything else is REQUEST_CODE_NOT_SUPPORTED (3).
+- Dispatch lag: the newest ``undispatched`` messages are not in the index yet; each runtime info
+  answer is followed by one more dispatched (none while ``dispatch_stuck``).
+- Faults: ``answer_code`` answers every request so; ``hang`` reads requests and answers none;
+  ``serialization`` answers in ROCKETMQ's binary header; ``credentials`` requires every request
+  signed with them (NO_PERMISSION otherwise); ``stop()`` closes the port.
+
+Each server records the request codes it was asked (``asked``). Handlers run on the loop of the
+test that started them: no locks.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import time
+from collections.abc import AsyncIterator, Callable, Iterable
+from dataclasses import dataclass, field
+
+from broker.store.codec.encode import encode_message, finish_record
+from broker.store.codec.message import MessageExtBrokerInner
+from rocketbox_api.credentials import Credentials
+from tests.rocketmq_remoting.wire import JSON, Answer, Request, answer_frame, read_request
+from tests.rocketmq_remoting.wire import signed_correctly as signed
+
+TIMER_TOPIC = "rmq_sys_wheel_timer"
+QUERY_MAX_NUM = 32
+NO_PERMISSION = 16
+TOPIC_NOT_EXIST = 17
+QUERY_NOT_FOUND = 22
+NOT_SUPPORTED = 3
+STORE_HOST = ("127.0.0.1", 10911)
+
+
+@dataclass(frozen=True)
+class HeldMessage:
+    topic: str
+    message_id: str
+    queue_id: int = 0
+    queue_offset: int = 0
+    store_timestamp_ms: int = field(default_factory=lambda: int(time.time() * 1000))
+    broker_name: str = "broker-a"
+    # A delayed message before its time: held under the timer topic.
+    waiting: bool = False
+    body: bytes = b"payload"
+
+
+MessageSource = Callable[[], Iterable[HeldMessage]]
+
+
+class _Server:
+    def __init__(self) -> None:
+        self.port = 0
+        self.asked: list[int] = []
+        self.answer_code: int | None = None
+        self.hang = False
+        self.serialization = JSON
+        self.credentials: Credentials | None = None
+        self._server: asyncio.Server | None = None
+        self._connections: set[asyncio.StreamWriter] = set()
+
+    @property
+    def address(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    async def start(self) -> None:
+        self._server = await asyncio.start_server(self._serve, "127.0.0.1", self.port)
+        self.port = self._server.sockets[0].getsockname()[1]
+
+    async def stop(self) -> None:
+        """Close the port and every connection (the port is kept for a later ``start``)."""
+        if self._server is not None:
+            self._server.close()
+            for writer in list(self._connections):
+                writer.close()
+            await self._server.wait_closed()
+            self._server = None
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self._connections.add(writer)
+        try:
+            while (request := await read_request(reader)) is not None:
+                self.asked.append(request.code)
+                if self.hang:
+                    continue
+                writer.write(
+                    answer_frame(self._answer(request), request.opaque, self.serialization)
+                )
+                await writer.drain()
+        except (ConnectionError, asyncio.IncompleteReadError):
+            pass  # the client went away: nothing to answer
+        finally:
+            self._connections.discard(writer)
+            writer.close()
+
+    def _answer(self, request: Request) -> Answer:
+        if self.answer_code is not None:
+            return Answer(self.answer_code, "scripted answer")
+        if self.credentials is not None and not (
+            request.ext.get("AccessKey") == self.credentials.access_key
+            and signed(request.ext, request.body, self.credentials.secret_key)
+        ):
+            return Answer(NO_PERMISSION, "signature does not match")
+        return self.handle(request)
+
+    def handle(self, request: Request) -> Answer:
+        raise NotImplementedError
+
+
+class StandInBroker(_Server):
+    def __init__(self, name: str, source: MessageSource) -> None:
+        super().__init__()
+        self.name = name
+        self._source = source
+        self.index_enabled = True
+        self.undispatched = 0
+        self.dispatch_stuck = False
+        self.collide = False
+
+    def _records(self) -> list[tuple[HeldMessage, str, bytes]]:
+        """(message, stored topic, record) of each message this broker holds, in store order."""
+        held = [m for m in self._source() if m.broker_name == self.name]
+        records, phy_offset = [], 0
+        for m in held:
+            properties = {"UNIQ_KEY": m.message_id, "WAIT": "true"}
+            topic, queue_id = m.topic, m.queue_id
+            if m.waiting:
+                properties |= {"REAL_TOPIC": m.topic, "REAL_QID": str(m.queue_id)}
+                topic, queue_id = TIMER_TOPIC, 0
+            inner = MessageExtBrokerInner(
+                topic=topic, body=m.body, queue_id=queue_id, properties=properties,
+                born_timestamp_ms=m.store_timestamp_ms, born_host=("127.0.0.1", 50000),
+                store_host=STORE_HOST,
+            )  # fmt: skip
+            record = finish_record(
+                encode_message(inner, 0), m.queue_offset, phy_offset, m.store_timestamp_ms
+            )
+            records.append((m, topic, record))
+            phy_offset += len(record)
+        return records
+
+    def _indexed(self) -> list[tuple[HeldMessage, str, bytes]]:
+        records = self._records()
+        return records[: len(records) - self.undispatched] if self.undispatched else records
+
+    def handle(self, request: Request) -> Answer:
+        if request.code == 12:
+            return self._query(request)
+        if request.code == 28:
+            records = self._records()
+            behind = sum(len(r) for _, _, r in records[len(records) - self.undispatched :])
+            table = {
+                "commitLogMaxOffset": str(sum(len(r) for _, _, r in records)),
+                "dispatchBehindBytes": str(behind if self.undispatched else 0),
+                "brokerVersionDesc": "V5_3_3",
+            }
+            if self.undispatched and not self.dispatch_stuck:
+                self.undispatched -= 1
+            return Answer(0, body=json.dumps({"table": table}).encode())
+        if request.code == 26:
+            enabled = "true" if self.index_enabled else "false"
+            text = f"brokerName={self.name}\nmessageIndexEnable={enabled}\nlistenPort=10911\n"
+            return Answer(0, ext={"version": "{}"}, body=text.encode())
+        return Answer(NOT_SUPPORTED, f" request type {request.code} not supported")
+
+    def _query(self, request: Request) -> Answer:
+        ext = request.ext
+        topic, key = ext["topic"], ext["key"]
+        begin, end = int(ext["beginTimestamp"]), int(ext["endTimestamp"])
+        max_num = QUERY_MAX_NUM if ext.get("_UNIQUE_KEY_QUERY") == "true" else int(ext["maxNum"])
+        hits = [
+            record
+            for m, stored_topic, record in reversed(self._indexed() if self.index_enabled else [])
+            if stored_topic == topic
+            and (self.collide or m.message_id == key)
+            and begin <= m.store_timestamp_ms <= end
+        ][:max_num]
+        last = {"indexLastUpdateTimestamp": "0", "indexLastUpdatePhyoffset": "0"}
+        if not hits:
+            return Answer(
+                QUERY_NOT_FOUND, "can not find message, maybe time range not correct", last
+            )
+        return Answer(0, None, last, b"".join(hits))
+
+
+class StandInNamesrv(_Server):
+    def __init__(self, brokers: dict[str, StandInBroker]) -> None:
+        super().__init__()
+        self._brokers = brokers
+        self.topics: set[str] | None = None
+        self.fastjson_keys = False
+        self.masterless: set[str] = set()
+
+    def handle(self, request: Request) -> Answer:
+        if request.code != 105:
+            return Answer(NOT_SUPPORTED, f" request type {request.code} not supported")
+        topic = request.ext["topic"]
+        if self.topics is not None and topic not in self.topics:
+            return Answer(
+                TOPIC_NOT_EXIST, f"No topic route info in name server for the topic: {topic}"
+            )
+        datas = [
+            {"brokerAddrs": {} if name in self.masterless else {"0": b.address},
+             "brokerName": name, "cluster": "DefaultCluster", "enableActingMaster": False}
+            for name, b in self._brokers.items()
+        ]  # fmt: skip
+        queues = [
+            {"brokerName": name, "perm": 6, "readQueueNums": 4, "topicSysFlag": 0,
+             "writeQueueNums": 4}
+            for name in self._brokers
+        ]  # fmt: skip
+        text = json.dumps({"brokerDatas": datas, "filterServerTable": {}, "queueDatas": queues})
+        if self.fastjson_keys:
+            text = text.replace('{"0":', "{0:")
+        return Answer(0, body=text.encode())
+
+
+@dataclass
+class RemotingCluster:
+    namesrv: StandInNamesrv
+    brokers: dict[str, StandInBroker] = field(default_factory=dict)
+
+    @property
+    def namesrv_addr(self) -> str:
+        return self.namesrv.address
+
+
+@contextlib.asynccontextmanager
+async def remoting_cluster(
+    source: MessageSource, broker_names: tuple[str, ...] = ("broker-a",)
+) -> AsyncIterator[RemotingCluster]:
+    """A NameServer and one stand-in broker per name, serving until the block ends."""
+    brokers = {name: StandInBroker(name, source) for name in broker_names}
+    cluster = RemotingCluster(StandInNamesrv(brokers), brokers)
+    servers: list[_Server] = [cluster.namesrv, *brokers.values()]
+    try:
+        for server in servers:
+            await server.start()
+        yield cluster
+    finally:
+        for server in servers:
+            await server.stop()
