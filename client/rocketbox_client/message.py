@@ -47,8 +47,11 @@ class Stored:
     within the broker's deadline; it is not resent (that would duplicate it)."""
 
     message_id: str
+    # Empty when the sidecar sent to a proxy in front of several brokers, which picked one.
     broker_name: str
+    # -1: the broker picked the queue and its answer did not say which (sidecar.proto's Stored).
     queue_id: int
+    # The broker's offset in the queue it picked.
     queue_offset: int
     durable: bool
     # Send attempts it took inside the sidecar (1 .. 1 + its retry_times_when_send_failed).

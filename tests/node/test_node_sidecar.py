@@ -110,7 +110,7 @@ def only_copy(
     copy = copies[0]
     assert copy.message_id == message_id, what
     assert copy.topic == TOPIC, what
-    # The sidecar's queue_id is the queue it addressed; queue_offset is the broker's.
+    # The answer's queue_offset is the broker's (its queue_id is -1: the broker picked the queue).
     assert copy.queue_offset == int(result["stored"]["queue_offset"]), f"{what}: {copy}"
     return copy
 
