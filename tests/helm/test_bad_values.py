@@ -2,7 +2,8 @@
 the schema refuses unknown keys at any depth and unknown outbox types (values.schema.json,
 additionalProperties false), and templates/validate.yaml refuses the combinations that would lose
 messages or mislead (a RocksDB outbox on an emptyDir, a Redis or MySQL outbox without its Secret,
-a reconciliation that cannot see what it must compare, a cluster's impossible shapes). The
+a reconciliation that cannot see what it must compare, or whose Spark cluster's workers could
+not, a cluster's impossible shapes). The
 values files are in
 tests/helm/values/bad/, each saying what is wrong with it.
 """
@@ -64,6 +65,33 @@ EXPECTED = {
     "reconcile-brokers": [
         "reconcile.commitlog.source=brokerVolume reads broker-0's store only",
         "broker.replicas > 1",
+    ],
+    "reconcile-master-without-shared-claim": [
+        "reconcile.master runs the job's tasks on the Spark cluster's workers",
+        "set reconcile.spark.sharedClaim to a ReadWriteMany claim",
+        "reconcile.spark.sharedPath (/var/lib/rocketbox/shared)",
+    ],
+    "reconcile-master-broker-volume": [
+        "reconcile.master with reconcile.commitlog.source=brokerVolume",
+        "a ReadWriteOnce volume is attached to one node",
+        "set reconcile.commitlog.source=sharedClaim",
+    ],
+    "reconcile-master-export-claim": [
+        "reconcile.master with reconcile.outboxExport.existingClaim",
+        "the Spark workers could not read the export",
+        "Put the export on reconcile.spark.sharedClaim",
+    ],
+    "reconcile-master-reports-claim": [
+        "reconcile.master writes the reports on reconcile.spark.sharedClaim",
+        'set reconcile.reports.persistence.existingClaim="".',
+    ],
+    "reconcile-master-rocksdb-without-export": [
+        "reconcile with outbox.type=rocksdb",
+        "Put an outbox export (JSON lines or Parquet) on reconcile.spark.sharedClaim",
+    ],
+    "reconcile-shared-without-master": [
+        "reconcile.commitlog.source=sharedClaim reads the Spark cluster's claim",
+        "set reconcile.master to the cluster's spark://host:port",
     ],
     "cluster-no-groups": ["at '/broker/brokerGroups': minimum: got 0, want 1"],
     "cluster-unknown-role": [

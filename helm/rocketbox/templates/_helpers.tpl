@@ -118,6 +118,18 @@ true
 {{- end -}}
 {{- end -}}
 
+{{/*
+"true" when reconcile.master is a Spark cluster's (spark://…, anything but local[…]): the job's pod
+is then Spark's driver, and the tasks run on the cluster's workers; "" for a run in the pod.
+The same pattern as the job's own (reconcile/config.py, LOCAL_MASTER).
+*/}}
+{{- define "rocketbox.reconcileOnCluster" -}}
+{{- $master := .Values.reconcile.master -}}
+{{- if and $master (not (regexMatch "^local(\\[(\\*|[0-9]+)(,[0-9]+)?\\])?$" $master)) -}}
+true
+{{- end -}}
+{{- end -}}
+
 {{- define "rocketbox.namesrvName" -}}
 {{- printf "%s-namesrv" (include "rocketbox.fullname" .) -}}
 {{- end -}}
