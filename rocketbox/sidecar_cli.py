@@ -12,6 +12,7 @@ import click
 
 from outbox.entry import OutboxLimits
 from outbox.errors import OutboxError
+from rocketbox.lookup_options import lookup_namesrv_option
 from rocketbox.run_settings import run_async
 from rocketbox.sidecar_security_options import app_security_options, broker_security_options
 from rocketbox.start_checks import (
@@ -118,6 +119,7 @@ def optional_listen(
     type=click.IntRange(min=10),
     help="How often the outbox gauges are refreshed.",
 )
+@lookup_namesrv_option
 @click.option("--namespace", default="", help="RocketMQ namespace of the topics.")
 @click.option("--retry-times-when-send-failed", default=2, type=click.IntRange(0, 16))
 @click.option("--send-msg-timeout-ms", default=3_000, type=click.IntRange(min=1))
@@ -271,6 +273,7 @@ def sidecar_config(o: dict[str, Any]) -> SidecarConfig:
             send_msg_timeout_ms=o["send_msg_timeout_ms"],
             send_latency_fault_enable=o["send_latency_fault_enable"],
             route_refresh_interval_ms=o["route_refresh_interval_ms"],
+            uniq_key_lookup=o["uniq_key_lookup"],
             **o["broker_security"].producer_fields(),
         ),
         outbox_url=o["outbox_url"],

@@ -13,7 +13,8 @@
   every attempt: moving would break the group's order).
 
 It talks ``apache.rocketmq.v2`` only, as an official client does; ``lookup_stored`` uses the
-rocketbox broker's admin service when the broker offers it (a real RocketMQ cluster does not).
+rocketbox broker's admin service when the broker offers it (a real RocketMQ cluster does not),
+else, when configured, RocketMQ's brokers by unique key over remoting (sidecar/remoting/).
 
 A receipt says what the broker answered, never what the sidecar asked (``SendReceipt``): the
 SendResultEntry's message id, queue offset and transaction id. It names no queue, and the broker
@@ -45,6 +46,7 @@ from sidecar.channels import Channels, Endpoint
 from sidecar.clock import now_ms
 from sidecar.errors import SendFailedError, SendRejectedError, SidecarError
 from sidecar.latency_fault import LatencyFaultTolerance
+from sidecar.remoting import UniqKeyLookupConfig, Verdict, lookup_by_uniq_key
 from sidecar.route import TopicRoute, TopicRouteCache, WritableQueue
 from sidecar.security import broker_channel_credentials
 from sidecar.send_status import check_send_status, classify_rpc_error
@@ -69,6 +71,9 @@ class ProducerConfig:
     tls_ca_file: Path | None = None
     # The sidecar's own access key, its requests signed as the official clients sign theirs.
     credentials: Credentials | None = None
+    # Where no access point offers rocketbox's index, ask RocketMQ's brokers over their remoting
+    # protocol instead (sidecar/remoting/, --lookup-namesrv); None: resend unchecked.
+    uniq_key_lookup: UniqKeyLookupConfig | None = None
 
     def __post_init__(self) -> None:
         if self.tls_ca_file is not None and not self.tls:
@@ -350,7 +355,21 @@ class Producer:
                 if stored_topic in (copy.topic, copy.system_properties.get("REAL_TOPIC")):
                     return StoredLookup(True, StoredCopy(copy.queue_id, copy.queue_offset))
             return NOT_STORED
+        if self.config.uniq_key_lookup is not None:
+            return await self._lookup_by_uniq_key(self.config.uniq_key_lookup, message_id, topic)
         return NOT_OFFERED
+
+    async def _lookup_by_uniq_key(
+        self, config: UniqKeyLookupConfig, message_id: str, topic: str
+    ) -> StoredLookup:
+        """RocketMQ's brokers asked by unique key: FOUND and NOT_FOUND mean what the admin
+        lookup's answers do; UNKNOWN (a broker unreachable, an index behind) is NOT_OFFERED,
+        resent unchecked."""
+        stored_topic = namespaced(self.config.namespace, topic)
+        result = await lookup_by_uniq_key(config, stored_topic, message_id, self.config.credentials)
+        if result.verdict is Verdict.FOUND:
+            return StoredLookup(True, StoredCopy(result.queue_id, result.queue_offset))
+        return NOT_STORED if result.verdict is Verdict.NOT_FOUND else NOT_OFFERED
 
 
 def _answering_broker(route: TopicRoute, queue: WritableQueue) -> str:
