@@ -4,7 +4,8 @@
 A secret key is never a command-line value (``ps`` and shell histories show those): ``acl user
 create`` asks for it at the terminal, or reads it from ``--secret-file`` (``-``: standard input).
 Against a broker with --auth, these commands need an admin user's credentials in
-ROCKETBOX_ACCESS_KEY and ROCKETBOX_SECRET_KEY.
+ROCKETBOX_ACCESS_KEY and ROCKETBOX_SECRET_KEY. Apache RocketMQ keeps its users and ACLs through
+mqadmin instead (rocketbox/admin_errors.py says which command, in --help and on failure).
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from typing import Any
 import click
 
 from rocketbox import admin_client as admin
+from rocketbox.admin_errors import AdminGroup
 from rocketbox.broker_admin_cli import admin_command, echo_answer
 from rocketbox.wording import plural
 from rocketbox_api.admin.v1 import acl_admin_pb2 as apb
@@ -39,7 +41,7 @@ def _secret(secret_file: str | None) -> str:
     return raw.strip()
 
 
-@click.group(short_help="Users and their rights on a broker with --auth.")
+@click.group(cls=AdminGroup, short_help="Users and their rights on a broker with --auth.")
 def acl() -> None:
     """Users and their rights on a broker with --auth (PUB/SUB on topics and groups)."""
 

@@ -3,8 +3,11 @@ exception (admin_render.py renders the answers).
 
 Every call has a deadline (``deadline_s``): an unreachable or silent broker is an error after it,
 never a hang. Failures are ``AdminCallError``: ``unreachable`` when the broker could not be
-reached or did not answer in time (UNAVAILABLE, DEADLINE_EXCEEDED), otherwise the status code
-and details the broker answered with.
+reached or did not answer in time (UNAVAILABLE, DEADLINE_EXCEEDED), ``not_served`` when the
+endpoint answered UNIMPLEMENTED (an Apache RocketMQ proxy serves only apache.rocketmq.v2, none of
+rocketbox's admin services), otherwise the status code and details the broker answered with.
+``call_error`` makes one from any gRPC failure, for the NameServer's client too
+(cluster_cli.py); admin_errors.py turns it into what the operator reads and the exit code.
 
 With ROCKETBOX_ACCESS_KEY and ROCKETBOX_SECRET_KEY set, every call is signed as RocketMQ's
 clients sign (a broker with --auth wants an admin user's, or for a message lookup any user's).
@@ -27,16 +30,50 @@ RECEIVE_MESSAGE_BYTES_MAX = 32 * 1024 * 1024
 TOPIC_TYPES = ("NORMAL", "FIFO", "DELAY", "TRANSACTION", "MIXED")
 RESET_TARGETS = ("FIRST", "LAST", "TIMESTAMP")
 _UNREACHABLE_CODES = frozenset({grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED})
+# The services a failed call was made to, named as the operator reads them.
+BROKER_ADMIN_SERVICE = "rocketbox's broker admin service"
+NAMESRV_SERVICE = "rocketbox's NameServer service"
 R = TypeVar("R")
 
 
 class AdminCallError(Exception):
     """An admin call that failed; the text says why, for an operator."""
 
-    def __init__(self, message: str, code: grpc.StatusCode | None, unreachable: bool) -> None:
+    def __init__(
+        self,
+        message: str,
+        code: grpc.StatusCode | None,
+        unreachable: bool,
+        endpoint: str = "",
+        service: str = BROKER_ADMIN_SERVICE,
+    ) -> None:
         super().__init__(message)
         self.code = code
         self.unreachable = unreachable
+        self.endpoint = endpoint
+        self.service = service
+
+    @property
+    def not_served(self) -> bool:
+        """The endpoint lacks the service (or this method of it): another kind of server."""
+        return self.code is grpc.StatusCode.UNIMPLEMENTED
+
+
+def call_error(
+    e: grpc.RpcError, endpoint: str, deadline_s: float, service: str, role: str
+) -> AdminCallError:
+    """``e`` (a call to ``service`` at ``endpoint``, the ``role`` in the text: "broker",
+    "NameServer") as an AdminCallError."""
+    code = e.code()
+    details = e.details() or ""
+    if code is grpc.StatusCode.DEADLINE_EXCEEDED:
+        why = f"did not answer within {deadline_s:g} s"
+    elif code is grpc.StatusCode.UNAVAILABLE:
+        why = "is unreachable"
+    else:
+        why = "answered"
+    message = f"{role} {endpoint} {why}: {code.name}: {details}"
+    return AdminCallError(message, code, code in _UNREACHABLE_CODES, endpoint, service)
 
 
 def parse_endpoint(endpoint: str) -> str:
@@ -55,7 +92,7 @@ class AdminClient:
         try:
             credentials = credentials_from_env()
         except CredentialsError as e:
-            raise AdminCallError(str(e), None, unreachable=False) from None
+            raise AdminCallError(str(e), None, unreachable=False, endpoint=endpoint) from None
         self._signer = Signer(credentials)
         self._deadline_s = deadline_s
         self._channel = grpc.insecure_channel(
@@ -147,16 +184,9 @@ class AdminClient:
         try:
             response = rpc(request, timeout=self._deadline_s, metadata=metadata)
         except grpc.RpcError as e:
-            code = e.code()
-            details = e.details() or ""
-            if code is grpc.StatusCode.DEADLINE_EXCEEDED:
-                why = f"did not answer within {self._deadline_s:g} s"
-            elif code is grpc.StatusCode.UNAVAILABLE:
-                why = "is unreachable"
-            else:
-                why = "answered"
-            message = f"broker {self.endpoint} {why}: {code.name}: {details}"
-            raise AdminCallError(message, code, code in _UNREACHABLE_CODES) from e
+            raise call_error(
+                e, self.endpoint, self._deadline_s, BROKER_ADMIN_SERVICE, "broker"
+            ) from e
         assert isinstance(response, response_type), type(response)
         return response
 

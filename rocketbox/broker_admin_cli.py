@@ -1,6 +1,7 @@
 """The broker's admin commands (topic, group, message, flow-control): clients of its
 rocketbox.admin.v1.BrokerAdmin service (rocketbox/admin_client.py), registered on the root by
-rocketbox/cli.py.
+rocketbox/cli.py. They are rocketbox's alone: an Apache RocketMQ proxy does not serve the service,
+which each command's --help and failure say (rocketbox/admin_errors.py).
 """
 
 from __future__ import annotations
@@ -16,24 +17,20 @@ import grpc
 from broker.group_config import RETRY_MAX_TIMES_DEFAULT
 from rocketbox import admin_client as admin
 from rocketbox import admin_render as render
+from rocketbox.admin_errors import (
+    AdminCommand,
+    AdminCommandError,
+    AdminGroup,
+    BrokerUnreachableError,
+    reported,
+)
 from rocketbox.cluster_cli import check_namesrv, serving_brokers
-from rocketbox.exit_codes import FAILED_EXIT_CODE, UNREACHABLE_EXIT_CODE
 from rocketbox.wording import plural
 from rocketbox_api.admin.v1 import broker_admin_pb2 as apb
 
-# Each command prints text for people, or JSON with --json. A failed call prints the broker's
-# status code and details on stderr and exits with ADMIN_ERROR_EXIT_CODE, or with
-# UNREACHABLE_EXIT_CODE when the broker could not be reached or did not answer in --deadline-s.
-ADMIN_ERROR_EXIT_CODE = FAILED_EXIT_CODE
+# Each command prints text for people, or JSON with --json. A failed call prints one line on
+# stderr and exits with the code admin_errors.py gives it.
 DEFAULT_BROKER = "127.0.0.1:8081"
-
-
-class AdminCommandError(click.ClickException):
-    exit_code = ADMIN_ERROR_EXIT_CODE
-
-
-class BrokerUnreachableError(click.ClickException):
-    exit_code = UNREACHABLE_EXIT_CODE
 
 
 def check_endpoint(_ctx: click.Context, _param: click.Parameter, value: str) -> str:
@@ -63,13 +60,8 @@ def admin_command(f: Callable[..., None]) -> Callable[..., None]:
     @click.option("--json", "as_json", is_flag=True, help="Print JSON for scripts.")
     @functools.wraps(f)
     def command(endpoint: str, deadline_s: float, as_json: bool, **kwargs: Any) -> None:
-        try:
-            with admin.AdminClient(endpoint, deadline_s) as client:
-                f(client, as_json, **kwargs)
-        except admin.AdminCallError as e:
-            if e.unreachable:
-                raise BrokerUnreachableError(str(e)) from e
-            raise AdminCommandError(str(e)) from e
+        with reported(), admin.AdminClient(endpoint, deadline_s) as client:
+            f(client, as_json, **kwargs)
 
     return command
 
@@ -78,7 +70,7 @@ def echo_answer(as_json: bool, data: dict[str, Any], text: str) -> None:
     click.echo(json.dumps(data, indent=2, sort_keys=True) if as_json else text)
 
 
-@click.group()
+@click.group(cls=AdminGroup)
 def topic() -> None:
     """Create, list, describe and delete the broker's topics."""
 
@@ -131,7 +123,7 @@ def topic_delete(client: admin.AdminClient, as_json: bool, name: str) -> None:
     echo_answer(as_json, render.topic_to_dict(t), f"deleted topic {t.name}")
 
 
-@click.group()
+@click.group(cls=AdminGroup)
 def message() -> None:
     """Look up stored messages."""
 
@@ -205,7 +197,11 @@ def message_query(
     echo_answer(as_json, data, render.format_messages(messages, answer.truncated))
 
 
-@click.command("flow-control", short_help="Force flow control on or off, for one topic or all.")
+@click.command(
+    "flow-control",
+    cls=AdminCommand,
+    short_help="Force flow control on or off, for one topic or all.",
+)
 @click.argument("state", type=click.Choice(["on", "off"]))
 @click.option("--topic", "topic_name", default=None, help="One topic (default: the whole broker).")
 @admin_command
@@ -219,7 +215,7 @@ def flow_control(
     echo_answer(as_json, render.flow_control_to_dict(answer), text)
 
 
-@click.group(short_help="Create, list, describe and reset consumer groups.")
+@click.group(cls=AdminGroup, short_help="Create, list, describe and reset consumer groups.")
 def group() -> None:
     """Create, list and describe consumer groups, and move their consume offsets."""
 

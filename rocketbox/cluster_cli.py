@@ -3,8 +3,11 @@ look-ups ``rocketbox message get --namesrv`` shares.
 
 One row per live broker: cluster, group, id, role, address, commitlog max offset, replication lag
 (a slave's: its master's max offset minus its own, both from their last registrations, so it is
-as fresh as those), and how long ago it last registered. ``--json`` for scripts. A NameServer that
-cannot be reached, or does not answer in --deadline-s, exits UNREACHABLE_EXIT_CODE.
+as fresh as those), and how long ago it last registered. ``--json`` for scripts. A failed call is
+reported as every admin command's (rocketbox/admin_errors.py): a NameServer that cannot be
+reached, or does not answer in --deadline-s, exits UNREACHABLE_EXIT_CODE; an endpoint that does
+not serve rocketbox's NameServer service (Apache RocketMQ's NameServer speaks its remoting
+protocol) exits NOT_SERVED_EXIT_CODE.
 """
 
 from __future__ import annotations
@@ -17,7 +20,7 @@ import click
 import grpc
 
 from rocketbox import admin_client as admin
-from rocketbox.exit_codes import FAILED_EXIT_CODE, UNREACHABLE_EXIT_CODE
+from rocketbox.admin_errors import AdminGroup, reported
 from rocketbox_api.namesrv.v1 import namesrv_pb2 as npb
 from rocketbox_api.namesrv.v1 import namesrv_pb2_grpc
 
@@ -28,15 +31,6 @@ _ROLES = {
     npb.BROKER_ROLE_SYNC_MASTER: "SYNC_MASTER",
     npb.BROKER_ROLE_SLAVE: "SLAVE",
 }
-_UNREACHABLE_CODES = frozenset({grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED})
-
-
-class NamesrvUnreachableError(click.ClickException):
-    exit_code = UNREACHABLE_EXIT_CODE
-
-
-class NamesrvCallError(click.ClickException):
-    exit_code = FAILED_EXIT_CODE
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,6 +56,7 @@ def check_namesrv(_ctx: click.Context, _param: click.Parameter, value: str | Non
 
 
 def cluster_info(namesrv: str, deadline_s: float) -> npb.GetBrokerClusterInfoResponse:
+    """The NameServer's answer; admin.AdminCallError when the call fails."""
     with grpc.insecure_channel(namesrv) as channel:
         stub = namesrv_pb2_grpc.NameServerServiceStub(channel)
         try:
@@ -69,11 +64,9 @@ def cluster_info(namesrv: str, deadline_s: float) -> npb.GetBrokerClusterInfoRes
                 npb.GetBrokerClusterInfoRequest(), timeout=deadline_s
             )
         except grpc.RpcError as e:
-            code = e.code()
-            text = f"NameServer {namesrv}: {code.name}: {e.details()}"
-            if code in _UNREACHABLE_CODES:
-                raise NamesrvUnreachableError(text) from e
-            raise NamesrvCallError(text) from e
+            raise admin.call_error(
+                e, namesrv, deadline_s, admin.NAMESRV_SERVICE, "NameServer"
+            ) from e
     return answer
 
 
@@ -139,7 +132,7 @@ def format_rows(rows: list[BrokerRow]) -> str:
     )
 
 
-@click.group()
+@click.group(cls=AdminGroup)
 def cluster() -> None:
     """Look at a cluster's brokers through its NameServer."""
 
@@ -162,7 +155,8 @@ def cluster() -> None:
 def cluster_list(namesrv: str, deadline_s: float, as_json: bool) -> None:
     """Every live broker: cluster, group, id, role, address, commitlog max offset, a slave's
     replication lag in bytes, and the age of its last registration."""
-    rows = broker_rows(cluster_info(namesrv, deadline_s))
+    with reported():
+        rows = broker_rows(cluster_info(namesrv, deadline_s))
     if as_json:
         data: dict[str, Any] = {"brokers": [asdict(r) for r in rows]}
         click.echo(json.dumps(data, indent=2, sort_keys=True))

@@ -156,7 +156,7 @@ def test_cluster_list_exits_3_when_the_namesrv_is_unreachable() -> None:
         port = s.getsockname()[1]  # closed when the block ends: nothing listens there
     done = rocketbox("cluster", "list", "--namesrv", f"127.0.0.1:{port}", "--deadline-s", "2")
     assert done.returncode == 3, done
-    assert f"NameServer 127.0.0.1:{port}: UNAVAILABLE" in done.stderr
+    assert f"NameServer 127.0.0.1:{port} is unreachable: UNAVAILABLE" in done.stderr
 
 
 def _held_by(broker: object, sent: set[str]) -> str:
