@@ -1,11 +1,23 @@
-"""``rocketbox consume``: read a topic from the broker as a consumer group, with the official
-RocketMQ 5 client's SimpleConsumer (pop: receive, print, ack), and print each message.
+"""``rocketbox consume``: read a topic as a consumer group from any apache.rocketmq.v2 endpoint (a
+rocketbox broker, or an Apache RocketMQ 5 proxy), with the official RocketMQ 5 client's
+SimpleConsumer (pop: receive, print, ack), and print each message.
+
+The protocol alone does the consuming: QueryRoute (checked first, so that an unknown topic or an
+endpoint that serves no v2 is one clear line), then the SimpleConsumer's own Telemetry,
+Heartbeat, ReceiveMessage and AckMessage. Where the endpoint also serves rocketbox's broker admin
+service, it is used before that to check the topic and to place a new group (below); an endpoint
+that does not (UNIMPLEMENTED: a RocketMQ proxy) simply goes without it.
 
 Where a group starts is RocketMQ's ConsumeFromWhere, and as there it applies only to a group
 with no position on the topic yet: a new group starts at the first message still stored (the
 broker's default for pop groups), or, with ``--from last``, after the last one — set through
 the broker's admin ResetOffset before the first receive. A group that has consumed the topic
-carries on from where it stopped.
+carries on from where it stopped. Without the admin service ``--from`` does not apply: a new
+group starts where the endpoint starts one.
+
+A group the endpoint does not know (CONSUMER_GROUP_NOT_FOUND, as a proxy answers when its broker
+does not create groups on first use) is one line saying how to create it, on RocketMQ and on
+rocketbox.
 
 With ``--namespace`` the topic and group are the namespace's (stored as NAMESPACE%NAME). Against
 a broker with --auth, the consumer signs with ROCKETBOX_ACCESS_KEY and ROCKETBOX_SECRET_KEY; a
@@ -27,15 +39,24 @@ from typing import Any
 import click
 import grpc
 from rocketmq import ClientConfiguration, Credentials, FilterExpression, SimpleConsumer
+from rocketmq.v5.exception import ClientException
 
 from rocketbox import admin_client as admin
 from rocketbox.admin_render import format_time_ms
-from rocketbox.broker_admin_cli import BrokerUnreachableError, check_endpoint
-from rocketbox.exit_codes import FAILED_EXIT_CODE
+from rocketbox.broker_admin_cli import check_endpoint
+from rocketbox.consume_protocol import (
+    BrokerRotation,
+    ConsumeError,
+    broker_queues,
+    consume_failure,
+    topic_not_found,
+    unreachable,
+    wait_for_settings,
+)
+from rocketbox.wording import plural
 from rocketbox_api.credentials import CredentialsError, credentials_from_env
 from rocketbox_api.names import namespaced
 
-CONSUME_ERROR_EXIT_CODE = FAILED_EXIT_CODE
 DEFAULT_BROKER = "127.0.0.1:8081"
 DEFAULT_GROUP = "rocketbox-cli"
 # Messages asked for in one receive (the broker answers at most 32).
@@ -47,19 +68,6 @@ WAIT_S_MAX = 20
 WAIT_S_DEFAULT = 5
 
 
-class ConsumeError(click.ClickException):
-    exit_code = CONSUME_ERROR_EXIT_CODE
-
-
-def _admin_error(e: admin.AdminCallError) -> click.ClickException:
-    if e.unreachable:
-        return BrokerUnreachableError(
-            f"{e}; is `rocketbox up` (or `rocketbox broker`) running? Point --broker or "
-            "ROCKETBOX_BROKER at it."
-        )
-    return ConsumeError(str(e))
-
-
 def place_group(client: admin.AdminClient, group: str, topic: str, start: str) -> str:
     """Applies ``--from`` (FIRST or LAST) when ``group`` has no position on ``topic``; says
     where the group starts, for the log line."""
@@ -69,9 +77,7 @@ def place_group(client: admin.AdminClient, group: str, topic: str, start: str) -
         if e.code is not grpc.StatusCode.NOT_FOUND:
             raise
         # An error here, not a silent empty wait.
-        raise ConsumeError(
-            f"{e} (send to it first, or create it: rocketbox topic create {topic})"
-        ) from e
+        raise topic_not_found(client.endpoint, topic) from e
     try:
         known = client.describe_group(group)
     except admin.AdminCallError as e:
@@ -87,6 +93,25 @@ def place_group(client: admin.AdminClient, group: str, topic: str, start: str) -
         client.reset_offset(group, topic, "LAST", None)
         return f"group {group} is new on {topic}: starts after the last message"
     return f"group {group} is new on {topic}: starts at the first message still stored"
+
+
+def placed_group(endpoint: str, group: str, topic: str, start: str) -> str:
+    """``place_group`` where the endpoint offers rocketbox's admin service to this caller; where
+    it does not (a RocketMQ proxy, or a user that is no admin), what the group does instead."""
+    try:
+        with admin.AdminClient(endpoint) as client:
+            return place_group(client, group, topic, start)
+    except admin.AdminCallError as e:
+        if e.not_served:
+            return (
+                f"{endpoint} serves no rocketbox admin service: the group is not placed "
+                "(--from needs it), it starts where the endpoint starts a new group"
+            )
+        if e.code is grpc.StatusCode.PERMISSION_DENIED:
+            return "not an admin: the group is not placed, it starts where the broker starts it"
+        if e.unreachable:
+            raise unreachable(str(e)) from e
+        raise ConsumeError(str(e)) from e
 
 
 def body_fields(body: bytes) -> dict[str, str]:
@@ -132,14 +157,25 @@ def message_line(data: dict[str, Any]) -> str:
 
 
 def _receive_loop(
-    consumer: SimpleConsumer, count: int | None, follow: bool, as_json: bool, wait_s: int
+    consumer: SimpleConsumer,
+    rotation: BrokerRotation,
+    count: int | None,
+    follow: bool,
+    as_json: bool,
+    wait_s: int,
 ) -> int:
     printed = 0
+    empty_in_a_row = 0
     while count is None or printed < count:
         batch = RECEIVE_BATCH_MAX if count is None else min(RECEIVE_BATCH_MAX, count - printed)
-        messages = consumer.receive(batch, INVISIBLE_DURATION_S)
-        if not messages and not follow:
-            click.echo(f"nothing arrived within {wait_s} s: stopping (--follow waits)", err=True)
+        messages = rotation.receive(batch, INVISIBLE_DURATION_S, wait_s)
+        empty_in_a_row = 0 if messages else empty_in_a_row + 1
+        if empty_in_a_row >= rotation.brokers and not follow:
+            n = rotation.brokers
+            brokers = "" if n == 1 else f" from each of the {plural(n, 'broker')}"
+            click.echo(
+                f"nothing arrived within {wait_s} s{brokers}: stopping (--follow waits)", err=True
+            )
             break
         for m in messages:
             data = message_to_dict(m)
@@ -158,7 +194,7 @@ def _receive_loop(
     envvar="ROCKETBOX_BROKER",
     metavar="HOST:PORT",
     callback=check_endpoint,
-    help="The broker's gRPC address.",
+    help="The gRPC address of a rocketbox broker or an Apache RocketMQ proxy.",
 )
 @click.option("--group", default=DEFAULT_GROUP, help="The consumer group (its position is kept).")
 @click.option(
@@ -191,23 +227,18 @@ def consume_command(
     namespace: str,
     as_json: bool,
 ) -> None:
-    """Print TOPIC's messages as consumer group --group reads them from the broker, acking each
-    after it is printed: message id, tag, keys, born time, properties and body (UTF-8 text, or
-    base64 when binary). Exit 0; 1 on a broker error; 2 when the broker is unreachable."""
+    """Print TOPIC's messages as consumer group --group reads them from a rocketbox broker or an
+    Apache RocketMQ proxy, acking each after it is printed: message id, tag, keys, born time,
+    properties and body (UTF-8 text, or base64 when binary).
+
+    Exit 0; 1 when the endpoint refuses (an unknown topic or group: the line says how to
+    create it); 3 when it cannot be reached; 6 when it serves no apache.rocketmq.v2."""
     try:
         credentials = credentials_from_env()
     except CredentialsError as e:
         raise click.ClickException(str(e)) from e
-    try:
-        with admin.AdminClient(endpoint) as client:
-            where = place_group(
-                client, namespaced(namespace, group), namespaced(namespace, topic), start.upper()
-            )
-    except admin.AdminCallError as e:
-        if e.code is not grpc.StatusCode.PERMISSION_DENIED:
-            raise _admin_error(e) from e
-        where = "not an admin: the group is not placed, it starts where the broker starts it"
-    click.echo(where, err=True)
+    full_group, full_topic = namespaced(namespace, group), namespaced(namespace, topic)
+    click.echo(placed_group(endpoint, full_group, full_topic, start.upper()), err=True)
     consumer = SimpleConsumer(
         ClientConfiguration(
             endpoint,
@@ -220,14 +251,22 @@ def consume_command(
         {topic: FilterExpression(tag)},
         await_duration=wait_s,
     )
+    try:
+        queues = broker_queues(consumer, endpoint, topic)
+    except (ClientException, grpc.RpcError) as e:
+        raise consume_failure(e, endpoint, full_topic, full_group) from e
     consumer.startup()
     try:
-        printed = _receive_loop(consumer, count, follow, as_json, wait_s)
+        wait_for_settings(consumer)
+        rotation = BrokerRotation(consumer, topic, queues)
+        printed = _receive_loop(consumer, rotation, count, follow, as_json, wait_s)
     except KeyboardInterrupt:
         click.echo("interrupted: stopping", err=True)
         printed = -1
+    except Exception as e:  # the client raises a bare Exception too (a route it lost)
+        raise consume_failure(e, endpoint, full_topic, full_group) from e
     finally:
         consumer.shutdown()
     if printed >= 0:
-        click.echo(f"{printed} message{'' if printed == 1 else 's'} consumed", err=True)
+        click.echo(f"{plural(printed, 'message')} consumed", err=True)
     sys.exit(0)
