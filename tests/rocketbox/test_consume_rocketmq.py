@@ -2,7 +2,8 @@
 process, serving only apache.rocketmq.v2, two brokers): consume reads and acks what the official
 producer sent to both brokers, through the protocol alone, and stops after one empty round; an
 unknown group or topic is one line saying how to create it with mqadmin and with rocketbox, exit
-1; --wait-s below the proxy's minimum polling time still receives. The admin-only commands
+1; --wait-s below the proxy's minimum polling time still receives; an endpoint that serves no v2
+at all (a rocketbox NameServer) is one line and the not-served exit code. The admin-only commands
 (topic, group, message, flow-control, acl, cluster) answer in one line that the endpoint does
 not serve rocketbox's service, naming the mqadmin command to use, with their own exit code, and
 each one's --help says so.
@@ -26,6 +27,7 @@ from rocketmq import ClientConfiguration, Credentials, Message, Producer
 from rocketbox.cli import main
 from rocketbox.envvars import commands_of
 from rocketbox.exit_codes import FAILED_EXIT_CODE, NOT_SERVED_EXIT_CODE
+from tests.cluster.processes import NamesrvProcess
 from tests.rocketbox_process import REPO_ROOT
 from tests.rocketmq_proxy import RocketMQProxy, rocketmq_proxy
 
@@ -134,6 +136,15 @@ def test_an_unknown_topic_says_how_to_create_it(proxy: RocketMQProxy) -> None:
     assert "topic CliMissing does not exist" in error
     assert "`mqadmin updateTopic -n <namesrv> -c <cluster> -t CliMissing`" in error
     assert "`rocketbox topic create CliMissing`" in error
+
+
+def test_an_endpoint_serving_no_v2_is_one_line_and_the_not_served_code() -> None:
+    with NamesrvProcess() as namesrv:
+        done = rocketbox("consume", "CliOrders", broker=namesrv.endpoint)
+    assert done.returncode == NOT_SERVED_EXIT_CODE, done.stdout + done.stderr
+    assert "Traceback" not in done.stderr
+    [error] = [line for line in done.stderr.splitlines() if line.startswith("Error:")]
+    assert f"{namesrv.endpoint} does not serve apache.rocketmq.v2.MessagingService" in error
 
 
 @pytest.mark.parametrize(
