@@ -11,7 +11,8 @@ lookup asks (sidecar/remoting/).
   (broker/store/codec), stored under its topic, or, a delayed message still ``waiting``, under
   ``rmq_sys_wheel_timer`` with its own in ``REAL_TOPIC`` / ``REAL_QID``. A unique key query
   (``_UNIQUE_KEY_QUERY``) returns at most 32, newest first, within the time range; ``collide``
-  returns every message of the topic, as a hash collision in a real index would.
+  returns every message it holds, whatever its key or topic, as hash collisions in a real index
+  (which keeps a hash of ``topic#key``, not the key) would.
   GET_BROKER_RUNTIME_INFO (28) reports ``commitLogMaxOffset`` and ``dispatchBehindBytes``;
   GET_BROKER_CONFIG (26) ``messageIndexEnable``. Anything else is REQUEST_CODE_NOT_SUPPORTED (3).
 - Dispatch lag: the newest ``undispatched`` messages are not in the index yet; each runtime info
@@ -30,7 +31,7 @@ import asyncio
 import contextlib
 import json
 import time
-from collections.abc import AsyncIterator, Callable, Iterable
+from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass, field
 
 from broker.store.codec.encode import encode_message, finish_record
@@ -61,7 +62,9 @@ class HeldMessage:
     body: bytes = b"payload"
 
 
-MessageSource = Callable[[], Iterable[HeldMessage]]
+# What the stand-in brokers hold, in store order; a later call returns the same, perhaps with more
+# at its end (a broker's commitlog only grows).
+MessageSource = Callable[[], Sequence[HeldMessage]]
 
 
 class _Server:
@@ -132,12 +135,19 @@ class StandInBroker(_Server):
         self.undispatched = 0
         self.dispatch_stuck = False
         self.collide = False
+        # What this broker holds, in store order: (message, stored topic, record bytes); the
+        # source's entries read so far, and where each (stored topic, id) is.
+        self._records: list[tuple[HeldMessage, str, bytes]] = []
+        self._read = 0
+        self._by_key: dict[tuple[str, str], list[int]] = {}
+        self._bytes = 0
 
-    def _records(self) -> list[tuple[HeldMessage, str, bytes]]:
-        """(message, stored topic, record) of each message this broker holds, in store order."""
-        held = [m for m in self._source() if m.broker_name == self.name]
-        records, phy_offset = [], 0
-        for m in held:
+    def _sync(self) -> None:
+        """Encode what the source appended since the last request (it only ever appends)."""
+        held = self._source()
+        for m in held[self._read :]:
+            if m.broker_name != self.name:
+                continue
             properties = {"UNIQ_KEY": m.message_id, "WAIT": "true"}
             topic, queue_id = m.topic, m.queue_id
             if m.waiting:
@@ -149,25 +159,25 @@ class StandInBroker(_Server):
                 store_host=STORE_HOST,
             )  # fmt: skip
             record = finish_record(
-                encode_message(inner, 0), m.queue_offset, phy_offset, m.store_timestamp_ms
+                encode_message(inner, 0), m.queue_offset, self._bytes, m.store_timestamp_ms
             )
-            records.append((m, topic, record))
-            phy_offset += len(record)
-        return records
+            self._by_key.setdefault((topic, m.message_id), []).append(len(self._records))
+            self._records.append((m, topic, record))
+            self._bytes += len(record)
+        self._read = len(held)
 
-    def _indexed(self) -> list[tuple[HeldMessage, str, bytes]]:
-        records = self._records()
-        return records[: len(records) - self.undispatched] if self.undispatched else records
+    def _indexed_count(self) -> int:
+        return len(self._records) - min(self.undispatched, len(self._records))
 
     def handle(self, request: Request) -> Answer:
         if request.code == 12:
             return self._query(request)
         if request.code == 28:
-            records = self._records()
-            behind = sum(len(r) for _, _, r in records[len(records) - self.undispatched :])
+            self._sync()
+            behind = sum(len(r) for _, _, r in self._records[self._indexed_count() :])
             table = {
-                "commitLogMaxOffset": str(sum(len(r) for _, _, r in records)),
-                "dispatchBehindBytes": str(behind if self.undispatched else 0),
+                "commitLogMaxOffset": str(self._bytes),
+                "dispatchBehindBytes": str(behind),
                 "brokerVersionDesc": "V5_3_3",
             }
             if self.undispatched and not self.dispatch_stuck:
@@ -184,12 +194,16 @@ class StandInBroker(_Server):
         topic, key = ext["topic"], ext["key"]
         begin, end = int(ext["beginTimestamp"]), int(ext["endTimestamp"])
         max_num = QUERY_MAX_NUM if ext.get("_UNIQUE_KEY_QUERY") == "true" else int(ext["maxNum"])
+        self._sync()
+        indexed = self._indexed_count() if self.index_enabled else 0
+        if self.collide:
+            found = list(range(indexed))
+        else:
+            found = [i for i in self._by_key.get((topic, key), []) if i < indexed]
         hits = [
-            record
-            for m, stored_topic, record in reversed(self._indexed() if self.index_enabled else [])
-            if stored_topic == topic
-            and (self.collide or m.message_id == key)
-            and begin <= m.store_timestamp_ms <= end
+            self._records[i][2]
+            for i in reversed(found)
+            if begin <= self._records[i][0].store_timestamp_ms <= end
         ][:max_num]
         last = {"indexLastUpdateTimestamp": "0", "indexLastUpdatePhyoffset": "0"}
         if not hits:

@@ -14,14 +14,11 @@ that hold what that broker stored:
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Callable, Iterator
-from contextlib import asynccontextmanager
+from collections.abc import Callable
 from pathlib import Path
 
 import click
-import grpc
 import pytest
-from rocketmq.grpc_protocol import service_pb2_grpc
 
 from outbox.entry import OutboxEntry, OutboxMessage, SpoolCause
 from outbox.factory import open_outbox
@@ -33,7 +30,8 @@ from sidecar.message_id import MessageIdGenerator
 from sidecar.producer import Producer, ProducerConfig
 from sidecar.remoting import UniqKeyLookupConfig
 from tests.rocketbox_process import wait_until
-from tests.rocketmq_remoting.standin import HeldMessage, RemotingCluster, remoting_cluster
+from tests.rocketmq_remoting.scripted import HeldByScripted, proxy_like_broker
+from tests.rocketmq_remoting.standin import RemotingCluster, remoting_cluster
 from tests.sidecar.scripted_broker import BROKER_NAME, ScriptedBroker
 from tests.sidecar.sidecar_process import SidecarProcess
 
@@ -41,28 +39,6 @@ pytestmark = pytest.mark.slow
 TOPIC = "Orders"
 DELIVERY_DEADLINE_S = 30.0
 IDS = MessageIdGenerator()
-
-
-@asynccontextmanager
-async def proxy_like_broker() -> AsyncIterator[ScriptedBroker]:
-    """A ScriptedBroker serving apache.rocketmq.v2 alone: BrokerAdmin.GetMessage answers
-    UNIMPLEMENTED, as at a RocketMQ 5 proxy."""
-    broker = ScriptedBroker()
-    server = grpc.aio.server()
-    service_pb2_grpc.add_MessagingServiceServicer_to_server(broker, server)
-    broker.port = server.add_insecure_port("127.0.0.1:0")
-    await server.start()
-    try:
-        yield broker
-    finally:
-        await server.stop(None)
-
-
-def held_by(broker: ScriptedBroker) -> Iterator[HeldMessage]:
-    for message_id, stored in broker.stored.items():
-        yield HeldMessage(
-            stored.topic, message_id, stored.queue_id, stored.queue_offset, broker_name=BROKER_NAME
-        )
 
 
 def spool_maybe_stored(outbox_url: str, messages: list[OutboxMessage]) -> None:
@@ -124,7 +100,7 @@ def test_a_maybe_stored_entry_the_cluster_holds_is_not_resent_and_one_it_lacks_i
     async def main() -> None:
         async with (
             proxy_like_broker() as broker,
-            remoting_cluster(lambda: list(held_by(broker))) as cluster,
+            remoting_cluster(HeldByScripted(broker)) as cluster,
         ):
             await store_directly(broker, held)
             spool_maybe_stored(outbox_url, [held, lacking])
@@ -154,7 +130,7 @@ def test_without_an_answer_from_the_cluster_the_entry_is_resent_unchecked(
     async def main() -> None:
         async with (
             proxy_like_broker() as broker,
-            remoting_cluster(lambda: list(held_by(broker))) as cluster,
+            remoting_cluster(HeldByScripted(broker)) as cluster,
         ):
             await store_directly(broker, held)
             spool_maybe_stored(outbox_url, [held])
