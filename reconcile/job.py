@@ -90,6 +90,8 @@ def _reconcile_with_spark(
     )
 
     assert config.engine in (ENGINE_AUTO, ENGINE_SPARK)
+    # A session of its own translates its errors before it stops (session.py); this, the errors
+    # of a session given, which outlives the run.
     with translate_errors(), quiet_pyspark():
         if spark is not None:
             with reporting(spark, progress):

@@ -9,7 +9,8 @@ UTC, the sort-based shuffle writer always. On a cluster (any other master) the j
 ``reconcile/``, ``broker/store/codec/`` and ``outbox/``'s top-level modules to the executors,
 which may not have rocketbox installed; they need a Python with pyarrow, numpy and zlib-ng
 (``PYSPARK_PYTHON``) and the job's paths on a volume they share with the driver (the tasks write
-their outputs, and hand each other rows by bucket, under ``--out``: bucket_files.py).
+their outputs, and hand each other rows by bucket, under ``--out``: bucket_files.py);
+spark_preflight.py asks them before the job runs.
 
 ``spark_session`` stops the session and ends its JVM when its block ends: ``SparkSession.stop``
 alone leaves the JVM running until the process exits.
@@ -19,6 +20,7 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 import sys
 import tempfile
 import warnings
@@ -76,6 +78,12 @@ logger.gateway.level = error
 logger.submit.name = org.apache.spark.deploy.SparkSubmit
 logger.submit.level = error
 """
+# Spark's text for a stage that failed after its retries: where the last attempt ran, and why.
+_STAGE_FAILURE = re.compile(
+    r"Job aborted due to stage failure: Task \S+ in stage \S+ failed (?P<attempts>\d+) times?, "
+    r"most recent failure: Lost task \S+ in stage \S+ \(TID \d+\) \((?P<where>[^)]*)\): "
+    r"(?P<cause>[^\n]*)"
+)
 # PySpark 4.3 warns that it does not fully support pandas 3 whenever an Arrow function is
 # declared; the job passes Arrow batches only and never a pandas object.
 _PANDAS_WARNING = "PySpark does not yet fully support pandas"
@@ -139,10 +147,12 @@ def spark_session(config: SparkSettings) -> Iterator[SparkSession]:
         except (PySparkException, Py4JError, RuntimeError) as e:
             raise JobError(f"cannot start Spark (master {config.master}): {e}") from e
         try:
-            spark.sparkContext.setLogLevel("ERROR")
-            if not config.local:
-                _ship_code(spark, Path(tmp))
-            yield spark
+            # Translated while the JVM lives: a captured exception asks it for its own text.
+            with translate_errors():
+                spark.sparkContext.setLogLevel("ERROR")
+                if not config.local:
+                    _ship_code(spark, Path(tmp))
+                yield spark
         finally:
             spark.stop()
             shutdown_jvm()
@@ -184,15 +194,29 @@ def _ship_code(spark: SparkSession, tmp: Path) -> None:
 
 @contextmanager
 def translate_errors() -> Iterator[None]:
-    """Spark's and Py4J's exceptions become JobError, here and only here."""
+    """Spark's and Py4J's exceptions become JobError, here and only here. A captured exception
+    asks the JVM for its text: translate inside the session's block, before it stops."""
     try:
         yield
     except ReconcileError:
         raise
     except (PySparkException, Py4JError) as e:
-        raise JobError(f"the Spark job failed: {_first_line(e)}") from e
+        raise JobError(f"the Spark job failed: {_cause(e)}") from e
 
 
-def _first_line(e: Exception) -> str:
-    text = str(e).strip()
+def _cause(e: Exception) -> str:
+    """One line naming what failed: a Python task's exception, the cause of a stage that failed
+    (after Spark's retries), else the first line of Spark's text."""
+    try:
+        text = str(e).strip()
+        parameters = e.getMessageParameters() if isinstance(e, PySparkException) else None
+    except Exception:
+        # A stopped JVM cannot tell; the type still names something.
+        return type(e).__name__
+    if parameters and parameters.get("traceback", "").strip():
+        return f"a Python task raised {parameters['traceback'].strip().splitlines()[-1]}"
+    stage = _STAGE_FAILURE.search(text)
+    if stage:
+        times = "once" if stage["attempts"] == "1" else f"{stage['attempts']} times"
+        return f"a task on {stage['where']} failed {times}: {stage['cause']}"
     return text.splitlines()[0] if text else type(e).__name__

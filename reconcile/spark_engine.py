@@ -36,10 +36,12 @@ from reconcile.parquet_parts import emptied, write_directory
 from reconcile.segment_scan import Segment, SegmentStats
 from reconcile.spark_classify import Classification, InputStats
 from reconcile.spark_latency import latency_summary
+from reconcile.spark_preflight import check_executors
 from reconcile.summary_document import Found, Phases, split_scope
 
 
 def reconcile(spark: SparkSession, config: JobConfig, sources: list[CommitlogSource]) -> Found:
+    check_executors(spark, config, sources)
     phase = Phases()
     details = config.out_dir / "details"
     sc = spark.sparkContext
