@@ -63,10 +63,18 @@ _SUMMED = (
     "kept_records",
     "parked_records",
     "system_topic_records",
+    "rollback_records",
     "records_without_id",
 )
 # Of the part the segment's scan ended in.
-_FROM_END = ("end_kind", "end_phy_offset", "end_reason", "scanned_bytes", "blank_bytes")
+_FROM_END = (
+    "end_kind",
+    "end_phy_offset",
+    "end_reason",
+    "scanned_bytes",
+    "blank_bytes",
+    "written_after_phy_offset",
+)
 
 
 class _SegmentStatsParam(AccumulatorParam[dict[StatsKey, dict[str, Any]]]):
@@ -108,7 +116,11 @@ def scan_part(
 ) -> Iterator[pa.RecordBatch]:
     """The kept records of the records starting in [part_from, part_to) of a segment."""
     start = part_start(path, found.file_from_offset, part_from) if part_from else 0
-    yield from scan_segment(path, found, batch_records_max, start, part_to)
+    # A part whose start the size chain put before its nominal one begins where an earlier
+    # part's scan ends: that part looks past the stop, and its stats are the segment's.
+    yield from scan_segment(
+        path, found, batch_records_max, start, part_to, look_past_stop=start >= part_from
+    )
 
 
 def part_start(path: Path, file_from_offset: int, part_from: int) -> int:

@@ -26,7 +26,8 @@ COMMITLOG_SOURCES_MAX = 256
 # commitlog_summary's figures that add up over sources.
 _SUMMED = (
     "segments", "segments_scanned", "segments_prepared_empty", "bytes", "records", "kept_records",
-    "parked_records", "system_topic_records", "records_without_id", "blank_bytes",
+    "parked_records", "system_topic_records", "rollback_records", "records_without_id",
+    "blank_bytes",
 )  # fmt: skip
 
 

@@ -11,8 +11,15 @@ from collections.abc import Iterable
 from datetime import UTC, datetime
 from typing import Any
 
+from broker.store.codec.scan import ScanEndKind
 from reconcile.outcomes import COUNT_NAMES, LATENCY_BIN_EDGES_MS, LATENCY_PERCENTILES
-from reconcile.segment_scan import Segment, SegmentStats, segment_gaps
+from reconcile.segment_scan import (
+    NOT_A_COMMITLOG,
+    UNREADABLE,
+    Segment,
+    SegmentStats,
+    segment_gaps,
+)
 
 DRILL_DOWN_COLUMNS = (
     "message_id", "topic", "event_time_ms", "copies", "parked_copies", "first_phy_offset",
@@ -21,6 +28,14 @@ DRILL_DOWN_COLUMNS = (
     "delivered_ms", "resend_pending",
 )  # fmt: skip
 MALFORMED_LEDGER_COLUMNS = ("source", "line", "message_id", "state", "time_ms")
+# Where a segment's scan stopped early, as a stop's ``where`` says. A torn tail (a crash
+# mid-append: the torn record in the last segment written, zeros only after it) is the one stop
+# that leaves nothing written unread; every other is ``unread`` (reconcile/unread.py).
+TORN_TAIL = "torn tail"
+INSIDE_THE_LOG = "inside the log (not its last segment)"
+BEFORE_WRITTEN_BYTES = "before bytes written after it in its segment"
+NOT_A_COMMITLOG_SEGMENT = "not a commitlog segment"
+UNREADABLE_SEGMENT = "unreadable segment"
 
 
 def verdict_lost(summary: dict[str, Any]) -> int:
@@ -121,17 +136,21 @@ def commitlog_summary(
     # The tail is the last segment anything was written to: the broker may have prepared the
     # next one (AllocateMappedFileService), all zeros, under its real name already.
     tail = max((i for i, s in enumerate(scanned) if s.written), default=-1)
-    stops = [
-        {
-            "segment": s.segment,
-            "phy_offset": s.end_phy_offset,
-            "kind": s.end_kind,
-            "where": "torn tail" if i >= tail else "inside the log (not its last segment)",
-            "reason": s.end_reason or "zeros before the segment's end, records after them",
-        }
-        for i, s in enumerate(scanned)
-        if s.stopped_early or (i < tail and s.ends_early)
-    ]
+    stops = []
+    for i, s in enumerate(scanned):
+        where = _where_stopped(s, i < tail)
+        if where is not None:
+            stops.append(
+                {
+                    "segment": s.segment,
+                    "phy_offset": s.end_phy_offset,
+                    "kind": s.end_kind,
+                    "where": where,
+                    "reason": _stop_reason(s),
+                    "written_after_phy_offset": s.written_after_phy_offset,
+                    "unread": where != TORN_TAIL,
+                }
+            )
     return {
         "segments": len(segments),
         "segments_scanned": len(scanned),
@@ -141,6 +160,7 @@ def commitlog_summary(
         "kept_records": total("kept_records"),
         "parked_records": total("parked_records"),
         "system_topic_records": total("system_topic_records"),
+        "rollback_records": total("rollback_records"),
         "records_without_id": total("records_without_id"),
         "blank_bytes": total("blank_bytes"),
         "stops": stops,
@@ -156,3 +176,26 @@ def commitlog_summary(
             {k: getattr(s, k) for k in SegmentStats.__dataclass_fields__} for s in scanned[:limit]
         ],
     }
+
+
+def _where_stopped(s: SegmentStats, later_segments_written: bool) -> str | None:
+    """Where a segment's scan stopped early (a stop's ``where``), or None: it read all of it."""
+    if s.end_kind == NOT_A_COMMITLOG:
+        return NOT_A_COMMITLOG_SEGMENT
+    if s.end_kind == UNREADABLE:
+        return UNREADABLE_SEGMENT
+    if s.written_after_phy_offset is not None:
+        return BEFORE_WRITTEN_BYTES
+    if s.end_kind == ScanEndKind.CORRUPT:
+        return INSIDE_THE_LOG if later_segments_written else TORN_TAIL
+    if later_segments_written and s.ends_early:
+        return INSIDE_THE_LOG
+    return None
+
+
+def _stop_reason(s: SegmentStats) -> str:
+    if s.end_reason:
+        return s.end_reason
+    if s.written_after_phy_offset is not None:
+        return f"zeros, then bytes written at phy_offset {s.written_after_phy_offset:,}"
+    return "zeros before the segment's end, records after them"

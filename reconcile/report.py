@@ -12,9 +12,11 @@ it is no loss). Then the charts (reconcile/report_charts.py), each in a ``div`` 
 - per topic: each outcome, on a log axis (a handful lost beside millions ok must still show);
 - time from first failure to delivery: the histogram of delivery latency, with its percentiles.
 
-Below them: the commitlog scan (segments, where a scan stopped early and why), the inputs, and
-the drill-down (message ids per finding, at most the job's ``drill_down_ids_max`` each). Times
-are ISO-8601 in UTC, never epoch milliseconds. A table keeps to the page's width: a long cell is
+When the commitlog was not read whole (summary.json's ``unread``, reconcile/unread.py), the verdict
+is "No verdict" with the sentence saying what could not be read, whatever the counts. Below the
+charts: the commitlog scan (segments, where a scan stopped early, why, and whether it left part
+of the log unread), the inputs, and the drill-down (message ids per finding, at most the job's
+``drill_down_ids_max`` each). Times are ISO-8601 in UTC, never epoch milliseconds. A table keeps to the page's width: a long cell is
 cut with an ellipsis (its whole value on hover) and a wide table scrolls inside its own box.
 """
 
@@ -91,6 +93,10 @@ def render(summary: dict[str, Any]) -> str:
         if lost
         else "Nothing acknowledged was lost"
     )
+    unread = summary.get("unread")
+    if unread is not None:
+        # Counts of a log read in part prove nothing: the verdict says so, never "nothing lost".
+        verdict = f"No verdict: {unread['sentence']}"
     return "\n".join(
         [
             "<!DOCTYPE html>",
@@ -101,8 +107,8 @@ def render(summary: dict[str, Any]) -> str:
             f'<script type="text/javascript">{plotly.offline.get_plotlyjs()}</script>',
             "</head><body>",
             "<h1>rocketbox reconciliation</h1>",
-            f'<p><span class="verdict {"bad" if lost else "good"}">{html.escape(verdict)}</span>'
-            f"{_verdict_note(totals)}</p>",
+            f'<p><span class="verdict {"bad" if lost or unread else "good"}" id="verdict">'
+            f"{html.escape(verdict)}</span>{_verdict_note(totals)}</p>",
             _counters(totals),
             '<div class="charts">',
             *(f'<div class="chart">{c}</div>' for c in charts),
@@ -205,10 +211,11 @@ def _commitlog_section(summary: dict[str, Any]) -> str:
     parts = [
         "<h2>Commitlog</h2>",
         _table(
-            ["segments", "bytes", "records", "kept", "parked", "system topics", "without id",
-             "blank bytes", "first stored (UTC)", "last stored (UTC)"],
+            ["segments", "bytes", "records", "kept", "parked", "system topics", "rolled back",
+             "without id", "blank bytes", "first stored (UTC)", "last stored (UTC)"],
             [[c["segments"], c["bytes"], c["records"], c["kept_records"], c["parked_records"],
-              c["system_topic_records"], c["records_without_id"], c["blank_bytes"],
+              c["system_topic_records"], c["rollback_records"], c["records_without_id"],
+              c["blank_bytes"],
               _column_value("time_ms", c.get("first_store_timestamp_ms")),
               _column_value("time_ms", c.get("last_store_timestamp_ms"))]],
         ),
@@ -227,11 +234,17 @@ def _commitlog_section(summary: dict[str, Any]) -> str:
             )
         )  # fmt: skip
     if c["stops"]:
-        parts.append("<h3>Scans that stopped early</h3>")
+        parts.append(
+            "<h3>Scans that stopped early</h3><p>A torn tail (a crash mid-append, zeros after "
+            "it) leaves nothing unread; any other stop leaves part of the log unread, and the "
+            "run is no verdict.</p>"
+        )
         parts.append(
             _table(
-                ["directory", "segment", "phy_offset", "where", "reason"],
-                [[s["directory"], s["segment"], s["phy_offset"], s["where"], s["reason"]]
+                ["directory", "segment", "phy_offset", "where", "reason", "unread",
+                 "written after (phy_offset)"],
+                [[s["directory"], s["segment"], s["phy_offset"], s["where"], s["reason"],
+                  "yes" if s["unread"] else "no", s["written_after_phy_offset"]]
                  for s in c["stops"]],
             )
         )  # fmt: skip

@@ -5,20 +5,40 @@ codec's layout, the recovery walk's stopping rules); its records leave as Arrow 
 at most ``batch_records_max`` rows, and ``SegmentStats`` says what the scan found. The Spark
 engine runs it in a task per segment (commitlog_source.py); the in-process engine in a loop.
 
+It reads what rocketbox writes and what Apache RocketMQ 4.x and 5.x write: magic V1 and V2,
+IPv4 and IPv6 hosts, records with the record CRC pair and without it (RocketMQ's default; such a
+record is checked on its body CRC and its structure, broker/store/codec/layout.py).
+
 What each segment scan keeps, and what it only counts:
 
 - records of application topics with a message id (``UNIQ_KEY``): kept;
 - records parked under ``SCHEDULE_TOPIC_XXXX`` (delayed, not yet due) or
-  ``RMQ_SYS_TRANS_HALF_TOPIC`` (half messages): kept with ``parked`` set and their REAL_TOPIC as
-  topic; the copy a delayed message gets in its real topic when due carries the same id, so a
-  parked copy proves the message stored and is not a duplicate of it;
-- records of other system topics (``%RETRY%``, ``%DLQ%``, ``RMQ_SYS_*``, ``rmq_sys_*``): copies
-  made by consumers and by the broker itself, counted only;
+  ``RMQ_SYS_TRANS_HALF_TOPIC`` (half messages, RocketMQ 4.3 and later): kept with ``parked`` set
+  and their REAL_TOPIC as topic; the copy a delayed message gets in its real topic when due, and
+  the copy a committed transaction gets there (sysflag TRANSACTION_COMMIT_TYPE), carry the same
+  id, so a parked copy proves the message stored and is not a duplicate of it;
+- records of a prepared transaction in the application topic itself (sysflag
+  TRANSACTION_PREPARED_TYPE: RocketMQ before 4.3, which never dispatches them to a consume
+  queue): parked, like a half message, in that topic;
+- records of a rolled-back transaction in the application topic (sysflag
+  TRANSACTION_ROLLBACK_TYPE, RocketMQ before 4.3, not dispatched either): counted only
+  (``rollback_records``), never stored: the rollback says the message was not to be delivered.
+  A rolled-back message keeps its prepared (parked) record, as a 4.3+ one keeps its half;
+- records of other system topics (``%RETRY%``, ``%DLQ%``, ``RMQ_SYS_*`` such as the transaction
+  op records of ``RMQ_SYS_TRANS_OP_HALF_TOPIC``, ``rmq_sys_*``): copies made by consumers and by
+  the broker itself, counted only;
 - records without a message id: counted only (nothing can be joined on them);
 - blank padding: skipped; zeros: the end of what was written;
 - a torn or damaged record: the scan of that segment ends there and says so (kind CORRUPT, its
   phy_offset and the reason). Valid-looking records after it are not read: the broker's recovery
   cuts the log at the same place.
+
+Where a scan stopped at zeros or at a torn record, the rest of the segment past the stopped
+record is read for any byte that is not zero (``written_after_phy_offset``, scan_stop.py): a
+crash mid-append leaves only zeros after the torn record, so bytes there mean the scan stopped
+before the log's written end, and the run is no verdict (reconcile/unread.py). A segment whose
+first bytes are no record and no blank marker at all is ``NOT_A_COMMITLOG`` (a consume queue or
+index file, another format).
 
 Each kept record also carries its store host (store_hosts.py), which tells a slave's copy of a
 record from a resend when several commitlogs are read (commitlog_sources.py).
@@ -40,11 +60,12 @@ import pyarrow as pa
 
 from broker.store.codec.decode import decode_message
 from broker.store.codec.layout import END_FILE_MIN_BLANK_LENGTH, FILE_NAME_DIGITS
-from broker.store.codec.message import PROPERTY_REAL_TOPIC
+from broker.store.codec.message import PROPERTY_REAL_TOPIC, MessageSysFlag
 from broker.store.codec.scan import ScanEndKind, SegmentScanner
 from broker.store.codec.scan_columns import RecordColumns
 from broker.store.codec.text_columns import CodedColumn, TextColumn
 from reconcile.errors import InputError
+from reconcile.scan_stop import past_stop
 from reconcile.store_hosts import store_hosts
 
 # rocketbox_api/message_rules.py's SYSTEM_TOPIC_PREFIXES and the parking topics of
@@ -54,8 +75,10 @@ SYSTEM_TOPIC_PREFIXES = ("%RETRY%", "%DLQ%", "rmq_sys_", "RMQ_SYS_", "SCHEDULE_T
 PARKING_TOPICS = ("SCHEDULE_TOPIC_XXXX", "RMQ_SYS_TRANS_HALF_TOPIC")
 # Rows per Arrow batch a scan task hands to Spark: about 6 MiB of columns.
 SCAN_BATCH_RECORDS_MAX = 65_536
-# A scan end other than the scanner's: the segment could not be opened or mapped.
+# Scan ends other than the scanner's: the segment could not be opened or mapped; its first bytes
+# are no record and no blank marker.
 UNREADABLE = "UNREADABLE"
+NOT_A_COMMITLOG = "NOT_A_COMMITLOG"
 
 # The columns of the kept records, as every engine reads them.
 COMMITLOG_ARROW_SCHEMA = pa.schema(
@@ -94,13 +117,17 @@ class SegmentStats:
     kept_records: int = 0  # handed to the job: application topics with an id, parked ones too
     parked_records: int = 0
     system_topic_records: int = 0
+    rollback_records: int = 0  # of a rolled-back transaction in its topic: counted only
     records_without_id: int = 0
     blank_bytes: int = 0
     start_position: int = 0  # where in the segment the scan began (a record boundary)
     scanned_bytes: int = 0  # from the segment's start to where the scan stopped
-    end_kind: str = ""  # ScanEndKind, or UNREADABLE
+    end_kind: str = ""  # ScanEndKind, UNREADABLE or NOT_A_COMMITLOG
     end_phy_offset: int = 0
     end_reason: str = ""
+    # A stop at zeros or a torn record: the first byte past the stopped record that is not zero
+    # (data the scan did not read), None when only zeros follow to the segment's end.
+    written_after_phy_offset: int | None = None
     first_store_timestamp_ms: int | None = None
     last_store_timestamp_ms: int | None = None
     # The brokers that stored its kept records (a master's address; a slave's copy has it too).
@@ -108,7 +135,7 @@ class SegmentStats:
 
     @property
     def stopped_early(self) -> bool:
-        return self.end_kind in (ScanEndKind.CORRUPT, UNREADABLE)
+        return self.end_kind in (ScanEndKind.CORRUPT, UNREADABLE, NOT_A_COMMITLOG)
 
     @property
     def written(self) -> bool:
@@ -164,11 +191,14 @@ def scan_segment(
     batch_records_max: int,
     start_position: int = 0,
     end_position: int | None = None,
+    look_past_stop: bool = True,
 ) -> Iterator[pa.RecordBatch]:
     """The kept records of one segment as Arrow batches; fills ``found`` as it goes.
     ``start_position``: a record boundary in the segment to begin at (where an earlier scan
     stopped: an incremental run resumes there). ``end_position``: stop at the first record
-    boundary at or past it (end kind PART: a part of a segment that several tasks scan)."""
+    boundary at or past it (end kind PART: a part of a segment that several tasks scan).
+    ``look_past_stop``: look for data past a stop at zeros or a torn record (a part that began
+    where an earlier part's scan ends need not: that part looks)."""
     found.start_position = start_position
     try:
         fd = os.open(path, os.O_RDONLY)
@@ -202,6 +232,12 @@ def scan_segment(
             found.end_phy_offset = found.file_from_offset + end.position
             found.scanned_bytes = end.position
             found.blank_bytes = scanner.blank_bytes
+            if look_past_stop and end.kind in (ScanEndKind.END, ScanEndKind.CORRUPT):
+                past = past_stop(fd, buf, size, end)
+                if past.written_at is not None:
+                    found.written_after_phy_offset = found.file_from_offset + past.written_at
+                if past.not_a_commitlog:
+                    found.end_kind, found.end_reason = NOT_A_COMMITLOG, past.not_a_commitlog
     except (OSError, ValueError) as e:
         # Deleted or truncated under us (retention on a live broker), or not mappable.
         found.end_kind, found.end_reason = UNREADABLE, str(e)
@@ -242,16 +278,21 @@ def _kept(
             topics[t] = topic_kind(t)
     kinds = np.asarray([topics[t] for t in cols.topic.names], np.int8)[cols.topic.codes]
     has_id = cols.message_id.valid
-    if not kinds.any() and has_id.all():
+    transaction = cols.sysflag & MessageSysFlag.TRANSACTION_ROLLBACK_TYPE  # its two bits
+    prepared = transaction == MessageSysFlag.TRANSACTION_PREPARED_TYPE
+    rolled_back = transaction == MessageSysFlag.TRANSACTION_ROLLBACK_TYPE
+    if not kinds.any() and has_id.all() and not (prepared | rolled_back).any():
         return _to_arrow(cols, np.zeros(len(cols), np.bool_), buf, found)
     system = kinds == _SYSTEM
-    keep = ~system & has_id
-    parked = keep & (kinds == _PARKED)
+    rolled_back &= ~system
+    keep = ~system & ~rolled_back & has_id
+    parked = keep & ((kinds == _PARKED) | prepared)
     found.system_topic_records += int(system.sum())
-    found.records_without_id += int((~system & ~has_id).sum())
+    found.rollback_records += int(rolled_back.sum())
+    found.records_without_id += int((~system & ~rolled_back & ~has_id).sum())
     found.parked_records += int(parked.sum())
     codes, names = cols.topic.codes.copy(), list(cols.topic.names)
-    for i in np.flatnonzero(parked).tolist():
+    for i in np.flatnonzero(parked & (kinds == _PARKED)).tolist():
         # Rare: decode the whole record with the codec to learn its real topic.
         msg = decode_message(buf, int(cols.phy_offset[i]) - found.file_from_offset)
         real = msg.properties.get(PROPERTY_REAL_TOPIC, names[codes[i]])

@@ -1,7 +1,9 @@
 """summary.json put together from what an engine found: one shape, whichever engine ran.
 
 An engine (spark_engine.py, in_process/engine.py) fills a ``Found``; ``summary`` adds the inputs,
-the commitlog's figures per source, the verdict and the time each phase took.
+the commitlog's figures per source, the verdict and the time each phase took. The verdict is
+``NOTHING_LOST`` or ``LOST`` only when the whole commitlog was read; else it is ``UNREAD`` and
+``unread`` says what could not be read (unread.py), whatever the counts.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from reconcile.config import JobConfig
 from reconcile.errors import InputError
 from reconcile.figures import counts_only, verdict_lost, with_bucket, with_key
 from reconcile.segment_scan import SegmentStats
+from reconcile.unread import VERDICT_UNREAD, unread_state
 
 LOG = logging.getLogger(__name__)
 # Topics the ledgers may name: each becomes a literal of the scope test in the classification.
@@ -130,6 +133,10 @@ def summary(
     if found.incremental is not None:
         done["incremental"] = found.incremental
     done["verdict_lost"] = verdict_lost(done)
-    done["verdict"] = "LOST" if done["verdict_lost"] else "NOTHING_LOST"
+    done["unread"] = unread_state(done)
+    if done["unread"] is not None:
+        done["verdict"] = VERDICT_UNREAD
+    else:
+        done["verdict"] = "LOST" if done["verdict_lost"] else "NOTHING_LOST"
     done["elapsed_s"] = round(time.monotonic() - started, 3)
     return done

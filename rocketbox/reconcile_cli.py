@@ -1,8 +1,11 @@
 """``rocketbox reconcile``: prove from the brokers' commitlogs that nothing acknowledged was lost.
 
-Exit codes: 0 nothing lost, 1 something lost, 2 usage, 3 an input cannot be read, 4 the Spark
-job failed. An outbox URL is exported here, to ``<out>/inputs/outbox.parquet``, before Spark
-starts: this module is the composition root that may open an outbox backend; the job reads files.
+Exit codes: reconcile/errors.py's table (``EXIT_CODES``), shown by ``--help``: 0 nothing lost, 1
+something lost, 2 usage, 3 an input cannot be read, 4 the Spark job failed, and 5, 6, 7 no
+verdict: the commitlog was not read whole (reconcile/unread.py), said in one sentence on stderr;
+the summary is written, and its first line never says NOTHING LOST. An outbox URL is exported
+here, to ``<out>/inputs/outbox.parquet``, before Spark starts: this module is the composition
+root that may open an outbox backend; the job reads files.
 """
 
 from __future__ import annotations
@@ -19,12 +22,11 @@ import click
 from outbox.errors import OutboxError
 from outbox.export import export_parquet
 from outbox.factory import BACKENDS, redact
-from reconcile.errors import InputError, ReconcileError
+from reconcile.errors import EXIT_CODES, ExitCode, InputError, ReconcileError
 from rocketbox.outbox_session import open_for_reading
 from rocketbox.up_layout import up_ack_ledger, up_broker_dir, up_broker_stores, up_outbox_dir
 from rocketbox.wording import plural
 
-EXIT_LOST = 1
 OUTBOX_EXPORT_NAME = "outbox.parquet"
 # pyproject's reconcile extra: the job (PySpark), its summaries (pandas), report.html (plotly).
 RECONCILE_EXTRA_MODULES = ("pyspark", "pandas", "plotly")
@@ -42,7 +44,16 @@ def _spark_conf(
     return tuple(pairs)
 
 
-@click.command("reconcile", short_help="Find lost or duplicated messages: commitlog, outbox, acks.")
+def _exit_codes_help() -> str:
+    """The exit code table for the help's epilog, one code a line (\\b: click keeps the lines)."""
+    return "\b\nExit codes:\n" + "\n".join(f"  {code:d}  {meaning}" for code, meaning in EXIT_CODES)
+
+
+@click.command(
+    "reconcile",
+    short_help="Find lost or duplicated messages: commitlog, outbox, acks.",
+    epilog=_exit_codes_help(),
+)
 @click.option(
     "--data-dir",
     type=click.Path(path_type=Path, file_okay=False, exists=True),
@@ -166,7 +177,9 @@ def reconcile_command(
 ) -> None:
     """Join the commitlog with the outbox and the acknowledgement ledgers on message id; count
     lost, duplicated, recovered, unexpected, pending and dead messages per topic and bucket.
-    Exits 1 when anything acknowledged was lost."""
+    Reads commitlogs rocketbox wrote and Apache RocketMQ 4.x / 5.x wrote (with or without the
+    __CRC32# property). Exits 1 when anything acknowledged was lost; a commitlog that could not
+    be read whole is no verdict (exit 5, 6 or 7, one sentence on stderr saying what)."""
     _check_reconcile_extra()
     # The job's libraries (pyarrow, plotly; PySpark when Spark runs) load only for this command.
     from reconcile.config import (  # noqa: PLC0415 - the reconcile extra loads only for this command
@@ -212,8 +225,12 @@ def reconcile_command(
         click.echo(json.dumps(summary, indent=2))
     else:
         click.echo(summary_text(summary, summary_path, report_path))
+    unread = summary["unread"]
+    if unread is not None:
+        click.echo(f"reconcile: {unread['sentence']}", err=True)
+        raise SystemExit(unread["exit_code"])
     if summary["verdict"] == "LOST":
-        raise SystemExit(EXIT_LOST)
+        raise SystemExit(ExitCode.LOST)
 
 
 def _check_incremental_options(checkpoint: Path | None, full: bool, engine: str) -> None:
@@ -279,6 +296,8 @@ def summary_text(summary: dict[str, Any], summary_path: Path, report_path: Path)
     outbox = summary["outbox"]
     lost = summary["verdict_lost"]
     verdict = f"{lost:,} LOST" if lost else "NOTHING LOST"
+    if summary["unread"] is not None:
+        verdict = "NO VERDICT, the commitlog was not read whole; counted in what was read"
     lines = [
         f"reconcile: {verdict}: {plural(t['messages'], 'message', grouped=True)}: "
         f"ok {t['ok']:,}, lost {t['lost']:,}, duplicated {t['duplicated']:,} "
@@ -289,7 +308,7 @@ def summary_text(summary: dict[str, Any], summary_path: Path, report_path: Path)
         f"commitlog: {plural(c['segments'], 'segment', grouped=True)}, "
         f"{plural(c['records'], 'record', grouped=True)} "
         f"({c['system_topic_records']:,} in system topics, {c['records_without_id']:,} without "
-        f"id, {c['parked_records']:,} parked)",
+        f"id, {c['parked_records']:,} parked, {c['rollback_records']:,} rolled back)",
     ]
     lines += _incremental_text(summary)
     lines += _sources_text(c)

@@ -5,6 +5,12 @@ dispatcher need of it?
 find where valid data ends; the dispatcher calls it to build consume queues and the index; the
 scan (scan.py) calls it to describe the damage it stops at, so a tool and the broker describe the
 same damage the same way.
+
+With ``check_crc`` it checks the body CRC of every record, and the record CRC of a record that
+ends with its pair (layout.py). A record without the pair, as RocketMQ writes by default, is
+accepted on its body CRC and its structure unless ``require_record_crc``: rocketbox's recovery
+requires it on rocketbox's own log (a record of ours without it lost it to damage); the
+reconciliation, which also reads logs RocketMQ wrote, does not.
 """
 
 from __future__ import annotations
@@ -14,20 +20,22 @@ from dataclasses import dataclass
 from typing import Final, NamedTuple
 
 from broker.store.codec.crc import crc32
-from broker.store.codec.decode import decode_record
+from broker.store.codec.decode import decode_record_at
 from broker.store.codec.encode import body_crc
 from broker.store.codec.layout import (
     BLANK_MAGIC_CODE,
+    CRC32_DIGITS,
     CRC32_RESERVED_LENGTH,
     END_FILE_MIN_BLANK_LENGTH,
     HEAD,
     MESSAGE_MAGIC_CODE,
     MESSAGE_MAGIC_CODE_V2,
+    PROPERTY_SEPARATOR_BYTE,
     TOTAL_AND_MAGIC,
     ReadableBuffer,
+    has_record_crc,
 )
 from broker.store.codec.message import (
-    PROPERTY_CRC32,
     PROPERTY_KEYS,
     PROPERTY_TAGS,
     PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX,
@@ -88,11 +96,11 @@ def check_record(
     if total < HEAD.size or pos + total > limit:
         return CheckResult(RecordKind.CORRUPT, 0, None, f"total size {total} out of range")
     try:
-        msg = decode_record(buf, pos, total, magic, with_body=check_crc)
+        msg, properties_at = decode_record_at(buf, pos, total, magic, with_body=check_crc)
     except (struct.error, ValueError, UnicodeDecodeError, OSError) as e:
         return CheckResult(RecordKind.CORRUPT, 0, None, f"undecodable record: {e}")
     if check_crc:
-        reason = _crc_problem(buf, pos, total, msg, require_record_crc)
+        reason = _crc_problem(buf, pos, total, properties_at, msg, require_record_crc)
         if reason:
             return CheckResult(RecordKind.CORRUPT, 0, None, reason)
     req = DispatchRequest(
@@ -115,18 +123,21 @@ def check_record(
 
 
 def _crc_problem(
-    buf: ReadableBuffer, pos: int, total: int, msg: MessageExt, require_record_crc: bool
+    buf: ReadableBuffer,
+    pos: int,
+    total: int,
+    properties_at: int,
+    msg: MessageExt,
+    require_record_crc: bool,
 ) -> str:
     if body_crc(msg.body) != msg.body_crc:
         return "body CRC mismatch"
-    crc_text = msg.properties.get(PROPERTY_CRC32)
-    if crc_text is None:
-        # Another tool may write records without one; our own log always has it, and a record
-        # of ours without it lost it to damage.
+    end = pos + total
+    if not has_record_crc(buf, properties_at, end):
         return "record CRC property missing" if require_record_crc else ""
-    if len(crc_text) != 10 or not crc_text.isdigit():
+    digits = bytes(buf[end - 1 - CRC32_DIGITS : end - 1])
+    if not digits.isdigit() or buf[end - 1] != PROPERTY_SEPARATOR_BYTE[0]:
         return "malformed record CRC property"
-    covered = total - CRC32_RESERVED_LENGTH
-    if crc32(buf[pos : pos + covered]) & 0x7FFFFFFF != int(crc_text[::-1]):
+    if crc32(buf[pos : end - CRC32_RESERVED_LENGTH]) & 0x7FFFFFFF != int(digits[::-1]):
         return "record CRC mismatch"
     return ""

@@ -1,13 +1,16 @@
 """Reading records back: a whole message, or one field of it without decoding the rest.
 
 ``decode_record`` raises ValueError (or struct.error on a short buffer) on anything that does not
-decode; check.py turns that into a CORRUPT verdict. The layout is layout.py's.
+decode; check.py turns that into a CORRUPT verdict. The layout is layout.py's: magic V1 or V2,
+IPv4 or IPv6 hosts, properties with or without the record CRC pair and, as RocketMQ's
+string2messageProperties reads them, with or without a separator after the last pair. Zeros in
+the topic or the properties are a torn write, never text: they may have erased the record CRC
+pair itself, so such a record must not pass for one written without it.
 """
 
 from __future__ import annotations
 
 import socket
-import struct
 
 from broker.store.codec.layout import (
     HEAD,
@@ -19,7 +22,6 @@ from broker.store.codec.layout import (
     NAME_VALUE_SEPARATOR,
     POSITION_SYSFLAG,
     PROPERTY_SEPARATOR,
-    PROPERTY_SEPARATOR_BYTE,
     RECONSUME_AND_PREPARED,
     TOTAL_AND_MAGIC,
     ReadableBuffer,
@@ -56,6 +58,13 @@ def decode_record(
 ) -> MessageExt:
     """The message record of ``total`` bytes at ``pos`` (``magic`` read already); its body is
     left empty unless ``with_body``."""
+    return decode_record_at(buf, pos, total, magic, with_body)[0]
+
+
+def decode_record_at(
+    buf: ReadableBuffer, pos: int, total: int, magic: int, with_body: bool
+) -> tuple[MessageExt, int]:
+    """``decode_record``'s message, and where its properties begin in ``buf``."""
     (
         _total,
         _magic,
@@ -84,9 +93,14 @@ def decode_record(
         topic_len = buf[p]
         p += 1
     else:
-        (topic_len,) = struct.unpack_from(">h", buf, p)
+        (topic_len,) = I16.unpack_from(buf, p)
         p += 2
-    topic = bytes(buf[p : p + topic_len]).decode()
+    if topic_len < 0 or p + topic_len > end:
+        raise ValueError(f"topic length {topic_len} out of range")
+    raw_topic = bytes(buf[p : p + topic_len])
+    if b"\0" in raw_topic:
+        raise ValueError("zeros in the topic (torn write?)")
+    topic = raw_topic.decode()
     p += topic_len
     (props_len,) = I16.unpack_from(buf, p)
     p += 2
@@ -109,13 +123,11 @@ def decode_record(
         reconsume_times=reconsume,
         prepared_transaction_offset=prepared,
         properties=_decode_properties(bytes(buf[p : p + props_len])),
-    )
+    ), p
 
 
 def _decode_properties(props: bytes) -> dict[str, str]:
-    # Zeros where properties should be are a torn write: they may have erased the record CRC
-    # property itself, so they must not pass for a record written without one.
-    if props and (b"\0" in props or not props.endswith(PROPERTY_SEPARATOR_BYTE)):
+    if b"\0" in props:
         raise ValueError("malformed properties (torn write?)")
     return string_to_properties(props.decode())
 

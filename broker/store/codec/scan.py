@@ -3,19 +3,25 @@
 ``check_record`` (check.py) decodes every field of a record, properties dict included, into the
 DispatchRequest the dispatcher needs: right for recovery, about 6 µs a 1 KiB record in Python.
 The reconciliation (reconcile/) reads every record of a log and needs a few fields of each; this
-scan reads them in place from the mapped segment, a batch of records at a time, whole-record CRC
-included. Per batch it:
+scan reads them in place from the mapped segment, a batch of records at a time. It reads what
+rocketbox writes and what Apache RocketMQ 4.x and 5.x write (layout.py): magic V1 and V2 (the
+topic's length one byte or two), IPv4 and IPv6 hosts (the sysflag's bits), records with the
+record CRC pair and, as RocketMQ writes by default, without it. Per batch it:
 
 1. walks the chain of TOTALSIZE fields (the only sequential step) to find where each record
    starts, stopping at zeros, a blank marker or a size that cannot be right: runs of records of
    one size at once with numpy, others one by one in Python;
-2. reads the fixed-position fields of all the batch's records at once with numpy gathers (layout.py
-   lays them out; the host fields are 8 or 20 bytes by the sysflag's v6 bits) and checks that each
-   record's fields add up to its size, ends with the ``__CRC32#`` property and claims its own
-   phy_offset;
-3. computes each record's CRC (zlib-ng, one call a record, driven from C by map) and compares it
-   with the property;
-4. finds the message id (``UNIQ_KEY``) in each record's properties.
+2. reads the fixed-position fields of all the batch's records at once with numpy gathers (the
+   host fields are 8 or 20 bytes by the sysflag's v6 bits, the topic's length 1 or 2 by the magic
+   code) and checks that each record's fields add up to its size and that it claims its own
+   phy_offset, and tells the records that end with the record CRC pair from those that do not;
+3. computes each record's body CRC, and the record CRC of those with the pair (zlib-ng, one call a
+   record each, driven from C by map), and compares them with the BODYCRC field and the pair;
+4. checks the properties of the records without the pair (no zero byte, UTF-8), all at once;
+5. finds the message id (``UNIQ_KEY``) in each record's properties.
+
+Every record takes the same vectorised path, with or without the pair, V1 or V2: no record is
+decoded one by one in Python unless it ends the scan.
 
 It stops where recovery (commit_log_recovery.py) would stop:
 
@@ -24,15 +30,18 @@ It stops where recovery (commit_log_recovery.py) would stop:
 - anything else that is not a valid record at the phy_offset it claims: a torn or damaged record.
   Nothing after it is read, even a valid-looking record: recovery would cut it. The reason given
   is ``check_record``'s own, so a tool and the broker describe the same damage the same way.
+  Whether bytes were written past where it stopped is the caller's to find out (the
+  reconciliation's segment_scan.py): the scan does not read past its stop.
 
-A record passes when ``check_record(buf, pos, limit, check_crc=True, require_record_crc=True)``
-says MESSAGE and it claims its own phy_offset, with one difference: a record whose whole-record
-CRC matches is trusted as written. The body CRC and the properties' text (UTF-8, no NUL) are not
-re-checked: the whole-record CRC covers them, so only a writer that wrote them wrong could make
-them disagree, and the damage the scan exists to find, a torn or overwritten record, cannot
-pass it. Records with the V2 magic code (2-byte topic length; read, never written by rocketbox)
-are decoded one by one with ``check_record``. tests/reconcile/test_record_scan.py holds the scan
-to check_record on valid, torn and damaged logs.
+A record passes when ``check_record(buf, pos, limit, check_crc=True, require_record_crc=False)``
+says MESSAGE and it claims its own phy_offset, with one difference: the properties' text of a
+record whose record CRC matches is trusted as written, not checked again (the CRC covers it, so
+only a writer that wrote it wrong could make it fail, and the damage the scan exists to find, a
+torn or overwritten record, cannot pass the CRC). Its message id and topic are still checked as
+UTF-8. A record without the pair has its body CRC and its structure to vouch for it, as in
+RocketMQ's own recovery: a flipped byte in its header or properties goes unseen, so its message id
+is taken as written. tests/reconcile/test_record_scan.py holds the scan to check_record on valid,
+torn and damaged logs of both kinds.
 """
 
 from __future__ import annotations
@@ -47,6 +56,7 @@ import numpy.typing as npt
 from broker.store.codec.check import RecordKind, check_record
 from broker.store.codec.layout import (
     BLANK_MAGIC_CODE,
+    CRC32_DIGITS,
     CRC32_PREFIX,
     CRC32_RESERVED_LENGTH,
     END_FILE_MIN_BLANK_LENGTH,
@@ -73,24 +83,24 @@ from broker.store.codec.scan_columns import (
     SKIP_STEP_RECORDS,
     RecordColumns,
     ScanBuffer,
-    body_size,
-    concat,
+    crcs,
     field_of,
     gather,
     i16,
     i32,
     i64,
     message_ids,
-    record_crcs,
     same_size_run,
+    text_prefix,
     valid_prefix,
 )
-from broker.store.codec.text_columns import CodedColumn, TextColumn
+from broker.store.codec.text_columns import CodedColumn
 
 _CRC_PROPERTY_PREFIX = np.frombuffer(CRC32_PREFIX, np.uint8)
 _CRC_NAME_BYTES = len(CRC32_PREFIX)
-_CRC_DIGITS = 10
-_DIGIT_WEIGHTS = 10 ** np.arange(_CRC_DIGITS, dtype=np.int64)  # least significant digit first
+_DIGIT_WEIGHTS = 10 ** np.arange(CRC32_DIGITS, dtype=np.int64)  # least significant digit first
+_POSITION_MAGIC = 4
+_POSITION_BODY_CRC = 8
 _AT_BODY_V4 = POSITION_BODY_LENGTH_V4 + 4
 _BORN_V6: Final = MessageSysFlag.BORNHOST_V6_FLAG
 _STORE_V6: Final = MessageSysFlag.STOREHOSTADDRESS_V6_FLAG
@@ -139,22 +149,15 @@ class SegmentScanner:
         """Yield the records in log order, at most ``batch_records_max`` per batch."""
         assert batch_records_max > 0
         while self.end is None:
-            batch = self._scan_batch(batch_records_max)
+            batch = self._decode(self._walk(batch_records_max))
             self.records += len(batch)
             if len(batch):
                 yield batch
 
     # -- one batch -------------------------------------------------------------------------------
-    def _scan_batch(self, batch_records_max: int) -> RecordColumns:
-        starts, v2_next = self._walk(batch_records_max)
-        batch = self._decode(starts)
-        if v2_next and self.end is None and len(batch) < batch_records_max:
-            batch = concat(batch, self._decode_one_v2())
-        return batch
-
-    def _walk(self, batch_records_max: int) -> tuple[npt.NDArray[np.int64], bool]:
+    def _walk(self, batch_records_max: int) -> npt.NDArray[np.int64]:
         """Record starts from ``position`` on, by their TOTALSIZE fields alone. Ends the scan at
-        a clean end or a size that cannot be right; returns whether a V2 record comes next.
+        a clean end or a size that cannot be right.
 
         Records of one size in a row (one producer's messages, often) are found a run at a time
         (scan_columns.same_size_run, as ``skip_chain`` finds them); where sizes vary, record by
@@ -191,12 +194,11 @@ class SegmentScanner:
             # A view of a mapping must not outlive this call: the mapping is closed after the scan.
             del arr
         runs.append(np.asarray(starts, np.int64))
-        # Stopped without an end: a V2 record is next.
-        return np.concatenate(runs), found < batch_records_max and self.end is None
+        return np.concatenate(runs)
 
     def _record_size(self, pos: int, stop: int) -> int | None:
-        """The size of the V1 record at ``pos``; None where the walk stops: at ``stop`` or an
-        end of the scan (``end`` set), or before a V2 record (``end`` not set)."""
+        """The size of the message record (V1 or V2) at ``pos``; None where the walk stops (at
+        ``stop`` or an end of the scan, ``end`` set)."""
         limit = self._limit
         if stop <= pos < limit:
             self.end = ScanEnd(ScanEndKind.PART, pos)
@@ -205,9 +207,8 @@ class SegmentScanner:
             self.end = ScanEnd(ScanEndKind.END, pos)
             return None
         total, magic = TOTAL_AND_MAGIC.unpack_from(self._buf, pos)
-        if magic != MESSAGE_MAGIC_CODE:
-            if magic != MESSAGE_MAGIC_CODE_V2:
-                self.end = self._not_a_message(pos, total, magic)
+        if magic not in (MESSAGE_MAGIC_CODE, MESSAGE_MAGIC_CODE_V2):
+            self.end = self._not_a_message(pos, total, magic)
             return None
         if total < RECORD_BYTES_MIN or pos + total > limit:
             # A size no record can have: check_record says what is wrong here.
@@ -225,7 +226,7 @@ class SegmentScanner:
 
     def _reason(self, pos: int) -> str:
         """check_record's description of the damage at ``pos``."""
-        found = check_record(self._buf, pos, self._limit, True, True)
+        found = check_record(self._buf, pos, self._limit, True, False)
         if found.kind == RecordKind.MESSAGE:
             request = found.request
             assert request is not None
@@ -250,17 +251,17 @@ class SegmentScanner:
     ) -> RecordColumns:
         buf = self._buf
         pos = starts
-        # Everything up to BODY of a record with IPv4 hosts, in one gather: no valid record is
-        # shorter, so the window never leaves a valid record.
+        # Everything up to BODY of a V1 or V2 record with IPv4 hosts, in one gather: no valid
+        # record is shorter, so the window never leaves a valid record.
         head = gather(arr, pos, _AT_BODY_V4)
         total = field_of(head, 0, ">i4")
         end = pos + total
+        v2 = field_of(head, _POSITION_MAGIC, ">i4") == MESSAGE_MAGIC_CODE_V2
         sysflag = field_of(head, POSITION_SYSFLAG, ">i4")
         phy_offset = field_of(head, POSITION_PHYSICAL_OFFSET, ">i8")
         store_ts = field_of(head, POSITION_STORE_TIMESTAMP_V4, ">i8")
         body_len = field_of(head, _AT_BODY_V4 - 4, ">i4")
-        store_ts_at = pos + POSITION_STORE_TIMESTAMP_V4
-        body_len_at = pos + _AT_BODY_V4 - 4
+        body_at = pos + _AT_BODY_V4
         v6 = (sysflag & _V6_BITS) != 0
         if v6.any():
             store_ts_at = pos + POSITION_BORN_HOST + np.where(sysflag & _BORN_V6, 20, 8)
@@ -269,33 +270,48 @@ class SegmentScanner:
             )
             store_ts = np.where(v6, i64(arr, store_ts_at), store_ts)
             body_len = np.where(v6, i32(arr, body_len_at), body_len)
-        topic_len_at = body_len_at + 4 + body_len
+            body_at = body_len_at + 4
+        topic_len_at = body_at + body_len
         topic_len = arr[np.clip(topic_len_at, 0, len(arr) - 1)].astype(np.int64)
-        props_len_at = topic_len_at + 1 + topic_len
+        if v2.any():
+            topic_len = np.where(v2, i16(arr, topic_len_at), topic_len)
+        topic_at = topic_len_at + 1 + v2
+        props_len_at = topic_at + topic_len
         props_len = i16(arr, props_len_at)
         props_at = props_len_at + 2
         crc_at = end - CRC32_RESERVED_LENGTH
-        # The CRC property: its name, 10 digits and the closing separator, in one gather.
+        # The record CRC pair where there is one: its name, 10 digits, the closing separator.
         tail = gather(arr, crc_at, CRC32_RESERVED_LENGTH)
-        digits = tail[:, _CRC_NAME_BYTES : _CRC_NAME_BYTES + _CRC_DIGITS].astype(np.int64) - ord(
+        has_crc = (
+            (crc_at >= props_at)
+            & (tail[:, :_CRC_NAME_BYTES] == _CRC_PROPERTY_PREFIX).all(axis=1)
+            & ((crc_at == props_at) | (arr[np.clip(crc_at - 1, 0, len(arr) - 1)] == PAIR_END_BYTE))
+        )
+        digits = tail[:, _CRC_NAME_BYTES : _CRC_NAME_BYTES + CRC32_DIGITS].astype(np.int64) - ord(
             "0"
+        )
+        crc_pair_sound = (tail[:, -1] == PAIR_END_BYTE) & ((digits >= 0) & (digits <= 9)).all(
+            axis=1
         )
         ok = (
             (body_len >= 0)
-            & (topic_len_at + 3 <= end)
+            & (topic_len >= 0)
+            & (topic_at + topic_len <= end)
+            & (props_len >= 0)
             & (props_at + props_len == end)
-            & (props_len >= CRC32_RESERVED_LENGTH)
             & (phy_offset == self._file_from_offset + pos)
-            & (tail[:, :_CRC_NAME_BYTES] == _CRC_PROPERTY_PREFIX).all(axis=1)
-            & (tail[:, -1] == PAIR_END_BYTE)
-            & ((digits >= 0) & (digits <= 9)).all(axis=1)
+            & (crc_pair_sound | ~has_crc)
         )
         n = valid_prefix(ok)
-        # The record CRC of every structurally valid record: one CRC call each.
-        ok[:n] &= record_crcs(buf, pos[:n], crc_at[:n]) == digits[:n] @ _DIGIT_WEIGHTS
-        n = valid_prefix(ok[:n])
-        topics, n = self._topic_strings(arr, topic_len_at[:n] + 1, topic_len[:n])
-        ids, n = message_ids(arr, buf, props_at[:n], crc_at[:n])
+        n = self._crcs_match(head, pos, body_at, body_len, crc_at, has_crc, digits, n)
+        # Properties no record CRC vouches for: no zero byte (a torn write), UTF-8.
+        unvouched = np.flatnonzero(~has_crc[:n])
+        sound = text_prefix(arr, props_at[unvouched], props_len[unvouched])
+        if sound < len(unvouched):
+            n = int(unvouched[sound])
+        topics, n = self._topic_strings(arr, topic_at[:n], topic_len[:n])
+        props_end = np.where(has_crc[:n], crc_at[:n], end[:n])
+        ids, n = message_ids(arr, buf, props_at[:n], props_end)
         topics = topics.head(n)
         if n < len(starts):
             at = int(starts[n])
@@ -310,11 +326,35 @@ class SegmentScanner:
             store_timestamp_ms=store_ts[:n],
             born_timestamp_ms=field_of(head[:n], POSITION_BORN_TIMESTAMP, ">i8"),
             body_size_bytes=body_len[:n].astype(np.int32),
+            sysflag=sysflag[:n].astype(np.int32),
         )
+
+    def _crcs_match(
+        self,
+        head: npt.NDArray[np.uint8],
+        pos: npt.NDArray[np.int64],
+        body_at: npt.NDArray[np.int64],
+        body_len: npt.NDArray[np.int64],
+        crc_at: npt.NDArray[np.int64],
+        has_crc: npt.NDArray[np.bool_],
+        digits: npt.NDArray[np.int64],
+        n: int,
+    ) -> int:
+        """How many of the first ``n`` records lead before one whose body CRC, or record CRC
+        where it has the pair, does not match."""
+        buf = self._buf
+        ok = crcs(buf, body_at[:n], body_at[:n] + body_len[:n]) == field_of(
+            head[:n], _POSITION_BODY_CRC, ">i4"
+        )
+        vouched = np.flatnonzero(has_crc[:n])
+        ok[vouched] &= crcs(buf, pos[vouched], crc_at[vouched]) == digits[vouched] @ _DIGIT_WEIGHTS
+        return valid_prefix(ok)
 
     def _topic(self, raw: bytes) -> str | None:
         topic = self._topics.get(raw)
         if topic is None:
+            if b"\0" in raw:  # a torn write, as check_record says
+                return None
             try:
                 topic = self._topics[raw] = raw.decode()
             except UnicodeDecodeError:
@@ -359,35 +399,3 @@ class SegmentScanner:
                 break
             codes[i] = names.setdefault(topic, len(names))
         return CodedColumn(codes[:n], list(names)), n
-
-    def _decode_one_v2(self) -> RecordColumns:
-        """The V2 record at ``position`` (2-byte topic length), through check_record."""
-        pos = self.position
-        found = check_record(self._buf, pos, self._limit, True, True)
-        request = found.request
-        phy_offset = self._file_from_offset + pos
-        if found.kind != RecordKind.MESSAGE or request is None:
-            self.end = ScanEnd(ScanEndKind.CORRUPT, pos, found.reason)
-            return RecordColumns()
-        if request.commit_log_offset != phy_offset:
-            self.end = ScanEnd(
-                ScanEndKind.CORRUPT, pos, f"record claims phy_offset {request.commit_log_offset}"
-            )
-            return RecordColumns()
-        self.position = pos + found.size
-        arr = np.frombuffer(self._buf, dtype=np.uint8, count=self._limit)
-        p = np.asarray([pos], dtype=np.int64)
-        try:
-            born_ts = i64(arr, p + POSITION_BORN_TIMESTAMP)
-        finally:
-            del arr
-        return RecordColumns(
-            message_id=TextColumn.of([request.uniq_key]),
-            topic=CodedColumn(np.zeros(1, np.int32), [request.topic]),
-            queue_id=np.asarray([request.queue_id], np.int32),
-            queue_offset=np.asarray([request.consume_queue_offset], np.int64),
-            phy_offset=np.asarray([phy_offset], np.int64),
-            store_timestamp_ms=np.asarray([request.store_timestamp_ms], np.int64),
-            born_timestamp_ms=born_ts,
-            body_size_bytes=np.asarray([body_size(self._buf, pos)], np.int32),
-        )

@@ -17,18 +17,14 @@ import numpy.typing as npt
 from broker.store.codec.crc import crc32
 from broker.store.codec.layout import (
     END_FILE_MIN_BLANK_LENGTH,
-    I32,
     MESSAGE_MAGIC_CODE,
     MESSAGE_MAGIC_CODE_V2,
     NAME_VALUE_SEPARATOR,
     POSITION_BODY_LENGTH_V4,
-    POSITION_BORN_HOST,
-    POSITION_SYSFLAG,
     PROPERTY_SEPARATOR_BYTE,
-    RECONSUME_PREPARED_BYTES,
     TOTAL_AND_MAGIC,
 )
-from broker.store.codec.message import PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX, MessageSysFlag
+from broker.store.codec.message import PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX
 from broker.store.codec.text_columns import CodedColumn, TextColumn, utf8_prefix
 
 # What the scan reads from: it searches the properties in place (``find``) and looks topics up
@@ -52,6 +48,8 @@ SKIP_PROBE_RECORDS_MIN = 64
 SKIP_PROBE_RECORDS_MAX = 65_536
 SKIP_RUN_MIN = 8
 SKIP_STEP_RECORDS = 256
+# Ranges whose CRCs ``crcs`` takes as rows of one strided view when they are regular.
+CRC_RUN_RECORDS = 64
 
 
 def _empty_i64() -> npt.NDArray[np.int64]:
@@ -74,18 +72,10 @@ class RecordColumns:
     store_timestamp_ms: npt.NDArray[np.int64] = field(default_factory=_empty_i64)
     born_timestamp_ms: npt.NDArray[np.int64] = field(default_factory=_empty_i64)
     body_size_bytes: npt.NDArray[np.int32] = field(default_factory=_empty_i32)
+    sysflag: npt.NDArray[np.int32] = field(default_factory=_empty_i32)  # MessageSysFlag bits
 
     def __len__(self) -> int:
         return len(self.topic)
-
-
-def body_size(buf: ScanBuffer, pos: int) -> int:
-    (sysflag,) = I32.unpack_from(buf, pos + POSITION_SYSFLAG)
-    at = pos + POSITION_BORN_HOST + (20 if sysflag & MessageSysFlag.BORNHOST_V6_FLAG else 8) + 8
-    store_host_bytes = 20 if sysflag & MessageSysFlag.STOREHOSTADDRESS_V6_FLAG else 8
-    at += store_host_bytes + RECONSUME_PREPARED_BYTES
-    (size,) = I32.unpack_from(buf, at)
-    return int(size)
 
 
 def concat(a: RecordColumns, b: RecordColumns) -> RecordColumns:
@@ -100,7 +90,7 @@ def concat(a: RecordColumns, b: RecordColumns) -> RecordColumns:
 
 def _arrays(c: RecordColumns) -> tuple[npt.NDArray[Any], ...]:
     return (c.queue_id, c.queue_offset, c.phy_offset, c.store_timestamp_ms, c.born_timestamp_ms,
-            c.body_size_bytes)  # fmt: skip
+            c.body_size_bytes, c.sysflag)  # fmt: skip
 
 
 def valid_prefix(ok: npt.NDArray[np.bool_]) -> int:
@@ -158,7 +148,7 @@ def message_ids(
     arr: npt.NDArray[np.uint8],
     buf: ScanBuffer,
     props_at: npt.NDArray[np.int64],
-    crc_at: npt.NDArray[np.int64],
+    props_end: npt.NDArray[np.int64],
 ) -> tuple[TextColumn, int]:
     """The records' message ids (absent where a record has none), and how many lead before one
     whose id is not UTF-8.
@@ -166,8 +156,9 @@ def message_ids(
     One producer's records carry their UNIQ_KEY property at the same place with ids of one
     length: each pass finds it in the first record not yet done, then finds it in every record
     that has it at the same place, all at once. After ``ID_LAYOUTS_MAX`` passes (records of many
-    producers mixed), the rest are searched one by one. The ids' bytes are then gathered into
-    one buffer, checked as UTF-8 once (text_columns.py)."""
+    producers mixed), the rest are searched one by one. ``props_end``: where each record's
+    properties end, the record CRC pair left out. The ids' bytes are then gathered into one
+    buffer, checked as UTF-8 once (text_columns.py)."""
     n = len(props_at)
     id_at = np.zeros(n, np.int64)  # where each id's bytes begin in the buffer
     id_len = np.full(n, -1, np.int64)  # -1: the record has no id
@@ -177,7 +168,7 @@ def message_ids(
             break
         first = int(todo[0])
         start = int(props_at[first])
-        span = _message_id_span(bytes(buf[start : int(crc_at[first])]))
+        span = _message_id_span(bytes(buf[start : int(props_end[first])]))
         if span is None:  # no id: one by one, below
             break
         length = span[1] - span[0]
@@ -185,7 +176,7 @@ def message_ids(
         width = _UNIQ_KEY_NAME_LEN + length + 1
         rows = gather(arr, name_at, width)
         same = (
-            (name_at + width <= crc_at[todo])
+            (name_at + width <= props_end[todo])
             & (rows[:, :_UNIQ_KEY_NAME_LEN] == _UNIQ_KEY_NAME_ARRAY).all(axis=1)
             & (rows[:, -1] == PAIR_END_BYTE)
             & ~(rows[:, _UNIQ_KEY_NAME_LEN:-1] == PAIR_END_BYTE).any(axis=1)
@@ -198,7 +189,7 @@ def message_ids(
         todo = todo[~same]
     for i in todo.tolist():
         start = int(props_at[i])
-        span = _message_id_span(bytes(buf[start : int(crc_at[i])]))
+        span = _message_id_span(bytes(buf[start : int(props_end[i])]))
         if span is not None:
             id_at[i], id_len[i] = start + span[0], span[1] - span[0]
     ids = _text(arr, id_at, id_len)
@@ -227,14 +218,29 @@ def _text(
 
 def _message_id_span(props: bytes) -> tuple[int, int] | None:
     """Where the UNIQ_KEY value lies in ``props``: the name must start a pair (a name may end in
-    ``UNIQ_KEY``), and the value ends at the next pair's end (the CRC property, last, ends one)."""
+    ``UNIQ_KEY``), and the value ends at its pair's end, or at the end of the properties (a
+    writer may leave the last pair without its separator)."""
     at = props.find(_UNIQ_KEY_NAME)
     while at > 0 and props[at - 1] != PAIR_END_BYTE:
         at = props.find(_UNIQ_KEY_NAME, at + 1)
     if at < 0:
         return None
     start = at + _UNIQ_KEY_NAME_LEN
-    return start, props.index(_PAIR_END, start)
+    end = props.find(_PAIR_END, start)
+    return start, len(props) if end < 0 else end
+
+
+def text_prefix(
+    arr: npt.NDArray[np.uint8], at: npt.NDArray[np.int64], length: npt.NDArray[np.int64]
+) -> int:
+    """How many leading texts (``length`` bytes at each of ``at``) hold no zero byte and are
+    UTF-8 each: what ``check_record`` requires of properties no record CRC vouches for."""
+    text = _text(arr, at, length)
+    zeros = np.flatnonzero(text.data == 0)
+    n = len(at)
+    if len(zeros):
+        n = int(np.searchsorted(text.offsets, zeros[0], side="right")) - 1
+    return min(n, utf8_prefix(text.data, text.offsets))
 
 
 def skip_chain(buf: ScanBuffer, limit: int, position: int, target: int) -> int:
@@ -282,15 +288,16 @@ def _chain_size(buf: ScanBuffer, limit: int, pos: int) -> int | None:
 
 
 def same_size_run(arr: npt.NDArray[np.uint8], pos: int, total: int, wanted: int) -> int:
-    """How many of the next ``wanted`` records after the one at ``pos`` are V1 messages of
-    ``total`` bytes too, back to back and within the buffer, before the first that is not."""
+    """How many of the next ``wanted`` records after the one at ``pos`` are messages (V1 or V2)
+    of ``total`` bytes too, back to back and within the buffer, before the first that is not."""
     if wanted <= 0:
         return 0
     at = pos + total * np.arange(1, wanted + 1, dtype=np.int64)
+    magic = i32(arr, at + 4)
     same = (
         (at + total <= len(arr))
         & (i32(arr, at) == total)
-        & (i32(arr, at + 4) == MESSAGE_MAGIC_CODE)
+        & ((magic == MESSAGE_MAGIC_CODE) | (magic == MESSAGE_MAGIC_CODE_V2))
     )
     return valid_prefix(same)
 
@@ -306,12 +313,72 @@ def _step(buf: ScanBuffer, limit: int, pos: int, target: int) -> int:
     return pos
 
 
-def record_crcs(
+def crcs(
     buf: ScanBuffer, starts: npt.NDArray[np.int64], ends: npt.NDArray[np.int64]
 ) -> npt.NDArray[np.int64]:
-    """crc32 & 0x7FFFFFFF of each record's bytes from its start to its CRC property: one CRC
-    call a record (crc.py), driven from C by map (no Python frame a record, only the CRC's work)."""
+    """crc32 & 0x7FFFFFFF of the bytes from each start to its end (a record's body, or its
+    bytes before the record CRC pair): one CRC call each (crc.py), driven from C by map (no
+    Python frame a record, only the CRC's work).
+
+    What a call costs is mostly getting the bytes to it: a slice of a memoryview each. Where
+    ``CRC_RUN_RECORDS`` ranges in a row have one length and lie one stride apart (records of one
+    size back to back), they are rows of one strided view of the buffer instead, about half the
+    cost a range."""
+    n = len(starts)
+    out = np.empty(n, np.int64)
+    if not n:
+        return out
+    arr = np.frombuffer(buf, np.uint8)
+    # The strided views below are not bounds-checked: every range must lie in the buffer.
+    assert starts.min() >= 0 and ends.max() <= len(arr) and (ends >= starts).all()
+    try:
+        if n < CRC_RUN_RECORDS:
+            return _sliced_crcs(arr, starts, ends) & 0x7FFFFFFF
+        whole = n - n % CRC_RUN_RECORDS
+        chunks = starts[:whole].reshape(-1, CRC_RUN_RECORDS)
+        lengths = (ends[:whole] - starts[:whole]).reshape(-1, CRC_RUN_RECORDS)
+        steps = np.diff(chunks, axis=1)
+        regular = (
+            (lengths == lengths[:, :1]).all(axis=1)
+            & (steps == steps[:, :1]).all(axis=1)
+            & (steps[:, 0] >= lengths[:, 0])
+        )
+        # Regular chunks that continue one another (one length, one stride) make one view.
+        first_starts = chunks[:, 0]
+        continues = np.zeros(len(regular), np.bool_)
+        continues[1:] = (
+            regular[1:]
+            & regular[:-1]
+            & (lengths[1:, 0] == lengths[:-1, 0])
+            & (steps[1:, 0] == steps[:-1, 0])
+            & (first_starts[1:] == first_starts[:-1] + CRC_RUN_RECORDS * steps[:-1, 0])
+        )
+        heads = np.flatnonzero(regular & ~continues)
+        breaks = np.append(np.flatnonzero(~continues), len(regular))
+        run_ends = breaks[np.searchsorted(breaks, heads, side="right")]
+        for chunk, after in zip(heads.tolist(), run_ends.tolist(), strict=True):
+            count = CRC_RUN_RECORDS * (after - chunk)
+            at = chunk * CRC_RUN_RECORDS
+            rows = np.lib.stride_tricks.as_strided(
+                arr[int(first_starts[chunk]) :],
+                shape=(count, int(lengths[chunk, 0])),
+                strides=(int(steps[chunk, 0]), 1),
+                writeable=False,
+            )
+            out[at : at + count] = np.fromiter(map(crc32, rows), np.int64, count)
+            del rows
+        rest = np.ones(n, np.bool_)
+        rest[:whole] = np.repeat(~regular, CRC_RUN_RECORDS)
+        out[rest] = _sliced_crcs(arr, starts[rest], ends[rest])
+    finally:
+        # A view of a mapping must not outlive this call: the mapping is closed after the scan.
+        del arr
+    return out & 0x7FFFFFFF
+
+
+def _sliced_crcs(
+    arr: npt.NDArray[np.uint8], starts: npt.NDArray[np.int64], ends: npt.NDArray[np.int64]
+) -> npt.NDArray[np.int64]:
     slices = map(slice, starts.tolist(), ends.tolist())
-    with memoryview(buf) as view:
-        crcs = np.fromiter(map(crc32, map(view.__getitem__, slices)), np.int64, len(starts))
-    return crcs & 0x7FFFFFFF
+    with memoryview(arr.data) as view:
+        return np.fromiter(map(crc32, map(view.__getitem__, slices)), np.int64, len(starts))
