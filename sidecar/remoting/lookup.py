@@ -4,7 +4,9 @@ The answer is FOUND, NOT_FOUND or UNKNOWN, and the resend pool acts on it: FOUND
 outbox entry without a send; NOT_FOUND and UNKNOWN both resend, but only NOT_FOUND may say the
 resend cannot duplicate. FOUND therefore needs one record whose own ``UNIQ_KEY`` is the id and
 whose topic is the message's (or, still waiting as a delayed message, whose ``REAL_TOPIC`` is);
-NOT_FOUND needs every one of these to hold, else the answer is UNKNOWN:
+a copy found stands whatever else failed (a cluster whose ACL refuses the admin requests or
+the delay topics still finds stored messages). NOT_FOUND needs every one of these to hold, else
+the answer is UNKNOWN:
 
 - a NameServer answered the topic's route, and every broker group of it (of every NameServer
   that answered) has a master in the route, which was asked and answered each question;
@@ -13,10 +15,11 @@ NOT_FOUND needs every one of these to hold, else the answer is UNKNOWN:
   when the lookup began: its dispatcher indexes records just after they are stored (within
   milliseconds when it keeps up, later under load), so a message stored just before the lookup
   may not be in the index yet. The lookup reads where the commitlog ends, then waits, polling
-  every ``dispatch_poll_interval_ms``, until the dispatcher is past that point (within the
-  lookup's deadline). A message the broker stores after the lookup began (a send still inside
-  the broker past the sidecar's deadline and back-off) is not covered: RocketMQ bounds such a
-  wait (its send queue's ``waitTimeMillsInSendQueue``) but cannot promise it;
+  every ``dispatch_poll_interval_ms``, until the dispatcher is past that point (for half the
+  lookup's time at most: the queries keep the rest, and may still find the message). A message
+  the broker stores after the lookup began (a send still inside the broker past the sidecar's
+  deadline and back-off) is not covered: RocketMQ bounds such a wait (its send queue's
+  ``waitTimeMillsInSendQueue``) but cannot promise it;
 - each master answered for the topic and for the two topics a delayed message waits under
   before its time (``rmq_sys_wheel_timer``, RocketMQ 5's timer, and ``SCHEDULE_TOPIC_XXXX``, the
   delay levels').
@@ -41,7 +44,12 @@ from dataclasses import dataclass
 from rocketbox_api.credentials import Credentials
 from sidecar.channels import Endpoint
 from sidecar.message_id import EPOCH_2021_S
-from sidecar.remoting.broker_query import commit_log_progress, index_enabled, query_uniq_key
+from sidecar.remoting.broker_query import (
+    CommitLogProgress,
+    commit_log_progress,
+    index_enabled,
+    query_uniq_key,
+)
 from sidecar.remoting.connection import RemotingConnection, connect
 from sidecar.remoting.errors import RemotingError
 from sidecar.remoting.records import REAL_QUEUE_ID, REAL_TOPIC, StoredRecord
@@ -145,10 +153,17 @@ async def lookup_by_uniq_key(
         return _unknown(message_id, topic, f"no route of {topic}: {type(e).__name__}: {e}")
     if not groups:
         return _unknown(message_id, topic, f"the route of {topic} lists no broker")
-    answers = await asyncio.gather(
+    # Every group's answer awaited before any is looked at: none is left running.
+    outcomes = await asyncio.gather(
         *(_ask_group(g, config, topic, message_id, begin_ms, deadline, credentials)
-          for g in groups)
+          for g in groups),
+        return_exceptions=True,
     )  # fmt: skip
+    answers = []
+    for outcome in outcomes:
+        if isinstance(outcome, BaseException):
+            raise outcome  # not the cluster's failure (those are UNKNOWN): a bug, said as one
+        answers.append(outcome)
     found = [a for a in answers if a.verdict is Verdict.FOUND]
     if found:
         return found[0]
@@ -199,22 +214,25 @@ async def _ask_master(
     deadline: float,
     credentials: Credentials | None,
 ) -> LookupResult:
+    """FOUND whatever else failed (a copy is a copy); NOT_FOUND only when nothing did. So a
+    cluster whose ACL refuses the admin requests or the delay topics still finds stored
+    messages."""
     enabled, progress = await asyncio.gather(
         index_enabled(connection, deadline, credentials),
         commit_log_progress(connection, deadline, credentials),
         return_exceptions=True,
     )
-    if isinstance(enabled, BaseException):
-        raise enabled
-    if isinstance(progress, BaseException):
-        raise progress
-    target = progress.max_offset
-    loop = asyncio.get_running_loop()
-    while progress.dispatched_offset < target and loop.time() < deadline:
-        await asyncio.sleep(config.dispatch_poll_interval_ms / 1000.0)
-        progress = await commit_log_progress(connection, deadline, credentials)
-    if progress.dispatched_offset < target:
-        raise TimeoutError(f"the index stayed behind the commitlog's end {target}")
+    problems = [e for e in (enabled, progress) if isinstance(e, BaseException)]
+    if not isinstance(progress, BaseException):
+        # Half the time left at most, so that the queries keep the rest.
+        loop = asyncio.get_running_loop()
+        wait_deadline = loop.time() + (deadline - loop.time()) / 2
+        try:
+            await _wait_dispatched(
+                connection, progress, config, (wait_deadline, deadline), credentials
+            )
+        except (RemotingError, TimeoutError) as e:
+            problems.append(e)
     answers = await asyncio.gather(
         *(query_uniq_key(connection, t, message_id, begin_ms, deadline, credentials)
           for t in (topic, *DELAY_TOPICS)),
@@ -223,19 +241,49 @@ async def _ask_master(
     records: list[StoredRecord] = []
     for answer in answers:
         if isinstance(answer, BaseException):
-            raise answer
-        records.extend(answer)
+            problems.append(answer)
+        else:
+            records.extend(answer)
     copy = match(records, topic, message_id)
     if copy is not None:
-        waiting = copy.topic != topic
-        return LookupResult(
-            Verdict.FOUND,
-            broker_name=group.broker_name,
-            queue_id=int(copy.properties.get(REAL_QUEUE_ID, -1)) if waiting else copy.queue_id,
-            queue_offset=-1 if waiting else copy.queue_offset,
-        )
+        return _found(group, copy, topic)
+    if problems:
+        raise problems[0]
     if not enabled:
         return LookupResult(
             Verdict.UNKNOWN, reason=f"{group.broker_name} builds no index (messageIndexEnable)"
         )
     return LookupResult(Verdict.NOT_FOUND)
+
+
+def _found(group: BrokerGroup, copy: StoredRecord, topic: str) -> LookupResult:
+    if copy.topic == topic:
+        return LookupResult(Verdict.FOUND, group.broker_name, copy.queue_id, copy.queue_offset)
+    # Still waiting under a delay topic: its real queue, and no offset there yet.
+    real_queue_id = copy.properties.get(REAL_QUEUE_ID, "")
+    queue_id = int(real_queue_id) if real_queue_id.isdigit() else -1
+    return LookupResult(Verdict.FOUND, group.broker_name, queue_id, -1)
+
+
+async def _wait_dispatched(
+    connection: RemotingConnection,
+    progress: CommitLogProgress,
+    config: UniqKeyLookupConfig,
+    deadlines: tuple[float, float],
+    credentials: Credentials | None,
+) -> None:
+    """Until the dispatcher is past where the commitlog ended at ``progress`` (every record
+    stored before the lookup began is then in the index). ``deadlines``: when to stop waiting
+    (TimeoutError), and the lookup's own, which bounds a request under way then."""
+    wait_deadline, deadline = deadlines
+    target = progress.max_offset
+    loop = asyncio.get_running_loop()
+    while progress.dispatched_offset < target:
+        left_s = wait_deadline - loop.time()
+        if left_s <= 0:
+            raise TimeoutError(
+                f"{connection.address}: the index stayed {target - progress.dispatched_offset} "
+                f"bytes behind the commitlog's end {target}"
+            )
+        await asyncio.sleep(min(left_s, config.dispatch_poll_interval_ms / 1000.0))
+        progress = await commit_log_progress(connection, deadline, credentials)

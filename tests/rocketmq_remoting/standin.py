@@ -17,7 +17,8 @@ lookup asks (sidecar/remoting/).
   GET_BROKER_CONFIG (26) ``messageIndexEnable``. Anything else is REQUEST_CODE_NOT_SUPPORTED (3).
 - Dispatch lag: the newest ``undispatched`` messages are not in the index yet; each runtime info
   answer is followed by one more dispatched (none while ``dispatch_stuck``).
-- Faults: ``answer_code`` answers every request so; ``hang`` reads requests and answers none;
+- Faults: ``answer_code`` answers every request so; ``refused_codes`` and ``refused_topics``
+  answer those requests NO_PERMISSION, as an ACL would; ``hang`` reads requests, answers none;
   ``serialization`` answers in ROCKETMQ's binary header; ``credentials`` requires every request
   signed with them (NO_PERMISSION otherwise); ``stop()`` closes the port.
 
@@ -75,6 +76,10 @@ class _Server:
         self.hang = False
         self.serialization = JSON
         self.credentials: Credentials | None = None
+        # Requests of these codes, and queries of these topics, answered NO_PERMISSION (an ACL
+        # that grants the sidecar less than everything).
+        self.refused_codes: set[int] = set()
+        self.refused_topics: set[str] = set()
         self._server: asyncio.Server | None = None
         self._connections: set[asyncio.StreamWriter] = set()
 
@@ -120,6 +125,8 @@ class _Server:
             and signed(request.ext, request.body, self.credentials.secret_key)
         ):
             return Answer(NO_PERMISSION, "signature does not match")
+        if request.code in self.refused_codes or request.ext.get("topic") in self.refused_topics:
+            return Answer(NO_PERMISSION, "no permission")
         return self.handle(request)
 
     def handle(self, request: Request) -> Answer:

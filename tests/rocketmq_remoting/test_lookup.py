@@ -140,15 +140,40 @@ def test_a_lookup_waits_for_the_index_to_catch_up_with_the_commitlog() -> None:
 
 
 def test_an_index_that_never_catches_up_answers_unknown_not_not_found() -> None:
-    m = HeldMessage(TOPIC, IDS.next_id())
+    indexed, behind = HeldMessage(TOPIC, IDS.next_id()), HeldMessage(TOPIC, IDS.next_id())
 
     async def scenario(cluster: RemotingCluster) -> None:
         broker = cluster.brokers["broker-a"]
         broker.undispatched, broker.dispatch_stuck = 1, True
-        result = await lookup(cluster, m.message_id)
+        result = await lookup(cluster, behind.message_id)
         assert result.verdict is Verdict.UNKNOWN
-        assert "TimeoutError" in result.reason
-        assert 12 not in broker.asked, "an index behind the message is not asked"
+        assert "the index stayed" in result.reason
+        assert (await lookup(cluster, indexed.message_id)).verdict is Verdict.FOUND, (
+            "what the index holds is found all the same"
+        )
+
+    run([indexed, behind], scenario)
+
+
+@pytest.mark.parametrize("refusal", ["config", "runtime info", "timer topic", "schedule topic"])
+def test_a_refused_question_leaves_found_standing_and_not_found_unknown(refusal: str) -> None:
+    m = HeldMessage(TOPIC, IDS.next_id(), queue_offset=9)
+
+    async def scenario(cluster: RemotingCluster) -> None:
+        broker = cluster.brokers["broker-a"]
+        if refusal == "config":
+            broker.refused_codes.add(26)
+        elif refusal == "runtime info":
+            broker.refused_codes.add(28)
+        else:
+            broker.refused_topics.add(
+                "rmq_sys_wheel_timer" if refusal == "timer topic" else "SCHEDULE_TOPIC_XXXX"
+            )
+        found = await lookup(cluster, m.message_id)
+        assert (found.verdict, found.queue_offset) == (Verdict.FOUND, 9)
+        missing = await lookup(cluster, IDS.next_id())
+        assert missing.verdict is Verdict.UNKNOWN
+        assert "code 16" in missing.reason
 
     run([m], scenario)
 
