@@ -109,7 +109,7 @@ def test_a_maybe_stored_entry_the_cluster_holds_is_not_resent_and_one_it_lacks_i
                 lambda output: "was already stored; not resent" in output
                 and lacking.message_id in broker.store_log,
                 "the held message found, the lacking one resent",
-                )  # fmt: skip
+            )  # fmt: skip
             assert broker.store_log.count(held.message_id) == 1, "not resent: stored once"
             assert broker.store_log.count(lacking.message_id) == 1
             assert 12 in cluster.brokers[BROKER_NAME].asked, "the broker was asked"
@@ -139,7 +139,7 @@ def test_without_an_answer_from_the_cluster_the_entry_is_resent_unchecked(
                 broker, cluster, outbox_url,
                 lambda _: broker.store_log.count(held.message_id) == 2,
                 "the held message resent unchecked: at least once",
-                )  # fmt: skip
+            )  # fmt: skip
             assert "RocketMQ's index could not say whether" in output
 
     asyncio.run(main())
