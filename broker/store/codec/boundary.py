@@ -2,8 +2,9 @@
 
 Every record holds its own phy_offset (PHYSICALOFFSET, written when its place in the log was
 assigned). So the first record boundary at or past a position is, in a sound log, the first
-position there where a valid record (whole-record CRC included, as ``check_record`` requires)
-starts that claims that position as its phy_offset. Finding it reads the bytes of the one record
+position there where a valid record (as ``check_record`` finds it: its body CRC, and its record
+CRC where it has the pair, as the scan reads a log RocketMQ wrote) starts that claims that
+position as its phy_offset. Finding it reads the bytes of the one record
 that spans the position, where walking the size chain from the segment's start (``skip_chain``)
 reads a size in every record before it: the reconciliation's scan tasks, one a part of a
 segment, found their starts that way, and the three walks of a 1 GiB segment of 1 KiB records
@@ -66,7 +67,7 @@ def _claims_its_place(buf: ScanBuffer, limit: int, file_from_offset: int, at: in
     here = file_from_offset + at
     if magic not in (MESSAGE_MAGIC_CODE, MESSAGE_MAGIC_CODE_V2) or claimed != here:
         return False
-    checked = check_record(buf, at, limit, True, True)
+    checked = check_record(buf, at, limit, True, False)
     request = checked.request
     return (
         checked.kind == RecordKind.MESSAGE

@@ -20,18 +20,15 @@ record CRC pair and, as RocketMQ writes by default, without it. Per batch it:
 4. checks the properties of the records without the pair (no zero byte, UTF-8), all at once;
 5. finds the message id (``UNIQ_KEY``) in each record's properties.
 
-Every record takes the same vectorised path, with or without the pair, V1 or V2: no record is
-decoded one by one in Python unless it ends the scan.
-
-It stops where recovery (commit_log_recovery.py) would stop:
+Every record takes this vectorised path, with or without the pair, V1 or V2. It stops where
+recovery (commit_log_recovery.py) would stop:
 
 - zeros, or fewer than 8 bytes before the limit: the clean end of what was written;
 - a blank marker that fills the segment exactly: padding, the next record is in the next segment;
 - anything else that is not a valid record at the phy_offset it claims: a torn or damaged record.
   Nothing after it is read, even a valid-looking record: recovery would cut it. The reason given
   is ``check_record``'s own, so a tool and the broker describe the same damage the same way.
-  Whether bytes were written past where it stopped is the caller's to find out (the
-  reconciliation's segment_scan.py): the scan does not read past its stop.
+  The scan reads nothing past its stop: whether bytes were written there is its caller's to ask.
 
 A record passes when ``check_record(buf, pos, limit, check_crc=True, require_record_crc=False)``
 says MESSAGE and it claims its own phy_offset, with one difference: the properties' text of a

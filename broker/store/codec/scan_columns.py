@@ -329,8 +329,6 @@ def crcs(
     if not n:
         return out
     arr = np.frombuffer(buf, np.uint8)
-    # The strided views below are not bounds-checked: every range must lie in the buffer.
-    assert starts.min() >= 0 and ends.max() <= len(arr) and (ends >= starts).all()
     try:
         if n < CRC_RUN_RECORDS:
             return _sliced_crcs(arr, starts, ends) & 0x7FFFFFFF
@@ -353,6 +351,9 @@ def crcs(
             & (steps[1:, 0] == steps[:-1, 0])
             & (first_starts[1:] == first_starts[:-1] + CRC_RUN_RECORDS * steps[:-1, 0])
         )
+        # The strided views below are not bounds-checked: every range must lie in the buffer.
+        assert starts.min() >= 0
+        assert ends.max() <= len(arr)
         heads = np.flatnonzero(regular & ~continues)
         breaks = np.append(np.flatnonzero(~continues), len(regular))
         run_ends = breaks[np.searchsorted(breaks, heads, side="right")]
