@@ -7,6 +7,8 @@ that hold what that broker stored:
   and not sent again (stored once); the one they do not hold is sent (stored once);
 - with the NameServer unreachable the lookup cannot say, and the entry is resent unchecked:
   the message the broker held is stored a second time (at least once), and the log says why;
+- the same with the stand-in RocketMQ 5 proxy (tests/rocketmq_proxy) as the v2 endpoint, its
+  two brokers' messages held by two stand-in remoting brokers: each message stored once;
 - ``--lookup-namesrv`` (and its variable) reaches the producer's configuration; a bad value is
   refused naming the address at fault.
 """
@@ -30,6 +32,9 @@ from sidecar.message_id import MessageIdGenerator
 from sidecar.producer import Producer, ProducerConfig
 from sidecar.remoting import UniqKeyLookupConfig
 from tests.rocketbox_process import wait_until
+from tests.rocketmq_proxy import RocketMQProxy, rocketmq_proxy
+from tests.rocketmq_proxy.sidecar_support import wait_stored_once
+from tests.rocketmq_remoting.proxy_source import HeldByProxy
 from tests.rocketmq_remoting.scripted import HeldByScripted, proxy_like_broker
 from tests.rocketmq_remoting.standin import RemotingCluster, remoting_cluster
 from tests.sidecar.scripted_broker import BROKER_NAME, ScriptedBroker
@@ -144,6 +149,48 @@ def test_without_an_answer_from_the_cluster_the_entry_is_resent_unchecked(
 
     asyncio.run(main())
     delivered(outbox_url, held.message_id)
+
+
+def test_against_the_stand_in_proxy_each_maybe_stored_message_is_stored_once(
+    tmp_path: Path,
+) -> None:
+    """The v2 endpoint is the stand-in RocketMQ 5 proxy (its own process, two brokers behind
+    it); the stand-in remoting brokers hold what it stored, each on the broker it chose."""
+    # The proxy takes its write queues in turn, four a broker: eight reach both brokers.
+    held = [message(n) for n in range(8)]
+    lacking = [message(n) for n in range(8, 12)]
+    outbox_url = f"rocksdb://{tmp_path / 'outbox'}"
+
+    async def main(proxy: RocketMQProxy) -> None:
+        async with remoting_cluster(HeldByProxy(proxy), ("broker-a", "broker-b")) as cluster:
+            producer = Producer(ProducerConfig(access_points=(Endpoint.parse(proxy.endpoint),)))
+            try:
+                for m in held:
+                    await producer.send(m)
+            finally:
+                await producer.close()
+            assert {m.broker_name for m in proxy.stored(TOPIC)} == {"broker-a", "broker-b"}
+            spool_maybe_stored(outbox_url, held + lacking)
+            sidecar = await asyncio.to_thread(
+                SidecarProcess, proxy.endpoint, outbox_url, "--lookup-namesrv",
+                cluster.namesrv_addr,
+            )  # fmt: skip
+            try:
+                await asyncio.to_thread(
+                    wait_stored_once, proxy, TOPIC, [m.message_id for m in held + lacking]
+                )
+                await asyncio.to_thread(
+                    wait_until,
+                    lambda: sidecar.output().count("was already stored; not resent") == len(held),
+                    DELIVERY_DEADLINE_S, "every held message settled by the lookup",
+                )  # fmt: skip
+            finally:
+                await asyncio.to_thread(sidecar.stop)
+
+    with rocketmq_proxy(tmp_path / "proxy", [TOPIC]) as proxy:
+        asyncio.run(main(proxy))
+    for m in held + lacking:
+        delivered(outbox_url, m.message_id)
 
 
 def test_lookup_namesrv_and_its_variable_are_parsed_and_a_bad_one_is_refused_naming_it(
