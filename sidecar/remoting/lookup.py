@@ -27,7 +27,9 @@ the answer is UNKNOWN:
 The time range asked starts where the message cannot have been stored before: the time inside
 the id when it is RocketMQ 5's "V1" id (rocketbox's and the official RocketMQ 5 clients':
 seconds since 2021), less ``clock_skew_max_ms`` (how far the broker's clock may be behind the
-id's writer's); 0 for any other id. It has no end (store time is the broker's clock).
+id's writer's) and a second more (an index entry keeps its store time in whole seconds after its
+file's start, so the time it is matched by may be up to a second early); 0 for any other id. It
+has no end (store time is the broker's clock).
 
 Connections live for one lookup only; every step is bounded by ``lookup_timeout_ms``.
 """
@@ -64,6 +66,8 @@ NAMESRV_MAX = 16
 LOOKUP_TIMEOUT_MS_DEFAULT = 3_000
 DISPATCH_POLL_INTERVAL_MS_DEFAULT = 20
 CLOCK_SKEW_MAX_MS_DEFAULT = 3_600_000
+# An IndexFile entry's time: whole seconds after its file's first store time.
+INDEX_TIME_GRANULARITY_MS = 1_000
 _V1_ID = re.compile(r"01[0-9A-Fa-f]{32}")
 _V1_SECONDS = slice(18, 26)
 
@@ -119,7 +123,7 @@ def begin_timestamp_ms(message_id: str, clock_skew_max_ms: int, now_ms: int) -> 
     stamped_ms = (EPOCH_2021_S + int(message_id[_V1_SECONDS], 16)) * 1000
     if stamped_ms > now_ms + clock_skew_max_ms:
         return 0  # a time ahead of every clock: not a time to trust
-    return max(0, stamped_ms - clock_skew_max_ms)
+    return max(0, stamped_ms - clock_skew_max_ms - INDEX_TIME_GRANULARITY_MS)
 
 
 def match(records: list[StoredRecord], topic: str, message_id: str) -> StoredRecord | None:

@@ -12,7 +12,8 @@ lookup asks (sidecar/remoting/).
   ``rmq_sys_wheel_timer`` with its own in ``REAL_TOPIC`` / ``REAL_QID``. A unique key query
   (``_UNIQUE_KEY_QUERY``) returns at most 32, newest first, within the time range; ``collide``
   returns every message it holds, whatever its key or topic, as hash collisions in a real index
-  (which keeps a hash of ``topic#key``, not the key) would.
+  (which keeps a hash of ``topic#key``, not the key) would. The time range is matched as an
+  IndexFile matches it: against the store time in whole seconds after the file's first.
   GET_BROKER_RUNTIME_INFO (28) reports ``commitLogMaxOffset`` and ``dispatchBehindBytes``;
   GET_BROKER_CONFIG (26) ``messageIndexEnable``. Anything else is REQUEST_CODE_NOT_SUPPORTED (3).
 - Dispatch lag: the newest ``undispatched`` messages are not in the index yet; each runtime info
@@ -173,6 +174,12 @@ class StandInBroker(_Server):
             self._bytes += len(record)
         self._read = len(held)
 
+    def _index_time_ms(self, store_timestamp_ms: int) -> int:
+        """A store time as an index entry keeps it: whole seconds after the index file's first
+        store time (one file here, begun by the first record)."""
+        begin_ms = self._records[0][0].store_timestamp_ms
+        return begin_ms + (store_timestamp_ms - begin_ms) // 1000 * 1000
+
     def _indexed_count(self) -> int:
         return len(self._records) - min(self.undispatched, len(self._records))
 
@@ -210,7 +217,7 @@ class StandInBroker(_Server):
         hits = [
             self._records[i][2]
             for i in reversed(found)
-            if begin <= self._records[i][0].store_timestamp_ms <= end
+            if begin <= self._index_time_ms(self._records[i][0].store_timestamp_ms) <= end
         ][:max_num]
         last = {"indexLastUpdateTimestamp": "0", "indexLastUpdatePhyoffset": "0"}
         if not hits:

@@ -6,13 +6,14 @@ caught up; UNKNOWN, never NOT_FOUND, for every failure on the way."""
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Awaitable, Callable
 
 import pytest
 
 from rocketbox_api.credentials import Credentials
 from sidecar.channels import Endpoint
-from sidecar.message_id import MessageIdGenerator
+from sidecar.message_id import EPOCH_2021_S, MessageIdGenerator
 from sidecar.remoting.lookup import (
     LookupResult,
     UniqKeyLookupConfig,
@@ -125,6 +126,25 @@ def test_a_delayed_message_waiting_under_the_timer_topic_is_found() -> None:
         assert (await lookup(cluster, m.message_id, topic="Other")).verdict is Verdict.NOT_FOUND
 
     run([m], scenario)
+
+
+def test_the_time_range_covers_an_index_time_kept_in_whole_seconds() -> None:
+    """With no clock skew allowed, a message stored in the same second as its id was stamped,
+    whose index time (whole seconds after the index file's first record) is before the stamp,
+    is found all the same."""
+    stamped_s = int(time.time()) - 10
+    message_id = f"01{'AB' * 6}0102{stamped_s - EPOCH_2021_S:08X}{1:08X}"
+    first = HeldMessage(TOPIC, IDS.next_id(), store_timestamp_ms=stamped_s * 1000 - 300)
+    m = HeldMessage(TOPIC, message_id, queue_offset=1, store_timestamp_ms=stamped_s * 1000 + 500)
+
+    async def scenario(cluster: RemotingCluster) -> None:
+        config = UniqKeyLookupConfig(
+            parse_namesrv_addrs(cluster.namesrv_addr), LOOKUP_TIMEOUT_MS, clock_skew_max_ms=0
+        )
+        result = await lookup_by_uniq_key(config, TOPIC, m.message_id)
+        assert (result.verdict, result.queue_offset) == (Verdict.FOUND, 1)
+
+    run([first, m], scenario)
 
 
 def test_a_lookup_waits_for_the_index_to_catch_up_with_the_commitlog() -> None:

@@ -220,12 +220,12 @@ def test_a_damaged_answer_is_refused_not_half_read(damage: object, says: str) ->
         decode_records(damage(good), ADDRESS)
 
 
-def test_the_time_range_starts_at_the_v1_ids_time_less_the_skew() -> None:
+def test_the_time_range_starts_at_the_v1_ids_time_less_the_skew_and_a_second() -> None:
     seconds = 0x12345678
     v1 = f"01{'AB' * 6}{'0102'}{seconds:08X}{7:08X}"
     stamped_ms = (1_609_459_200 + seconds) * 1000
-    assert begin_timestamp_ms(v1, 60_000, now_ms=stamped_ms) == stamped_ms - 60_000
-    assert begin_timestamp_ms(v1.lower(), 0, now_ms=stamped_ms) == stamped_ms
+    assert begin_timestamp_ms(v1, 60_000, now_ms=stamped_ms) == stamped_ms - 61_000
+    assert begin_timestamp_ms(v1.lower(), 0, now_ms=stamped_ms) == stamped_ms - 1_000
     assert begin_timestamp_ms(v1, 60_000, now_ms=stamped_ms - 3_600_000) == 0, "ahead of now"
     assert begin_timestamp_ms("C0A8010100002A9F0000000000000001", 60_000, stamped_ms) == 0
     assert begin_timestamp_ms("app-order-1", 60_000, stamped_ms) == 0
