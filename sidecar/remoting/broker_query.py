@@ -47,8 +47,11 @@ DISPATCH_BEHIND_BYTES = "dispatchBehindBytes"
 @dataclass(frozen=True, slots=True)
 class CommitLogProgress:
     max_offset: int
-    # Where the dispatcher is: every record before it is in the index. Read after the max
-    # offset, so never more than the truth when the commitlog ends at its max offset.
+    # Where the dispatcher is: every record before it is in the index. The broker reports how
+    # far behind its confirm offset the dispatcher is, and reads that after the max offset: so
+    # this is never more than the truth while the two are one (the default). A broker in
+    # controller mode whose replicas lag confirms less than it holds; this then reads the
+    # dispatcher further on than it is, by the unconfirmed bytes.
     dispatched_offset: int
 
 
