@@ -66,32 +66,7 @@ class SidecarMetrics:
             "rocketbox_sidecar_send_seconds", "Intake to answer.", ["state"],
             buckets=LATENCY_BUCKETS_S, registry=r,
         )  # fmt: skip
-        self.resends = Counter(
-            "rocketbox_sidecar_resends", "Resend outcomes.", ["outcome"], registry=r
-        )
-        self.resends_unchecked = Counter(
-            "rocketbox_sidecar_resends_unchecked",
-            "Resends of outbox entries that may already be stored, made without the broker's "
-            "index check (no access point offers it): each may be delivered twice.",
-            registry=r,
-        )
-        self.resends_pulled_in = Counter(
-            "rocketbox_sidecar_resends_pulled_in",
-            "Outbox entries made due at once when their topic's sends were stored again.",
-            registry=r,
-        )
-        self.broker_probes = Counter(
-            "rocketbox_sidecar_broker_probes",
-            "Sends that probed a broker in an outage (an entry resent alone or a message "
-            "intake sent; every other message waits in the outbox).",
-            registry=r,
-        )
-        self.resend_attempts = Histogram(
-            "rocketbox_sidecar_resend_attempts",
-            "Resends an outbox entry took, observed when it was delivered or buried.",
-            buckets=(1, 2, 3, 5, 10, 20, 50, 100, 200, 500, 1000, 5000),
-            registry=r,
-        )
+        self._resend_metrics(r)
         self.front_forwarded = Counter(
             "rocketbox_sidecar_front_forwarded",
             "Calls the RocketMQ front forwarded to the broker, by method and answer code.",
@@ -126,6 +101,35 @@ class SidecarMetrics:
             "1 while the outbox refuses spools for want of space (what it holds still drains).",
             registry=r,
         )  # fmt: skip
+
+    def _resend_metrics(self, r: CollectorRegistry) -> None:
+        """The resend pool's (sidecar/resend_pool.py)."""
+        self.resends = Counter(
+            "rocketbox_sidecar_resends", "Resend outcomes.", ["outcome"], registry=r
+        )
+        self.resends_unchecked = Counter(
+            "rocketbox_sidecar_resends_unchecked",
+            "Resends of outbox entries that may already be stored, made without the broker's "
+            "index check (no access point offers it): each may be delivered twice.",
+            registry=r,
+        )
+        self.resends_pulled_in = Counter(
+            "rocketbox_sidecar_resends_pulled_in",
+            "Outbox entries made due at once when their topic's sends were stored again.",
+            registry=r,
+        )
+        self.broker_probes = Counter(
+            "rocketbox_sidecar_broker_probes",
+            "Sends that probed a broker in an outage (an entry resent alone or a message "
+            "intake sent; every other message waits in the outbox).",
+            registry=r,
+        )
+        self.resend_attempts = Histogram(
+            "rocketbox_sidecar_resend_attempts",
+            "Resends an outbox entry took, observed when it was delivered or buried.",
+            buckets=(1, 2, 3, 5, 10, 20, 50, 100, 200, 500, 1000, 5000),
+            registry=r,
+        )
 
     def _outbox_gauges(self, r: CollectorRegistry) -> None:
         """The whole outbox's figures, labelled by it (module docstring)."""

@@ -206,8 +206,7 @@ class Producer:
             except Exception as e:  # grpc.aio.AioRpcError; classified in one place
                 answers: list[SendOutcome] = [classify_rpc_error(e)] * len(pending)
             else:
-                broker_name = _answering_broker(route, queue)
-                answers = self._answers(response, broker_name, attempt, messages, pending)
+                answers = self._answers(response, route, queue, attempt, messages, pending)
             failed = False
             throttled = False
             for i, answer in zip(pending, answers, strict=True):
@@ -245,13 +244,15 @@ class Producer:
     def _answers(
         self,
         response: service_pb2.SendMessageResponse,
-        broker_name: str,
+        route: TopicRoute,
+        queue: WritableQueue,
         attempt: int,
         messages: Sequence[OutboxMessage],
         pending: list[int],
     ) -> list[SendOutcome]:
         """Per message: a receipt of what its entry says, or the error its status means. A
         response without one entry per message is answered by its top-level status for all."""
+        broker_name = _answering_broker(route, queue)
         count = len(pending)
         entries = list(response.entries) if len(response.entries) == count else [None] * count
         answers: list[SendOutcome] = []
