@@ -77,7 +77,8 @@ def _stop_sentence(stop: dict[str, Any], several: bool) -> str:
     head = f"the commitlog was read only in part: the scan of {segment} stopped at phy_offset "
     head += f"{stop['phy_offset']:,} ({stop['reason']})"
     if where == BEFORE_WRITTEN_BYTES:
-        return f"{head}, yet bytes are written after it at {stop['written_after_phy_offset']:,}"
+        after = stop["written_after_phy_offset"]
+        return f"{head}, yet bytes are written after it, at phy_offset {after:,}"
     if where == INSIDE_THE_LOG:
         return f"{head}, yet later segments hold more of the log"
     return f"the commitlog was read only in part: {segment} could not be read ({stop['reason']})"

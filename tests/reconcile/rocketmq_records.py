@@ -30,6 +30,9 @@ rocketbox. What each part follows:
   (EndTransactionProcessor). Before 4.3 the prepared message was written in its real topic with
   sysflag PREPARED_TYPE, and the commit or rollback as a new record of the same topic, COMMIT_TYPE
   with the body or ROLLBACK_TYPE without it, pointing at the prepared record;
+- delayed messages: parked under SCHEDULE_TOPIC_XXXX in the queue of their level with REAL_TOPIC,
+  REAL_QID and DELAY (HookUtils.handleScheduleMessage), copied to their topic when due
+  (ScheduleMessageService);
 - segments: files named by the 20-digit offset of their first byte, each the segment's full size
   (mapped at that size when created, zeros past what was written); a record that does not leave
   8 bytes free in the rest of a segment is not written there: a blank marker (TOTALSIZE = the
@@ -57,6 +60,7 @@ TRANSACTION_ROLLBACK_TYPE = 0x3 << 2
 BORNHOST_V6_FLAG = 0x1 << 4
 STOREHOSTADDRESS_V6_FLAG = 0x1 << 5
 
+SCHEDULE_TOPIC = "SCHEDULE_TOPIC_XXXX"
 HALF_TOPIC = "RMQ_SYS_TRANS_HALF_TOPIC"
 OP_HALF_TOPIC = "RMQ_SYS_TRANS_OP_HALF_TOPIC"
 CRC32_PAIR_BYTES = len("__CRC32#") + 1 + 10 + 1
@@ -284,3 +288,29 @@ class Broker:
                 prepared_transaction_offset=prepared_at,
             )
         )
+
+    # -- delayed messages -------------------------------------------------------------------------
+    def delayed(self, msg: Message, level: int) -> None:
+        """A message with a delay level, parked under SCHEDULE_TOPIC_XXXX in the queue of its
+        level (HookUtils.handleScheduleMessage: REAL_TOPIC, REAL_QID, DELAY kept)."""
+        self.put(
+            Message(
+                topic=SCHEDULE_TOPIC, body=msg.body, queue_id=level - 1, born_host=msg.born_host,
+                store_host=msg.store_host, born_timestamp_ms=msg.born_timestamp_ms,
+                properties=msg.properties + properties_text(
+                    [("DELAY", str(level)), ("REAL_TOPIC", msg.topic),
+                     ("REAL_QID", str(msg.queue_id))]),
+            )
+        )  # fmt: skip
+
+    def deliver_delayed(self, msg: Message) -> None:
+        """The delayed message come due: its copy in its real topic (ScheduleMessageService's
+        messageTimeup, the DELAY property cleared)."""
+        self.put(
+            Message(
+                topic=msg.topic, body=msg.body, queue_id=msg.queue_id, born_host=msg.born_host,
+                store_host=msg.store_host, born_timestamp_ms=msg.born_timestamp_ms,
+                properties=msg.properties + properties_text(
+                    [("REAL_TOPIC", msg.topic), ("REAL_QID", str(msg.queue_id))]),
+            )
+        )  # fmt: skip

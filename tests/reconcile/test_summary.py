@@ -122,7 +122,8 @@ def summary_of(scanned: list[SegmentStats], messages: int, **extra: Any) -> dict
             [stats(0, ScanEndKind.CORRUPT, "record CRC mismatch", written_after=600)], 3,
             ExitCode.READ_IN_PART,
             f"the commitlog was read only in part: the scan of segment {0:020d} stopped at "
-            "phy_offset 500 (record CRC mismatch), yet bytes are written after it at 600",
+            "phy_offset 500 (record CRC mismatch), yet bytes are written after it, at "
+            "phy_offset 600",
             id="damage-then-data",
         ),
         pytest.param(
