@@ -8,9 +8,9 @@ outbox write (``mark_delivered_many``). A resend:
 
 1. checks the broker's index first when the entry may already be stored (an ambiguous send, a
    resend that failed ambiguously, or an entry claimed over a lease whose holder died without
-   recording an outcome): found → delivered, without sending it twice. Where no access point
-   offers the index (a RocketMQ proxy) it is resent unchecked, counted and said once per access
-   point (sidecar/unchecked_resends.py);
+   recording an outcome): found → delivered, without sending it twice. Where nothing can say
+   (a RocketMQ proxy, without ``--lookup-namesrv``) it is resent unchecked, counted and said once
+   per access point (sidecar/unchecked_resends.py);
 2. sends with the same message id, through the producer's retries; the resend path never spools;
 3. stored → marked delivered (a tombstone with what the broker answered: its queue offset, and
    a queue id only where the index named one, sidecar/producer.py's ``SendReceipt``; one write
@@ -157,7 +157,9 @@ class ResendPool:
         self._stopping = False
         # What the pool did (DELIVERED, RESCHEDULED, BURIED), also counted in the metrics.
         self.totals = dict.fromkeys(RESEND_OUTCOMES, 0)
-        self._unchecked = UncheckedResends(self._metrics.resends_unchecked)
+        self._unchecked = UncheckedResends(
+            self._metrics.resends_unchecked, producer.config.uniq_key_lookup is not None
+        )
 
     def wake(self) -> None:
         """Something may be due now (a spool, a delivered FIFO head)."""

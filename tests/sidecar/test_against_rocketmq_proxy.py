@@ -129,6 +129,7 @@ def test_a_maybe_stored_entry_is_resent_unchecked_counted_and_said_once(tmp_path
     assert len(warnings) == 1, sidecar.output()
     assert proxy.endpoint in warnings[0], warnings[0]
     assert "may be delivered twice" in warnings[0], warnings[0]
+    assert "--lookup-namesrv, unset" in warnings[0], "what would check them"
     # The hung request may have been stored too once the proxy resumed: at least once.
     assert {m.message_id for m in copies} == ids
     with open_outbox(url) as outbox:
