@@ -5,15 +5,21 @@ torn tail, and summary.json, report.html, details/ and inputs/ written (test_out
 with ``--json`` and exit 0); exit 3, before Spark starts, for a missing commitlog directory, a
 directory without segment files, an outbox export of an unknown kind or missing, an outbox URL
 that cannot be exported and a missing ledger; exit 2 for usage errors (no --outbox, a --conf
-that is not KEY=VALUE).
+that is not KEY=VALUE); the exit codes are one table (reconcile/errors.py), which ``--help`` and
+the README's reconciliation section both list whole (the codes that are no verdict:
+test_rocketmq_logs.py).
 """
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from pathlib import Path
 
+from reconcile.errors import EXIT_CODES
 from tests.reconcile.planted import planted
-from tests.reconcile.rocketbox_reconcile import reconcile
+from tests.reconcile.rocketbox_reconcile import RECONCILE_DEADLINE_S, reconcile
+from tests.rocketbox_process import REPO_ROOT
 
 EXIT_LOST = 1
 EXIT_USAGE = 2
@@ -77,3 +83,18 @@ def test_usage_errors_exit_2(tmp_path: Path) -> None:
     assert "is not KEY=VALUE" in bad_conf.stderr
     assert "--outbox" in no_outbox.stderr
     assert "--commitlog" in no_commitlog.stderr
+
+
+def test_the_exit_codes_are_one_table_listed_by_the_help_and_the_readme() -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", "rocketbox", "reconcile", "--help"],
+        cwd=REPO_ROOT, capture_output=True, text=True, timeout=RECONCILE_DEADLINE_S, check=True,
+    )  # fmt: skip
+    readme = (REPO_ROOT / "README.md").read_text(encoding="utf-8")
+    table = readme[readme.index("| exit | meaning |") :].split("\n\n")[0].splitlines()[2:]
+
+    listed = done.stdout[done.stdout.index("Exit codes:") :].splitlines()[1:]
+    assert [line.split(None, 1) for line in listed if line.strip()] == [
+        [str(code), meaning] for code, meaning in EXIT_CODES
+    ]
+    assert table == [f"| {code} | {meaning} |" for code, meaning in EXIT_CODES]
