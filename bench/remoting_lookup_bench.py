@@ -13,9 +13,12 @@ are asked all the same, as every master of a route is).
 (a) latency, N times each, in turn: a v2 SendMessage of one 1 KiB message through the sidecar's
     producer (the reference: one gRPC round trip on a warm channel); the lookup of that message
     (FOUND); of a message never sent (NOT_FOUND); of the message again with each broker's index
-    one message behind its commitlog (one more poll of the dispatcher). A lookup opens its
-    connections and closes them: a NameServer, then each broker (its config and progress, then
-    three queries: the topic and the two delay topics). Prints median and 90th percentile, ms.
+    one message behind its commitlog (one more poll of the dispatcher); and the FOUND lookup on
+    connections of its own, opened and closed by it (``lookup_by_uniq_key``). The others go
+    through one ``UniqKeyLookup``, as the sidecar's producer does: connections kept open, the
+    route kept (FOUND asks each broker for its progress, then three queries: the topic and the
+    two delay topics; NOT_FOUND asks the NameServer for the route again as well). Prints median
+    and 90th percentile, ms.
 (b) drain, R rounds, the order of the modes alternating: a real ``rocketbox sidecar`` (default
     resend settings, RocksDB outbox) starts on E maybe-stored entries, half of which the broker
     already stored, and drains them; without ``--lookup-namesrv`` every entry is resent
@@ -45,7 +48,14 @@ from bench.process_control import BenchError, Child, load, removed_on_exit
 from outbox import OutboxEntry, OutboxMessage, SpoolCause, open_outbox
 from sidecar.message_id import MessageIdGenerator
 from sidecar.producer import Producer, ProducerConfig
-from sidecar.remoting import UniqKeyLookupConfig, Verdict, lookup_by_uniq_key, parse_namesrv_addrs
+from sidecar.remoting import (
+    LookupResult,
+    UniqKeyLookup,
+    UniqKeyLookupConfig,
+    Verdict,
+    lookup_by_uniq_key,
+    parse_namesrv_addrs,
+)
 from tests.prometheus import sample, scrape
 from tests.rocketmq_remoting.scripted import HeldByScripted, proxy_like_broker
 from tests.rocketmq_remoting.standin import RemotingCluster, remoting_cluster
@@ -81,32 +91,40 @@ async def timed(samples: list[float], call: Awaitable[T]) -> T:
 async def latency(lookups: int, brokers: int) -> dict[str, list[float]]:
     samples: dict[str, list[float]] = {
         "v2 SendMessage (reference)": [], "lookup, FOUND": [], "lookup, NOT_FOUND": [],
-        "lookup, FOUND, index 1 behind": [],
+        "lookup, FOUND, index 1 behind": [], "lookup, FOUND, own connections": [],
     }  # fmt: skip
-    send, found, not_found, behind = samples.values()
+    send, found, not_found, behind, one_shot = samples.values()
     async with (
         proxy_like_broker() as broker,
         remoting_cluster(HeldByScripted(broker), broker_names(brokers)) as cluster,
     ):
         producer = Producer(ProducerConfig(access_points=(broker.endpoint,)))
         config = UniqKeyLookupConfig(parse_namesrv_addrs(cluster.namesrv_addr))
+        shared = UniqKeyLookup(config)
 
-        async def lookup(message_id: str, expected: Verdict, into: list[float]) -> None:
-            result = await timed(into, lookup_by_uniq_key(config, TOPIC, message_id))
-            if result.verdict is not expected:
-                raise BenchError(f"lookup of {message_id}: {result}, expected {expected}")
+        async def check(call: Awaitable[LookupResult], want: Verdict, into: list[float]) -> None:
+            result = await timed(into, call)
+            if result.verdict is not want:
+                raise BenchError(f"lookup: {result}, expected {want}")
 
         try:
-            await producer.send(message())  # the route and the channel, before any figure
+            # The route, the channel and the connections, before any figure.
+            m = message()
+            await producer.send(m)
+            await check(shared.lookup(TOPIC, m.message_id), Verdict.FOUND, [])
             for _ in range(lookups):
                 m = message()
                 await timed(send, producer.send(m))
-                await lookup(m.message_id, Verdict.FOUND, found)
-                await lookup(IDS.next_id(), Verdict.NOT_FOUND, not_found)
+                await check(shared.lookup(TOPIC, m.message_id), Verdict.FOUND, found)
+                await check(shared.lookup(TOPIC, IDS.next_id()), Verdict.NOT_FOUND, not_found)
+                await check(
+                    lookup_by_uniq_key(config, TOPIC, m.message_id), Verdict.FOUND, one_shot
+                )
                 for stand_in in cluster.brokers.values():
                     stand_in.undispatched = 1
-                await lookup(m.message_id, Verdict.FOUND, behind)
+                await check(shared.lookup(TOPIC, m.message_id), Verdict.FOUND, behind)
         finally:
+            await shared.close()
             await producer.close()
     return samples
 

@@ -46,7 +46,7 @@ from sidecar.channels import Channels, Endpoint
 from sidecar.clock import now_ms
 from sidecar.errors import SendFailedError, SendRejectedError, SidecarError
 from sidecar.latency_fault import LatencyFaultTolerance
-from sidecar.remoting import UniqKeyLookupConfig, Verdict, lookup_by_uniq_key
+from sidecar.remoting import UniqKeyLookup, UniqKeyLookupConfig, Verdict
 from sidecar.route import TopicRoute, TopicRouteCache, WritableQueue
 from sidecar.security import broker_channel_credentials
 from sidecar.send_status import check_send_status, classify_rpc_error
@@ -154,6 +154,12 @@ class Producer:
         self._round_robin = itertools.count()
         self._born_host = socket.gethostname()
         self._admin_offered: dict[Endpoint, bool] = {}
+        # Its connections to RocketMQ's NameServers and brokers stay open between lookups.
+        self._uniq_key_lookup = (
+            UniqKeyLookup(config.uniq_key_lookup, config.credentials)
+            if config.uniq_key_lookup is not None
+            else None
+        )
 
     @property
     def channels(self) -> Channels:
@@ -161,6 +167,8 @@ class Producer:
         return self._channels
 
     async def close(self) -> None:
+        if self._uniq_key_lookup is not None:
+            await self._uniq_key_lookup.close()
         await self._channels.close()
 
     async def send(self, message: OutboxMessage) -> SendReceipt:
@@ -356,18 +364,18 @@ class Producer:
                 if stored_topic in (copy.topic, copy.system_properties.get("REAL_TOPIC")):
                     return StoredLookup(True, StoredCopy(copy.queue_id, copy.queue_offset))
             return NOT_STORED
-        if self.config.uniq_key_lookup is not None:
-            return await self._lookup_by_uniq_key(self.config.uniq_key_lookup, message_id, topic)
+        if self._uniq_key_lookup is not None:
+            return await self._lookup_by_uniq_key(self._uniq_key_lookup, message_id, topic)
         return NOT_OFFERED
 
     async def _lookup_by_uniq_key(
-        self, config: UniqKeyLookupConfig, message_id: str, topic: str
+        self, uniq_key_lookup: UniqKeyLookup, message_id: str, topic: str
     ) -> StoredLookup:
         """RocketMQ's brokers asked by unique key: FOUND and NOT_FOUND mean what the admin
         lookup's answers do; UNKNOWN (a broker unreachable, an index behind) is NOT_OFFERED,
         resent unchecked."""
         stored_topic = namespaced(self.config.namespace, topic)
-        result = await lookup_by_uniq_key(config, stored_topic, message_id, self.config.credentials)
+        result = await uniq_key_lookup.lookup(stored_topic, message_id)
         if result.verdict is Verdict.FOUND:
             return StoredLookup(True, StoredCopy(result.queue_id, result.queue_offset))
         return NOT_STORED if result.verdict is Verdict.NOT_FOUND else NOT_OFFERED

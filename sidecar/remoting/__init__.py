@@ -5,6 +5,8 @@ rocketbox's own index lookup, and ``--lookup-namesrv`` names the cluster's NameS
 
 - ``protocol``: the remoting command frame, its JSON and binary headers, request signing;
 - ``connection``: one TCP connection, requests matched to answers by opaque;
+- ``pool``: the connections kept open, one per address, closed when idle;
+- ``shared``: one request's answer taken by every lookup that may take it;
 - ``route``: a topic's broker groups from the NameServers (GET_ROUTEINFO_BY_TOPIC);
 - ``broker_query``: a broker's index by unique key (QUERY_MESSAGE), how far its dispatcher is
   (GET_BROKER_RUNTIME_INFO), whether it builds an index at all (GET_BROKER_CONFIG);
@@ -14,6 +16,7 @@ rocketbox's own index lookup, and ``--lookup-namesrv`` names the cluster's NameS
 
 from sidecar.remoting.lookup import (
     LookupResult,
+    UniqKeyLookup,
     UniqKeyLookupConfig,
     Verdict,
     lookup_by_uniq_key,
@@ -22,6 +25,7 @@ from sidecar.remoting.lookup import (
 
 __all__ = [
     "LookupResult",
+    "UniqKeyLookup",
     "UniqKeyLookupConfig",
     "Verdict",
     "lookup_by_uniq_key",

@@ -11,10 +11,16 @@
   it the dispatcher (ReputMessageService, which builds the consume queues and the index) is.
 - GET_BROKER_CONFIG: the broker's settings as ``name=value`` lines; ``messageIndexEnable=false``
   means no index is built and no query can find anything.
+
+``BrokerAnswers`` shares one broker's answers among the lookups (shared.py): where its commitlog
+ended, for each lookup that began before the request went out; its ``messageIndexEnable`` for
+``BROKER_CONFIG_CACHE_MS``, and only while the connection it was read on is the one in use (a
+broker that restarted, perhaps with other settings, is asked again).
 """
 
 from __future__ import annotations
 
+import asyncio
 from dataclasses import dataclass
 
 from rocketbox_api.credentials import Credentials
@@ -31,6 +37,7 @@ from sidecar.remoting.protocol import (
 )
 from sidecar.remoting.records import StoredRecord, decode_records
 from sidecar.remoting.route import loads_fastjson
+from sidecar.remoting.shared import SharedAnswer
 
 UNIQUE_KEY_QUERY_FLAG = "_UNIQUE_KEY_QUERY"
 # The broker replaces maxNum by its defaultQueryMaxNum for a unique key query; the field must
@@ -42,6 +49,9 @@ END_TIMESTAMP_NONE = 2**63 - 1
 MESSAGE_INDEX_ENABLE = "messageIndexEnable"
 COMMIT_LOG_MAX_OFFSET = "commitLogMaxOffset"
 DISPATCH_BEHIND_BYTES = "dispatchBehindBytes"
+# How long a broker's messageIndexEnable answer is taken as still true. The setting changes with
+# a restart (a new connection asks again) or an admin's updateBrokerConfig, seen this late.
+BROKER_CONFIG_CACHE_MS = 30_000
 
 
 @dataclass(frozen=True, slots=True)
@@ -127,3 +137,32 @@ async def index_enabled(
         if sep and name.strip() == MESSAGE_INDEX_ENABLE:
             return value.strip().lower() == "true"
     raise RemotingProtocolError(f"{connection.address}: broker config lacks {MESSAGE_INDEX_ENABLE}")
+
+
+class BrokerAnswers:
+    """One broker's answers shared among the lookups."""
+
+    def __init__(self, credentials: Credentials | None) -> None:
+        self.credentials = credentials
+        self._progress: SharedAnswer[CommitLogProgress] = SharedAnswer()
+        self._index_enabled: tuple[RemotingConnection, SharedAnswer[bool]] | None = None
+
+    async def progress(
+        self, connection: RemotingConnection, not_before: float, deadline: float
+    ) -> tuple[CommitLogProgress, float]:
+        """Where the commitlog ends and the dispatcher is, asked at or after ``not_before``, and
+        when it was asked."""
+        return await self._progress.get(
+            lambda: commit_log_progress(connection, deadline, self.credentials),
+            not_before,
+            deadline,
+        )
+
+    async def index_enabled(self, connection: RemotingConnection, deadline: float) -> bool:
+        if self._index_enabled is None or self._index_enabled[0] is not connection:
+            self._index_enabled = (connection, SharedAnswer())
+        not_before = asyncio.get_running_loop().time() - BROKER_CONFIG_CACHE_MS / 1000.0
+        enabled, _ = await self._index_enabled[1].get(
+            lambda: index_enabled(connection, deadline, self.credentials), not_before, deadline
+        )
+        return enabled

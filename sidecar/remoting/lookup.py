@@ -31,7 +31,20 @@ id's writer's) and a second more (an index entry keeps its store time in whole s
 file's start, so the time it is matched by may be up to a second early); 0 for any other id. It
 has no end (store time is the broker's clock).
 
-Connections live for one lookup only; every step is bounded by ``lookup_timeout_ms``.
+Routes: a lookup first looks on the topic's route as the NameServers last gave it, when that was
+asked at most ``ROUTE_CACHE_MS`` ago (route.py); a copy found there stands. "Not found" is only
+trusted from a route requested after the lookup began: a route asked before may lack a broker
+group that joined the topic since (the v2 endpoint, routing by its own newer view, may have sent
+the message there) or list a master at its old address (a slave now, its index behind the new
+master's). So a lookup that found nothing on an older route asks for the route again (one request
+for every lookup waiting for one since it began), asks the masters it lists that were not asked
+yet, and is then judged on that route's groups alone, as a lookup with no cache would be. A copy
+found costs no NameServer round trip; "not found" one, shared by the lookups under way.
+
+Every step is bounded by ``lookup_timeout_ms``. A ``UniqKeyLookup`` (one per producer) keeps its
+connections open and shares them among its lookups (pool.py), and shares their broker answers
+(broker_query.py's ``BrokerAnswers``): where a commitlog ended is asked once for every lookup that
+began before the request went out, ``messageIndexEnable`` is kept for a while.
 """
 
 from __future__ import annotations
@@ -39,6 +52,7 @@ from __future__ import annotations
 import asyncio
 import enum
 import logging
+import math
 import re
 import time
 from dataclasses import dataclass
@@ -46,16 +60,12 @@ from dataclasses import dataclass
 from rocketbox_api.credentials import Credentials
 from sidecar.channels import Endpoint
 from sidecar.message_id import EPOCH_2021_S
-from sidecar.remoting.broker_query import (
-    CommitLogProgress,
-    commit_log_progress,
-    index_enabled,
-    query_uniq_key,
-)
-from sidecar.remoting.connection import RemotingConnection, connect
+from sidecar.remoting.broker_query import BrokerAnswers, CommitLogProgress, query_uniq_key
+from sidecar.remoting.connection import RemotingConnection
 from sidecar.remoting.errors import RemotingError
+from sidecar.remoting.pool import ConnectionPool
 from sidecar.remoting.records import REAL_QUEUE_ID, REAL_TOPIC, StoredRecord
-from sidecar.remoting.route import BrokerGroup, brokers_of
+from sidecar.remoting.route import ROUTE_CACHE_MS, BrokerGroup, RouteCache
 
 LOG = logging.getLogger(__name__)
 TIMER_TOPIC = "rmq_sys_wheel_timer"
@@ -63,6 +73,8 @@ SCHEDULE_TOPIC = "SCHEDULE_TOPIC_XXXX"
 DELAY_TOPICS = (TIMER_TOPIC, SCHEDULE_TOPIC)
 # NameServers in one --lookup-namesrv.
 NAMESRV_MAX = 16
+# Brokers whose answers are kept; past it the longest kept goes.
+BROKERS_MAX = 1_024
 LOOKUP_TIMEOUT_MS_DEFAULT = 3_000
 DISPATCH_POLL_INTERVAL_MS_DEFAULT = 20
 CLOCK_SKEW_MAX_MS_DEFAULT = 3_600_000
@@ -139,38 +151,107 @@ def match(records: list[StoredRecord], topic: str, message_id: str) -> StoredRec
     return min(copies, key=lambda r: r.phy_offset, default=None)
 
 
+class UniqKeyLookup:
+    """Lookups by unique key sharing connections, routes and broker answers; ``close`` (or the
+    ``async with`` block's end) closes its connections."""
+
+    def __init__(self, config: UniqKeyLookupConfig, credentials: Credentials | None = None) -> None:
+        self.config = config
+        self._credentials = credentials
+        self._pool = ConnectionPool()
+        self._routes = RouteCache(self._pool, config.namesrv, credentials)
+        self._brokers: dict[Endpoint, BrokerAnswers] = {}
+
+    async def __aenter__(self) -> UniqKeyLookup:
+        return self
+
+    async def __aexit__(self, *_exc: object) -> None:
+        await self.close()
+
+    async def close(self) -> None:
+        await self._pool.close()
+
+    async def lookup(self, topic: str, message_id: str) -> LookupResult:
+        """Ask the topic's brokers whether ``message_id`` of ``topic`` (as stored: a namespaced
+        topic's full name) was stored. Never raises for the cluster's failures: they are
+        UNKNOWN."""
+        loop = asyncio.get_running_loop()
+        began = loop.time()
+        asking = _Asking(
+            message_id, topic, began + self.config.lookup_timeout_ms / 1000.0, began,
+            begin_timestamp_ms(message_id, self.config.clock_skew_max_ms, int(time.time() * 1000)),
+        )  # fmt: skip
+        answers: dict[BrokerGroup, LookupResult] = {}
+        not_before = began - ROUTE_CACHE_MS / 1000.0
+        while True:
+            # No timeout around it all: each step is bounded by the deadline and says where it
+            # ran out.
+            try:
+                route = await self._routes.route(topic, not_before, asking.deadline)
+            except (RemotingError, TimeoutError) as e:
+                return _unknown(message_id, topic, f"no route of {topic}: {type(e).__name__}: {e}")
+            unasked = [g for g in route.groups if g not in answers]
+            # Every group's answer awaited before any is looked at: none is left running.
+            outcomes = await asyncio.gather(
+                *(self._ask_group(g, asking) for g in unasked), return_exceptions=True
+            )
+            for group, outcome in zip(unasked, outcomes, strict=True):
+                if isinstance(outcome, BaseException):
+                    raise outcome  # not the cluster's failure (those are UNKNOWN): a bug
+                answers[group] = outcome
+            found = [a for a in answers.values() if a.verdict is Verdict.FOUND]
+            if found:
+                return found[0]
+            if route.requested_at >= began:
+                return _judged(message_id, topic, [answers[g] for g in route.groups])
+            not_before = began  # nothing found on an older route: ask for today's (see above)
+
+    async def _ask_group(self, group: BrokerGroup, asking: _Asking) -> LookupResult:
+        """One broker group's answer; its failures are UNKNOWN naming the broker."""
+        if group.master is None:
+            return LookupResult(
+                Verdict.UNKNOWN, reason=f"{group.broker_name} has no master in the route"
+            )
+        try:
+            connection = await self._pool.connection(group.master, asking.deadline)
+            broker = self._brokers.get(group.master)
+            if broker is None:
+                if len(self._brokers) >= BROKERS_MAX:
+                    del self._brokers[next(iter(self._brokers))]
+                broker = self._brokers[group.master] = BrokerAnswers(self._credentials)
+            return await _ask_master(connection, broker, group, self.config, asking)
+        except (RemotingError, TimeoutError) as e:
+            return LookupResult(
+                Verdict.UNKNOWN, reason=f"{group.broker_name}: {type(e).__name__}: {e}"
+            )
+
+
 async def lookup_by_uniq_key(
     config: UniqKeyLookupConfig,
     topic: str,
     message_id: str,
     credentials: Credentials | None = None,
 ) -> LookupResult:
-    """Ask the topic's brokers whether ``message_id`` of ``topic`` (as stored: a namespaced
-    topic's full name) was stored. Never raises for the cluster's failures: they are UNKNOWN."""
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + config.lookup_timeout_ms / 1000.0
-    begin_ms = begin_timestamp_ms(message_id, config.clock_skew_max_ms, int(time.time() * 1000))
-    # No timeout around it all: each step is bounded by the deadline and says where it ran out.
-    try:
-        groups = await brokers_of(config.namesrv, topic, deadline, credentials)
-    except (RemotingError, TimeoutError) as e:
-        return _unknown(message_id, topic, f"no route of {topic}: {type(e).__name__}: {e}")
-    if not groups:
+    """One lookup on connections of its own, closed when it ends (``UniqKeyLookup.lookup``)."""
+    async with UniqKeyLookup(config, credentials) as lookup:
+        return await lookup.lookup(topic, message_id)
+
+
+@dataclass(frozen=True, slots=True)
+class _Asking:
+    """One lookup's question and its times (the event loop's)."""
+
+    message_id: str
+    topic: str
+    deadline: float
+    began: float
+    begin_timestamp_ms: int
+
+
+def _judged(message_id: str, topic: str, answers: list[LookupResult]) -> LookupResult:
+    """NOT_FOUND when every group of a route requested since the lookup began said so."""
+    if not answers:
         return _unknown(message_id, topic, f"the route of {topic} lists no broker")
-    # Every group's answer awaited before any is looked at: none is left running.
-    outcomes = await asyncio.gather(
-        *(_ask_group(g, config, topic, message_id, begin_ms, deadline, credentials)
-          for g in groups),
-        return_exceptions=True,
-    )  # fmt: skip
-    answers = []
-    for outcome in outcomes:
-        if isinstance(outcome, BaseException):
-            raise outcome  # not the cluster's failure (those are UNKNOWN): a bug, said as one
-        answers.append(outcome)
-    found = [a for a in answers if a.verdict is Verdict.FOUND]
-    if found:
-        return found[0]
     unknown = [a.reason for a in answers if a.verdict is Verdict.UNKNOWN]
     if unknown:
         return _unknown(message_id, topic, "; ".join(unknown))
@@ -185,45 +266,20 @@ def _unknown(message_id: str, topic: str, reason: str) -> LookupResult:
     return LookupResult(Verdict.UNKNOWN, reason=reason)
 
 
-async def _ask_group(
-    group: BrokerGroup,
-    config: UniqKeyLookupConfig,
-    topic: str,
-    message_id: str,
-    begin_ms: int,
-    deadline: float,
-    credentials: Credentials | None,
-) -> LookupResult:
-    """One broker group's answer; its failures are UNKNOWN naming the broker."""
-    if group.master is None:
-        return LookupResult(
-            Verdict.UNKNOWN, reason=f"{group.broker_name} has no master in the route"
-        )
-    try:
-        async with connect(group.master, deadline) as connection:
-            return await _ask_master(
-                connection, group, config, topic, message_id, begin_ms, deadline, credentials
-            )
-    except (RemotingError, TimeoutError) as e:
-        return LookupResult(Verdict.UNKNOWN, reason=f"{group.broker_name}: {type(e).__name__}: {e}")
-
-
 async def _ask_master(
     connection: RemotingConnection,
+    broker: BrokerAnswers,
     group: BrokerGroup,
     config: UniqKeyLookupConfig,
-    topic: str,
-    message_id: str,
-    begin_ms: int,
-    deadline: float,
-    credentials: Credentials | None,
+    asking: _Asking,
 ) -> LookupResult:
     """FOUND whatever else failed (a copy is a copy); NOT_FOUND only when nothing did. So a
     cluster whose ACL refuses the admin requests or the delay topics still finds stored
     messages."""
+    deadline = asking.deadline
     enabled, progress = await asyncio.gather(
-        index_enabled(connection, deadline, credentials),
-        commit_log_progress(connection, deadline, credentials),
+        broker.index_enabled(connection, deadline),
+        broker.progress(connection, asking.began, deadline),
         return_exceptions=True,
     )
     problems = [e for e in (enabled, progress) if isinstance(e, BaseException)]
@@ -232,14 +288,13 @@ async def _ask_master(
         loop = asyncio.get_running_loop()
         wait_deadline = loop.time() + (deadline - loop.time()) / 2
         try:
-            await _wait_dispatched(
-                connection, progress, config, (wait_deadline, deadline), credentials
-            )
+            await _wait_dispatched(connection, broker, progress, config, (wait_deadline, deadline))
         except (RemotingError, TimeoutError) as e:
             problems.append(e)
     answers = await asyncio.gather(
-        *(query_uniq_key(connection, t, message_id, begin_ms, deadline, credentials)
-          for t in (topic, *DELAY_TOPICS)),
+        *(query_uniq_key(connection, t, asking.message_id, asking.begin_timestamp_ms, deadline,
+                         broker.credentials)
+          for t in (asking.topic, *DELAY_TOPICS)),
         return_exceptions=True,
     )  # fmt: skip
     records: list[StoredRecord] = []
@@ -248,9 +303,9 @@ async def _ask_master(
             problems.append(answer)
         else:
             records.extend(answer)
-    copy = match(records, topic, message_id)
+    copy = match(records, asking.topic, asking.message_id)
     if copy is not None:
-        return _found(group, copy, topic)
+        return _found(group, copy, asking.topic)
     if problems:
         raise problems[0]
     if not enabled:
@@ -271,15 +326,18 @@ def _found(group: BrokerGroup, copy: StoredRecord, topic: str) -> LookupResult:
 
 async def _wait_dispatched(
     connection: RemotingConnection,
-    progress: CommitLogProgress,
+    broker: BrokerAnswers,
+    first: tuple[CommitLogProgress, float],
     config: UniqKeyLookupConfig,
     deadlines: tuple[float, float],
-    credentials: Credentials | None,
 ) -> None:
-    """Until the dispatcher is past where the commitlog ended at ``progress`` (every record
-    stored before the lookup began is then in the index). ``deadlines``: when to stop waiting
-    (TimeoutError), and the lookup's own, which bounds a request under way then."""
+    """Until the dispatcher is past where the commitlog ended in ``first`` (an answer asked
+    since the lookup began, and when: every record stored before the lookup began is then in
+    the index). Each poll takes an answer asked after the last one, perhaps another lookup's.
+    ``deadlines``: when to stop waiting (TimeoutError), and the lookup's own, which bounds a
+    request under way then."""
     wait_deadline, deadline = deadlines
+    progress, asked_at = first
     target = progress.max_offset
     loop = asyncio.get_running_loop()
     while progress.dispatched_offset < target:
@@ -290,4 +348,6 @@ async def _wait_dispatched(
                 f"bytes behind the commitlog's end {target}"
             )
         await asyncio.sleep(min(left_s, config.dispatch_poll_interval_ms / 1000.0))
-        progress = await commit_log_progress(connection, deadline, credentials)
+        progress, asked_at = await broker.progress(
+            connection, math.nextafter(asked_at, math.inf), deadline
+        )

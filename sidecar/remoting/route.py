@@ -17,6 +17,11 @@ With several NameServers (``host:port;host:port``, RocketMQ's ``namesrvAddr``) e
 asked and their brokers are put together: each broker registers with each NameServer on its own
 schedule, so one may not list a broker another does. A NameServer that cannot be asked is left
 out; at least one must answer.
+
+``RouteCache`` keeps each topic's last route with the time its request went out, as RocketMQ's
+clients keep routes and ask again every 30 s (``pollNameServerInterval``): a lookup looks for a
+copy on a route up to ``ROUTE_CACHE_MS`` old, and asks for one requested since it began before
+it trusts "not found" (lookup.py says why). Requests go over the pool's connections.
 """
 
 from __future__ import annotations
@@ -24,15 +29,21 @@ from __future__ import annotations
 import asyncio
 import json
 import re
+from collections.abc import Awaitable
 from dataclasses import dataclass
 
 from rocketbox_api.credentials import Credentials
 from sidecar.channels import Endpoint
-from sidecar.remoting.connection import connect
 from sidecar.remoting.errors import RemotingAnswerError, RemotingError, RemotingProtocolError
+from sidecar.remoting.pool import ConnectionPool
 from sidecar.remoting.protocol import GET_ROUTEINFO_BY_TOPIC, SUCCESS, request
+from sidecar.remoting.shared import SharedAnswer
 
 MASTER_ID = 0
+# How old a route a lookup may look for a copy on: RocketMQ's clients' route refresh interval.
+ROUTE_CACHE_MS = 30_000
+# Topics whose route is kept; past it the longest kept goes.
+ROUTE_TOPICS_MAX = 1_024
 # A JSON string literal, and a bare object key (after "{" or "," outside any string).
 _STRING = re.compile(r'"(?:[^"\\]|\\.)*"', re.DOTALL)
 _BARE_KEY = re.compile(r"([{,]\s*)([-+.\w]+)(\s*:)")
@@ -89,28 +100,37 @@ def parse_route(body: bytes, address: str) -> tuple[BrokerGroup, ...]:
 
 
 async def route_of(
-    address: Endpoint, topic: str, deadline: float, credentials: Credentials | None
+    pool: ConnectionPool,
+    address: Endpoint,
+    topic: str,
+    deadline: float,
+    credentials: Credentials | None,
 ) -> tuple[BrokerGroup, ...]:
     """One NameServer's route of ``topic``; RemotingAnswerError when it has none
     (TOPIC_NOT_EXIST) or refuses."""
     fields = {"topic": topic, "acceptStandardJsonOnly": "true"}
-    async with connect(address, deadline) as connection:
-        answer = await connection.invoke(
-            request(GET_ROUTEINFO_BY_TOPIC, fields, credentials=credentials), deadline
-        )
+    connection = await pool.connection(address, deadline)
+    answer = await connection.invoke(
+        request(GET_ROUTEINFO_BY_TOPIC, fields, credentials=credentials), deadline
+    )
     if answer.code != SUCCESS:
         raise RemotingAnswerError(str(address), GET_ROUTEINFO_BY_TOPIC, answer.code, answer.remark)
     return parse_route(answer.body, str(address))
 
 
 async def brokers_of(
-    namesrv: tuple[Endpoint, ...], topic: str, deadline: float, credentials: Credentials | None
+    pool: ConnectionPool,
+    namesrv: tuple[Endpoint, ...],
+    topic: str,
+    deadline: float,
+    credentials: Credentials | None,
 ) -> tuple[BrokerGroup, ...]:
     """Every broker group any of the NameServers lists for ``topic`` (one entry per name and
     master address: during a master's change both may be listed, and both are asked); the first
     NameServer's error when none answers."""
     answers = await asyncio.gather(
-        *(route_of(a, topic, deadline, credentials) for a in namesrv), return_exceptions=True
+        *(route_of(pool, a, topic, deadline, credentials) for a in namesrv),
+        return_exceptions=True,
     )
     groups: dict[tuple[str, Endpoint | None], BrokerGroup] = {}
     answered = False
@@ -129,3 +149,36 @@ async def brokers_of(
     # A group one NameServer lists without a master and another with one has that master.
     mastered = {name for name, master in groups if master is not None}
     return tuple(g for g in groups.values() if g.master or g.broker_name not in mastered)
+
+
+@dataclass(frozen=True, slots=True)
+class Route:
+    groups: tuple[BrokerGroup, ...]
+    # The event loop's time when its request went out: the NameServers' view is no older.
+    requested_at: float
+
+
+class RouteCache:
+    """Each topic's route, shared by the lookups (shared.py)."""
+
+    def __init__(
+        self, pool: ConnectionPool, namesrv: tuple[Endpoint, ...], credentials: Credentials | None
+    ) -> None:
+        self._pool = pool
+        self._namesrv = namesrv
+        self._credentials = credentials
+        self._routes: dict[str, SharedAnswer[tuple[BrokerGroup, ...]]] = {}
+
+    async def route(self, topic: str, not_before: float, deadline: float) -> Route:
+        """A route of ``topic`` requested at or after ``not_before`` (a loop time)."""
+        shared = self._routes.get(topic)
+        if shared is None:
+            if len(self._routes) >= ROUTE_TOPICS_MAX:
+                del self._routes[next(iter(self._routes))]
+            shared = self._routes[topic] = SharedAnswer()
+
+        def ask() -> Awaitable[tuple[BrokerGroup, ...]]:
+            return brokers_of(self._pool, self._namesrv, topic, deadline, self._credentials)
+
+        groups, requested_at = await shared.get(ask, not_before, deadline)
+        return Route(groups, requested_at)
