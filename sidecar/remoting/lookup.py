@@ -63,7 +63,7 @@ from sidecar.message_id import EPOCH_2021_S
 from sidecar.remoting.broker_query import BrokerAnswers, CommitLogProgress, query_uniq_key
 from sidecar.remoting.connection import RemotingConnection
 from sidecar.remoting.errors import RemotingError
-from sidecar.remoting.pool import ConnectionPool
+from sidecar.remoting.pool import CONNECTION_IDLE_MAX_MS, ConnectionPool
 from sidecar.remoting.records import REAL_QUEUE_ID, REAL_TOPIC, StoredRecord
 from sidecar.remoting.route import ROUTE_CACHE_MS, BrokerGroup, RouteCache
 
@@ -92,11 +92,12 @@ class UniqKeyLookupConfig:
     lookup_timeout_ms: int = LOOKUP_TIMEOUT_MS_DEFAULT
     dispatch_poll_interval_ms: int = DISPATCH_POLL_INTERVAL_MS_DEFAULT
     clock_skew_max_ms: int = CLOCK_SKEW_MAX_MS_DEFAULT
+    connection_idle_max_ms: int = CONNECTION_IDLE_MAX_MS
 
     def __post_init__(self) -> None:
         if not 1 <= len(self.namesrv) <= NAMESRV_MAX:
             raise ValueError(f"namesrv: 1 to {NAMESRV_MAX} NameServers, got {len(self.namesrv)}")
-        for name in ("lookup_timeout_ms", "dispatch_poll_interval_ms"):
+        for name in ("lookup_timeout_ms", "dispatch_poll_interval_ms", "connection_idle_max_ms"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
         if self.clock_skew_max_ms < 0:
@@ -158,7 +159,7 @@ class UniqKeyLookup:
     def __init__(self, config: UniqKeyLookupConfig, credentials: Credentials | None = None) -> None:
         self.config = config
         self._credentials = credentials
-        self._pool = ConnectionPool()
+        self._pool = ConnectionPool(config.connection_idle_max_ms)
         self._routes = RouteCache(self._pool, config.namesrv, credentials)
         self._brokers: dict[Endpoint, BrokerAnswers] = {}
 
@@ -167,6 +168,11 @@ class UniqKeyLookup:
 
     async def __aexit__(self, *_exc: object) -> None:
         await self.close()
+
+    @property
+    def connected(self) -> tuple[Endpoint, ...]:
+        """The NameServers and brokers a connection is open to."""
+        return self._pool.addresses
 
     async def close(self) -> None:
         await self._pool.close()

@@ -23,7 +23,8 @@ lookup asks (sidecar/remoting/).
   ``serialization`` answers in ROCKETMQ's binary header; ``credentials`` requires every request
   signed with them (NO_PERMISSION otherwise); ``stop()`` closes the port.
 
-Each server records the request codes it was asked (``asked``). Handlers run on the loop of the
+Each server records the request codes it was asked (``asked``), how many connections it took
+(``accepted``) and how many are open (``open_connections``). Handlers run on the loop of the
 test that started them: no locks.
 """
 
@@ -73,6 +74,7 @@ class _Server:
     def __init__(self) -> None:
         self.port = 0
         self.asked: list[int] = []
+        self.accepted = 0
         self.answer_code: int | None = None
         self.hang = False
         self.serialization = JSON
@@ -87,6 +89,10 @@ class _Server:
     @property
     def address(self) -> str:
         return f"127.0.0.1:{self.port}"
+
+    @property
+    def open_connections(self) -> int:
+        return len(self._connections)
 
     async def start(self) -> None:
         self._server = await asyncio.start_server(self._serve, "127.0.0.1", self.port)
@@ -103,6 +109,7 @@ class _Server:
 
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         self._connections.add(writer)
+        self.accepted += 1
         try:
             while (request := await read_request(reader)) is not None:
                 self.asked.append(request.code)
