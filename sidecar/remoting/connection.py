@@ -1,6 +1,7 @@
 """One TCP connection to a NameServer or a broker, as RocketMQ's remoting clients use one:
-requests are written as they come and answers matched to them by ``opaque``, in any order, so
-every lookup under way shares it (sidecar/remoting/pool.py keeps one per address).
+requests are written as they come (those of one turn of the event loop in one write) and answers
+matched to them by ``opaque``, in any order, so every lookup under way shares it
+(sidecar/remoting/pool.py keeps one per address).
 
 Its reader task is started by ``open`` and ended by ``close``, whoever holds the connection. Every
 wait is bounded by the caller's deadline (a loop time). A frame past ``FRAME_BYTES_MAX``, a header
@@ -41,6 +42,7 @@ class RemotingConnection:
         self._pending: dict[int, asyncio.Future[RemotingCommand]] = {}
         self._slots = asyncio.Semaphore(REQUESTS_IN_FLIGHT_MAX)
         self._failure: RemotingError | None = None
+        self._outgoing: list[bytes] = []
         self._reading: asyncio.Task[None] | None = None
         loop = asyncio.get_running_loop()
         # Loop times: the last frame read, and since when no request has been in flight.
@@ -82,7 +84,7 @@ class RemotingConnection:
                     self._pending[command.opaque] = answer
                     self.idle_since = None
                     written_at = loop.time()
-                    self._writer.write(encode(command))
+                    self._queue(encode(command))
                     await self._writer.drain()
                     return await answer
         except TimeoutError as e:
@@ -105,6 +107,19 @@ class RemotingConnection:
             self._pending.pop(command.opaque, None)
             if not self._pending:
                 self.idle_since = loop.time()
+
+    def _queue(self, frame: bytes) -> None:
+        """Write ``frame`` with the others queued in this turn of the event loop, in one write:
+        the lookups under way send many requests at once."""
+        if not self._outgoing:
+            asyncio.get_running_loop().call_soon(self._flush)
+        self._outgoing.append(frame)
+
+    def _flush(self) -> None:
+        frames, self._outgoing = self._outgoing, []
+        if self._failure is None:
+            # A write that fails closes the transport: the reader then fails what is in flight.
+            self._writer.write(b"".join(frames))
 
     async def _read_answers(self) -> None:
         """Match answers to requests until the connection ends or is closed; then every
