@@ -11,6 +11,7 @@ a UNIQ_KEY that is the last pair, no UNIQ_KEY, an empty body, transaction sysfla
 - a record without the pair cut at every length (zeros after it, as a crash mid-append leaves
   it) ends the scan at it, CORRUPT unless its first 8 bytes are zeros too, and so does a flipped
   body byte (its body CRC); a flipped byte in its header goes unseen, as in RocketMQ's recovery;
+- zeros in a topic end the scan as a torn write, as ``check_record`` says;
 - a run of thousands of records of one size (the vectorised CRCs' strided rows) is read whole,
   and ``crcs`` equals zlib's CRC-32 on regular runs, irregular ranges and their mix.
 """
@@ -161,3 +162,17 @@ def test_crcs_equal_zlib_on_regular_runs_irregular_ranges_and_their_mix() -> Non
         want = [zlib.crc32(buf[a:b]) & 0x7FFFFFFF for a, b in zip(starts, ends, strict=True)]
 
         assert crcs(buf, starts, ends).tolist() == want
+
+
+def test_zeros_in_a_topic_are_a_torn_write_not_a_name() -> None:
+    log, _, _ = rocketmq_log(5)
+    props = properties_text(producer_properties("7F000001FFFF"))
+    torn = encode(Message("Ord\0rs", b"body", props), 0, BASE + len(log), T0, False, False)
+    buf = log + torn + bytes(512)
+
+    scanner = assert_agrees(buf, len(buf))
+
+    assert scanner.end is not None
+    assert (scanner.end.position, scanner.end.reason) == (
+        len(log), "undecodable record: zeros in the topic (torn write?)",
+    )  # fmt: skip
