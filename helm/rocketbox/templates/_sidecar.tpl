@@ -137,6 +137,9 @@ admin's credentials when sidecar.security.broker.credentialsSecret names none).
     - {{ printf "--rocketmq-advertise=%s" . | quote }}
     {{- end }}
     {{- end }}
+    {{- with $s.lookupNamesrv }}
+    - {{ printf "--lookup-namesrv=%s" . | quote }}
+    {{- end }}
     - {{ printf "--shutdown-grace-ms=%d" (int $s.shutdownGraceMs) | quote }}
     {{- include "rocketbox.sidecar.securityArgs" $s | nindent 4 }}
     {{- range $s.extraArgs }}
