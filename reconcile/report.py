@@ -16,8 +16,9 @@ When the commitlog was not read whole (summary.json's ``unread``, reconcile/unre
 is "No verdict" with the sentence saying what could not be read, whatever the counts. Below the
 charts: the commitlog scan (segments, where a scan stopped early, why, and whether it left part
 of the log unread), the inputs, and the drill-down (message ids per finding, at most the job's
-``drill_down_ids_max`` each). Times are ISO-8601 in UTC, never epoch milliseconds. A table keeps to the page's width: a long cell is
-cut with an ellipsis (its whole value on hover) and a wide table scrolls inside its own box.
+``drill_down_ids_max`` each). Times are ISO-8601 in UTC, never epoch milliseconds. A table keeps
+to the page's width: a long cell is cut with an ellipsis (its whole value on hover) and a wide
+table scrolls inside its own box.
 """
 
 from __future__ import annotations
