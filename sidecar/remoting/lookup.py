@@ -38,8 +38,9 @@ group that joined the topic since (the v2 endpoint, routing by its own newer vie
 the message there) or list a master at its old address (a slave now, its index behind the new
 master's). So a lookup that found nothing on an older route asks for the route again (one request
 for every lookup waiting for one since it began), asks the masters it lists that were not asked
-yet, and is then judged on that route's groups alone, as a lookup with no cache would be. A copy
-found costs no NameServer round trip; "not found" one, shared by the lookups under way.
+yet or could not say, and is then judged on that route's groups alone, as a lookup with no cache
+would be. A copy found costs no NameServer round trip; "not found" one, shared by the lookups
+under way.
 
 Every step is bounded by ``lookup_timeout_ms``. A ``UniqKeyLookup`` (one per producer) keeps its
 connections open and shares them among its lookups (pool.py), and shares their broker answers
@@ -196,7 +197,11 @@ class UniqKeyLookup:
                 route = await self._routes.route(topic, not_before, asking.deadline)
             except (RemotingError, TimeoutError) as e:
                 return _unknown(message_id, topic, f"no route of {topic}: {type(e).__name__}: {e}")
-            unasked = [g for g in route.groups if g not in answers]
+            # Asked again: a group that could not say on an older route (its connection may
+            # have been one the broker was just closing).
+            unasked = [
+                g for g in route.groups if g not in answers or answers[g].verdict is Verdict.UNKNOWN
+            ]
             # Every group's answer awaited before any is looked at: none is left running.
             outcomes = await asyncio.gather(
                 *(self._ask_group(g, asking) for g in unasked), return_exceptions=True

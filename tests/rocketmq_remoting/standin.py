@@ -18,8 +18,9 @@ lookup asks (sidecar/remoting/).
   GET_BROKER_CONFIG (26) ``messageIndexEnable``. Anything else is REQUEST_CODE_NOT_SUPPORTED (3).
 - Dispatch lag: the newest ``undispatched`` messages are not in the index yet; each runtime info
   answer is followed by one more dispatched (none while ``dispatch_stuck``).
-- Faults: ``answer_code`` answers every request so; ``refused_codes`` and ``refused_topics``
-  answer those requests NO_PERMISSION, as an ACL would; ``hang`` reads requests, answers none;
+- Faults: ``answer_code`` answers every request so, ``fail_next`` the next few SYSTEM_ERROR;
+  ``refused_codes`` and ``refused_topics`` answer those requests NO_PERMISSION, as an ACL would;
+  ``hang`` reads requests, answers none;
   ``serialization`` answers in ROCKETMQ's binary header; ``credentials`` requires every request
   signed with them (NO_PERMISSION otherwise); ``stop()`` closes the port.
 
@@ -45,6 +46,7 @@ from tests.rocketmq_remoting.wire import signed_correctly as signed
 
 TIMER_TOPIC = "rmq_sys_wheel_timer"
 QUERY_MAX_NUM = 32
+SYSTEM_ERROR = 1
 NO_PERMISSION = 16
 TOPIC_NOT_EXIST = 17
 QUERY_NOT_FOUND = 22
@@ -83,6 +85,8 @@ class _Server:
         # that grants the sidecar less than everything).
         self.refused_codes: set[int] = set()
         self.refused_topics: set[str] = set()
+        # The next this many requests answered SYSTEM_ERROR, whatever they ask.
+        self.fail_next = 0
         self._server: asyncio.Server | None = None
         self._connections: set[asyncio.StreamWriter] = set()
 
@@ -128,6 +132,9 @@ class _Server:
     def _answer(self, request: Request) -> Answer:
         if self.answer_code is not None:
             return Answer(self.answer_code, "scripted answer")
+        if self.fail_next > 0:
+            self.fail_next -= 1
+            return Answer(SYSTEM_ERROR, "scripted failure")
         if self.credentials is not None and not (
             request.ext.get("AccessKey") == self.credentials.access_key
             and signed(request.ext, request.body, self.credentials.secret_key)

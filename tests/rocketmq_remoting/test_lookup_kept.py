@@ -2,8 +2,9 @@
 route cache, the brokers' shared answers), against stand-in RocketMQ remoting servers: one
 connection per address, reused, replaced when it failed, closed when idle; a copy found on the
 kept route without asking the NameServer; "not found" never judged on a route older than the
-lookup (a broker that joined since is asked); a broker's settings asked once per connection;
-its progress shared by lookups under way, never taken from before a lookup began."""
+lookup (a broker that joined since is asked, one that could not say asked again); a broker's
+settings asked once per connection; its progress shared by lookups under way, never taken from
+before a lookup began."""
 
 from __future__ import annotations
 
@@ -111,6 +112,17 @@ def test_not_found_on_a_kept_route_is_judged_on_a_route_asked_since() -> None:
             assert joined.asked.count(12) == 6, "the new broker asked by both lookups"
         finally:
             await joined.stop()
+
+    run([], scenario)
+
+
+def test_a_broker_that_could_not_say_on_the_kept_route_is_asked_again() -> None:
+    async def scenario(cluster: RemotingCluster, lookup: UniqKeyLookup) -> None:
+        broker = cluster.brokers["broker-a"]
+        assert await verdict(lookup, IDS.next_id()) is Verdict.NOT_FOUND  # the route kept
+        broker.fail_next = 1  # the next lookup's first request: where the commitlog ends
+        assert await verdict(lookup, IDS.next_id()) is Verdict.NOT_FOUND
+        assert broker.asked.count(28) == 3, "asked again with the route asked since"
 
     run([], scenario)
 
