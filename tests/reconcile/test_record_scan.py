@@ -6,10 +6,12 @@ several lengths, a V2-magic record):
 - every field the scan returns equals what ``decode_message`` reads, whatever the batch size,
   and a record without UNIQ_KEY has no message id;
 - the scan ends at zeros (END), at a blank marker filling the segment (BLANK, its size), and at a
-  torn or damaged record (CORRUPT) exactly where a walk with ``check_record`` stops (the recovery
-  walk: whole-record CRC required, each record at the phy_offset it claims), with
-  ``check_record``'s reason, for a flipped byte in every field and for a record cut at every
-  length; it returns every record before and nothing after, even a valid record that follows;
+  torn or damaged record (CORRUPT) exactly where a walk with ``check_record`` stops (the
+  recovery walk, a record without the CRC pair accepted as the scan accepts it, each record at
+  the phy_offset it claims), with ``check_record``'s reason, for a flipped byte in every field
+  (one in the CRC pair's name leaves a record without the pair, sound on its body CRC) and for a
+  record cut at every length; it returns every record before and nothing after, even a valid
+  record that follows;
 - a blank marker of the wrong size and a record claiming another phy_offset end it too, and so
   does a message id or topic that is not UTF-8 under a matching CRC (a writer's fault), with
   recovery's reason, whichever record of a batch it is;
