@@ -1,10 +1,8 @@
 """``rocketbox reconcile``: prove from the brokers' commitlogs that nothing acknowledged was lost.
 
-Exit codes: reconcile/errors.py's table (``EXIT_CODES``), shown by ``--help``: 0 nothing lost, 1
-something lost, 2 usage, 3 an input cannot be read, 4 the Spark job failed, and 5, 6, 7 no
-verdict: the commitlog was not read whole (reconcile/unread.py), said in one sentence on stderr;
-the summary is written, and its first line never says NOTHING LOST. An outbox URL is exported
-here, to ``<out>/inputs/outbox.parquet``, before Spark starts: this module is the composition
+Exit codes: reconcile/errors.py's table (``EXIT_CODES``), shown by ``--help``. A commitlog not
+read whole is no verdict (reconcile/unread.py), said in one sentence on stderr; the summary is
+written, and its first line never says NOTHING LOST. An outbox URL is exported here, to ``<out>/inputs/outbox.parquet``, before Spark starts: this module is the composition
 root that may open an outbox backend; the job reads files.
 """
 
@@ -177,9 +175,8 @@ def reconcile_command(
 ) -> None:
     """Join the commitlog with the outbox and the acknowledgement ledgers on message id; count
     lost, duplicated, recovered, unexpected, pending and dead messages per topic and bucket.
-    Reads commitlogs rocketbox wrote and Apache RocketMQ 4.x / 5.x wrote (with or without the
-    __CRC32# property). Exits 1 when anything acknowledged was lost; a commitlog that could not
-    be read whole is no verdict (exit 5, 6 or 7, one sentence on stderr saying what)."""
+    Reads the commitlogs of rocketbox and of Apache RocketMQ 4.x / 5.x (with or without the
+    __CRC32# property). A commitlog not read whole is no verdict: one sentence on stderr."""
     _check_reconcile_extra()
     # The job's libraries (pyarrow, plotly; PySpark when Spark runs) load only for this command.
     from reconcile.config import (  # noqa: PLC0415 - the reconcile extra loads only for this command
@@ -225,6 +222,11 @@ def reconcile_command(
         click.echo(json.dumps(summary, indent=2))
     else:
         click.echo(summary_text(summary, summary_path, report_path))
+    _exit_with_verdict(summary)
+
+
+def _exit_with_verdict(summary: dict[str, Any]) -> None:
+    """Exit with what the run found: no verdict over a log read in part, else lost or not."""
     unread = summary["unread"]
     if unread is not None:
         click.echo(f"reconcile: {unread['sentence']}", err=True)

@@ -25,7 +25,7 @@ import pytest
 
 from broker.store.codec.decode import decode_message
 from broker.store.codec.scan import ScanEndKind
-from broker.store.codec.scan_columns import CRC_RUN_RECORDS, crcs
+from broker.store.codec.scan_crcs import CRC_RUN_RECORDS, crcs
 from tests.reconcile.rocketmq_records import (
     BROKER,
     BROKER_V6,

@@ -54,7 +54,6 @@ from broker.store.codec.check import RecordKind, check_record
 from broker.store.codec.layout import (
     BLANK_MAGIC_CODE,
     CRC32_DIGITS,
-    CRC32_PREFIX,
     CRC32_RESERVED_LENGTH,
     END_FILE_MIN_BLANK_LENGTH,
     MESSAGE_MAGIC_CODE,
@@ -72,7 +71,6 @@ from broker.store.codec.layout import (
 )
 from broker.store.codec.message import MessageSysFlag
 from broker.store.codec.scan_columns import (
-    PAIR_END_BYTE,
     RECORD_BYTES_MIN,
     SKIP_PROBE_RECORDS_MAX,
     SKIP_PROBE_RECORDS_MIN,
@@ -80,7 +78,6 @@ from broker.store.codec.scan_columns import (
     SKIP_STEP_RECORDS,
     RecordColumns,
     ScanBuffer,
-    crcs,
     field_of,
     gather,
     i16,
@@ -91,10 +88,9 @@ from broker.store.codec.scan_columns import (
     text_prefix,
     valid_prefix,
 )
+from broker.store.codec.scan_crcs import crc_pairs, crcs
 from broker.store.codec.text_columns import CodedColumn
 
-_CRC_PROPERTY_PREFIX = np.frombuffer(CRC32_PREFIX, np.uint8)
-_CRC_NAME_BYTES = len(CRC32_PREFIX)
 _DIGIT_WEIGHTS = 10 ** np.arange(CRC32_DIGITS, dtype=np.int64)  # least significant digit first
 _POSITION_MAGIC = 4
 _POSITION_BODY_CRC = 8
@@ -277,19 +273,7 @@ class SegmentScanner:
         props_len = i16(arr, props_len_at)
         props_at = props_len_at + 2
         crc_at = end - CRC32_RESERVED_LENGTH
-        # The record CRC pair where there is one: its name, 10 digits, the closing separator.
-        tail = gather(arr, crc_at, CRC32_RESERVED_LENGTH)
-        has_crc = (
-            (crc_at >= props_at)
-            & (tail[:, :_CRC_NAME_BYTES] == _CRC_PROPERTY_PREFIX).all(axis=1)
-            & ((crc_at == props_at) | (arr[np.clip(crc_at - 1, 0, len(arr) - 1)] == PAIR_END_BYTE))
-        )
-        digits = tail[:, _CRC_NAME_BYTES : _CRC_NAME_BYTES + CRC32_DIGITS].astype(np.int64) - ord(
-            "0"
-        )
-        crc_pair_sound = (tail[:, -1] == PAIR_END_BYTE) & ((digits >= 0) & (digits <= 9)).all(
-            axis=1
-        )
+        has_crc, digits, crc_pair_sound = crc_pairs(arr, crc_at, props_at)
         ok = (
             (body_len >= 0)
             & (topic_len >= 0)
