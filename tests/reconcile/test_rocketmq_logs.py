@@ -7,7 +7,7 @@ Proves, with the in-process engine and the Spark engine (local[2], the shared se
   records, delayed messages, a torn tail): every count exactly, the same from both engines:
   a prepared record is parked (the message stored, no copy), a rolled-back one counted only
   (never stored), op records are system records, blank markers end the segments;
-- the issue's case: three records as RocketMQ writes them by default in one segment read as 3
+- the default case: three records as RocketMQ writes them by default in one segment read as 3
   messages (unchecked without a ledger, ok with one that names them), exit 0;
 - a log not read whole is no verdict, from both engines alike: damage with bytes written after
   it in its segment, and zeros where a segment's blank marker was with later segments written
@@ -110,7 +110,7 @@ def test_both_engines_count_a_rocketmq_log_exactly(
 
 
 def three_default_records(root: Path) -> Path:
-    """The issue's log: three V1 records as a RocketMQ broker writes them by default (UNIQ_KEY,
+    """A default log: three V1 records as a RocketMQ broker writes them by default (UNIQ_KEY,
     KEYS, WAIT; no __CRC32#) in one segment."""
     broker = Broker(root / "commitlog", 64 * 1024)
     for i in range(3):
@@ -118,7 +118,7 @@ def three_default_records(root: Path) -> Path:
     return root / "commitlog"
 
 
-def test_the_issue_s_three_records_are_read_and_the_ledger_s_messages_are_stored(
+def test_three_default_rocketmq_records_are_read_and_the_ledger_s_messages_are_stored(
     tmp_path: Path,
 ) -> None:
     log = three_default_records(tmp_path / "store")

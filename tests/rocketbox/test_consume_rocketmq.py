@@ -12,9 +12,6 @@ each one's --help says so.
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -28,11 +25,9 @@ from rocketbox.cli import main
 from rocketbox.envvars import commands_of
 from rocketbox.exit_codes import FAILED_EXIT_CODE, NOT_SERVED_EXIT_CODE
 from tests.cluster.processes import NamesrvProcess
-from tests.rocketbox_process import REPO_ROOT
+from tests.rocketbox_process import rocketbox_cli as rocketbox
 from tests.rocketmq_proxy import RocketMQProxy, rocketmq_proxy
 
-# Each CLI run is a short-lived process; a run that passes this has hung.
-CLI_DEADLINE_S = 90.0
 KNOWN_GROUP = "CliReaders"
 TOPICS = ("CliOrders", "CliDrain", "CliQuick")
 ADMIN_ONLY = ("acl", "cluster", "flow-control", "group", "message", "topic")
@@ -46,21 +41,6 @@ def proxy(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RocketMQProxy]:
         data_dir, topics=list(TOPICS), groups=[KNOWN_GROUP], auto_create_group=False
     ) as p:
         yield p
-
-
-def rocketbox(*args: str, broker: str | None = None) -> subprocess.CompletedProcess[str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("ROCKETBOX_")}
-    if broker is not None:
-        env["ROCKETBOX_BROKER"] = broker
-    return subprocess.run(
-        [sys.executable, "-m", "rocketbox", *args],
-        capture_output=True,
-        text=True,
-        cwd=REPO_ROOT,
-        env=env,
-        timeout=CLI_DEADLINE_S,
-        check=False,
-    )
 
 
 def send(proxy: RocketMQProxy, topic: str, bodies: list[str]) -> list[str]:

@@ -9,6 +9,7 @@ one line and exit 2.
 from __future__ import annotations
 
 import base64
+import functools
 import json
 import os
 import signal
@@ -22,12 +23,13 @@ import pytest
 
 from rocketbox.admin_client import AdminCallError, AdminClient
 from tests.broker.broker_process import BrokerProcess
-from tests.rocketbox_process import REPO_ROOT, wait_until
+from tests.rocketbox_process import CLI_DEADLINE_S, REPO_ROOT, rocketbox_cli, wait_until
 from tests.services import free_port
 from tests.sidecar.sidecar_process import SidecarProcess
 
-# Each CLI run is a short-lived process; a run that passes this has hung.
-CLI_DEADLINE_S = 90.0
+# Bodies here may be any bytes: output read as latin-1, which takes them all.
+rocketbox = functools.partial(rocketbox_cli, encoding="latin-1")
+
 # consume's wait window where nothing more is expected.
 QUIET_WAIT_S = "1"
 
@@ -40,28 +42,6 @@ def sidecar(
     s = SidecarProcess(broker.endpoint, f"rocksdb://{outbox_dir}")
     yield s
     s.stop()
-
-
-def rocketbox(
-    *args: str, sidecar: str | None = None, broker: str | None = None, stdin: bytes = b""
-) -> subprocess.CompletedProcess[str]:
-    """``rocketbox ARGS`` as a user runs it, the endpoints given by the environment."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith("ROCKETBOX_")}
-    if sidecar is not None:
-        env["ROCKETBOX_SIDECAR"] = sidecar
-    if broker is not None:
-        env["ROCKETBOX_BROKER"] = broker
-    return subprocess.run(
-        [sys.executable, "-m", "rocketbox", *args],
-        input=stdin.decode("latin-1"),
-        capture_output=True,
-        text=True,
-        encoding="latin-1",
-        cwd=REPO_ROOT,
-        env=env,
-        timeout=CLI_DEADLINE_S,
-        check=False,
-    )
 
 
 def send_json(sidecar: SidecarProcess, *args: str, stdin: bytes = b"") -> dict[str, Any]:

@@ -14,15 +14,13 @@
 from __future__ import annotations
 
 import json
-import os
 import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from tests.rocketbox_process import REPO_ROOT
+from tests.rocketbox_process import rocketbox_cli as rocketbox
 from tests.rocketmq_proxy import rocketmq_proxy
 from tests.rocketmq_proxy.sidecar_support import proxy_and_sidecar, wait_stored_once
 from tests.rocketmq_proxy.wire import raw_message, send
@@ -30,30 +28,8 @@ from tests.rocketmq_proxy.wire import raw_message, send
 pytestmark = pytest.mark.slow
 
 TOPIC = "Orders"
-# Each CLI run is a short-lived process; a run that passes this has hung.
-CLI_DEADLINE_S = 90.0
 # consume's quiet window: the proxy's shortest long poll, so that the poll fits in it.
 QUIET_WAIT_S = "5"
-
-
-def rocketbox(
-    *args: str, sidecar: str | None = None, broker: str | None = None
-) -> subprocess.CompletedProcess[str]:
-    """``rocketbox ARGS`` as a user runs it, the endpoints given by the environment."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith("ROCKETBOX_")}
-    if sidecar is not None:
-        env["ROCKETBOX_SIDECAR"] = sidecar
-    if broker is not None:
-        env["ROCKETBOX_BROKER"] = broker
-    return subprocess.run(
-        [sys.executable, "-m", "rocketbox", *args],
-        capture_output=True,
-        text=True,
-        cwd=REPO_ROOT,
-        env=env,
-        timeout=CLI_DEADLINE_S,
-        check=False,
-    )
 
 
 def json_lines(done: subprocess.CompletedProcess[str]) -> list[dict[str, Any]]:
