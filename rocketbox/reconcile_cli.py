@@ -2,9 +2,8 @@
 
 Exit codes: reconcile/errors.py's table (``EXIT_CODES``), shown by ``--help``. A commitlog not
 read whole is no verdict (reconcile/unread.py), said in one sentence on stderr; the summary is
-written, and its first line never says NOTHING LOST. An outbox URL is exported here, to
-``<out>/inputs/outbox.parquet``, before Spark starts: this module is the composition root that
-may open an outbox backend; the job reads files.
+written, and its first line never says NOTHING LOST. An outbox URL is exported here (to
+``<out>/inputs/outbox.parquet``) before Spark starts: only this module opens a backend.
 """
 
 from __future__ import annotations
