@@ -4,7 +4,9 @@ A stand-alone broker (no ``namesrv_addr``) answers with its own queues alone. A 
 cluster answers as a RocketMQ 5 proxy does: the topic's queues across every group of its cluster
 holding it, as the NameServers know them (asked in turn until one answers, the answer cached
 ROUTE_CACHE_TTL_MS), each queue carrying its own group's name and its broker's endpoints, so the
-clients spread sends over the groups and reach each broker directly. A topic the cluster does
+clients spread sends over the groups and reach each broker directly. The queues come interleaved
+by group (``interleaved``), so a client's retry on the next queue goes to another group, as
+RocketMQ's producers avoid the broker that just failed. A topic the cluster does
 not know is resolved here (auto-created when the broker allows it, TOPIC_NOT_FOUND otherwise),
 registered at once, and asked for again. With no NameServer answering, the broker answers with
 its own queues (logged, at most a line per interval): clients keep working on it.
@@ -109,6 +111,14 @@ def groups_of(route: npb.GetRouteInfoByTopicResponse, cluster_name: str) -> list
     return groups
 
 
+def interleaved(per_group: list[list[pb.MessageQueue]]) -> list[pb.MessageQueue]:
+    """Each group's first queue, then each group's second, and so on: neighbours in the route
+    are on different groups wherever the queue counts allow. The official clients retry a
+    failed send on the route's next queue, so a retry leaves the group that failed it."""
+    longest = max((len(qs) for qs in per_group), default=0)
+    return [qs[i] for i in range(longest) for qs in per_group if i < len(qs)]
+
+
 class ClusterRoute:
     """A topic's groups in the broker's cluster, from the NameServers, cached."""
 
@@ -181,21 +191,23 @@ class RouteActivity:
                 )
                 for queue_id in range(tc.queue_nums)
             ]
-        queues: list[pb.MessageQueue] = []
+        per_group: list[list[pb.MessageQueue]] = []
         for g in groups:
             # Broker id 0 whoever serves the group: see the module docstring (slave read).
             broker = pb.Broker(name=g.broker_name, id=MASTER_ID, endpoints=endpoints_of(g.address))
-            queues.extend(
-                pb.MessageQueue(
-                    topic=resource,
-                    id=queue_id,
-                    permission=g.permission,
-                    broker=broker,
-                    accept_message_types=ACCEPTS[g.message_type],
-                )
-                for queue_id in range(g.queue_nums)
+            per_group.append(
+                [
+                    pb.MessageQueue(
+                        topic=resource,
+                        id=queue_id,
+                        permission=g.permission,
+                        broker=broker,
+                        accept_message_types=ACCEPTS[g.message_type],
+                    )
+                    for queue_id in range(g.queue_nums)
+                ]
             )
-        return queues
+        return interleaved(per_group)
 
     async def _cluster_groups(self, topic: str) -> list[GroupQueues]:
         """The cluster's groups of ``topic``; a topic it does not know is resolved here first
