@@ -104,8 +104,8 @@ class BrokerConfig:
     auth_enabled: bool = False
     # The key the users' secret keys are encrypted with at rest; None: config/acl.key.
     auth_key_file: Path | None = None
-    # How far a request's signed date may be from the broker's clock, a time zone's whole
-    # quarter hours aside (broker/auth/authenticator.py says why).
+    # How far a request's signed date may be from the broker's clock, either way
+    # (broker/auth/authenticator.py says why nothing else is forgiven).
     auth_clock_skew_s: int = CLOCK_SKEW_S_DEFAULT
     # An admin user made (or whose secret is reset) at start, so that a new broker with auth on
     # can be administered: from a file or the environment, never a command-line value.
@@ -160,8 +160,8 @@ class BrokerConfig:
             ),
             (
                 0 <= self.auth_clock_skew_s <= CLOCK_SKEW_S_MAX,
-                f"auth_clock_skew_s must be in 0..{CLOCK_SKEW_S_MAX} (under half a quarter "
-                "hour: time zones are whole quarter hours apart)",
+                f"auth_clock_skew_s must be in 0..{CLOCK_SKEW_S_MAX} (a captured signature "
+                "passes for twice the skew)",
             ),
         ]
         for ok, why in checks:

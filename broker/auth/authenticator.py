@@ -3,11 +3,13 @@
 A request is authenticated when its access key names a user, its signature is the HMAC-SHA1 of
 its ``x-mq-date-time`` under that user's secret key, and that date is near the broker's clock.
 
-The clock bound: the official Python client stamps its *local* time with a ``Z`` (spec §7), so a
-client in another time zone is off by whole quarter hours (every zone offset is one, within
-±14 h). The broker removes the nearest such offset and requires what is left to be at most
-``clock_skew_s`` (under half a quarter hour, or every time of day would pass). A signature
-covers only the date, whatever the bound: TLS is what keeps one from being replayed.
+The clock bound: the signed date, read exactly as written (``yyyyMMdd'T'HHmmss'Z'``, UTC), is at
+most ``clock_skew_s`` from the broker's clock, before or after, and nothing else is forgiven. A
+signature covers only the date, so the bound is how long a captured one can be replayed (twice
+the skew at most); TLS is what keeps one from being captured. No whole-hour or quarter-hour
+offset is taken off for a client that stamps its local time with a ``Z`` (the official Python
+client does): each such offset would open another window in which an old signature passes. That
+client must run with its clock's zone set to UTC (``TZ=UTC``); the refusal says so.
 
 Parsed dates are kept (DATES_CACHED_MAX, one per second a client signs in), as is each
 access key's last good signature for a date: a client's calls within one second then cost a
@@ -17,6 +19,7 @@ dictionary lookup and a comparison, not an HMAC.
 from __future__ import annotations
 
 import calendar
+import re
 import time
 from collections.abc import Callable, Mapping
 
@@ -24,15 +27,17 @@ from broker.auth.acl import User
 from broker.auth.errors import UnauthenticatedError
 from rocketbox_api.signing import (
     AUTHORIZATION_HEADER,
+    DATE_TIME_FORMAT,
     DATE_TIME_HEADER,
     MalformedAuthorizationError,
     parse_authorization,
 )
 
-QUARTER_HOUR_S = 15 * 60
-TIME_ZONE_OFFSET_S_MAX = 14 * 3600
 CLOCK_SKEW_S_DEFAULT = 300
-CLOCK_SKEW_S_MAX = QUARTER_HOUR_S // 2 - 1
+# A captured signature passes for twice the skew: the bound keeps that under a quarter hour.
+CLOCK_SKEW_S_MAX = 449
+# The official clients' form, and no other: strptime alone would take one-digit fields too.
+DATE_TIME_PATTERN = re.compile(r"[0-9]{8}T[0-9]{6}Z")
 DATES_CACHED_MAX = 4096
 SIGNATURES_CACHED_MAX = 4096
 
@@ -82,8 +87,9 @@ class Authenticator:
             )
         if not self._date_ok(date):
             raise UnauthenticatedError(
-                f"{DATE_TIME_HEADER} {date[:32]!r} is more than {self._clock_skew_s} s from "
-                "the broker's clock (a time zone's whole-quarter-hour offset aside)"
+                f"{DATE_TIME_HEADER} {date[:32]!r} is not a UTC time (yyyyMMdd'T'HHmmss'Z') "
+                f"within {self._clock_skew_s} s of the broker's clock (a Python client stamps "
+                "its local time: run it with TZ=UTC)"
             )
         if len(self._verified) >= SIGNATURES_CACHED_MAX:
             self._verified.clear()
@@ -91,17 +97,16 @@ class Authenticator:
         return user
 
     def _date_ok(self, date: str) -> bool:
+        """Whether ``date`` is the official form and within the skew of now, either way."""
         signed_s = self._dates.get(date)
         if signed_s is None:
+            if DATE_TIME_PATTERN.fullmatch(date) is None:
+                return False
             try:
-                signed_s = calendar.timegm(time.strptime(date, "%Y%m%dT%H%M%SZ"))
+                signed_s = calendar.timegm(time.strptime(date, DATE_TIME_FORMAT))
             except ValueError:
                 return False
             if len(self._dates) >= DATES_CACHED_MAX:
                 self._dates.clear()
             self._dates[date] = signed_s
-        off_s = signed_s - self._now_s()
-        if abs(off_s) > TIME_ZONE_OFFSET_S_MAX + self._clock_skew_s:
-            return False
-        zone_offset_s = round(off_s / QUARTER_HOUR_S) * QUARTER_HOUR_S
-        return abs(off_s - zone_offset_s) <= self._clock_skew_s
+        return abs(signed_s - self._now_s()) <= self._clock_skew_s
