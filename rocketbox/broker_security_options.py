@@ -3,7 +3,8 @@
 
 The bootstrap admin's credentials come from ``--auth-admin-file`` (rocketbox_api/credentials.py
 says its form) or from ROCKETBOX_AUTH_ADMIN_ACCESS_KEY and ROCKETBOX_AUTH_ADMIN_SECRET_KEY, never
-from a command-line value.
+from a command-line value. They are held to the ACL's rules on users (broker/auth/acl.py) when the
+options are read: a bad one stops the start with one line, before the store is opened.
 """
 
 from __future__ import annotations
@@ -16,7 +17,10 @@ from typing import Any
 
 import click
 
+from broker.auth.acl import ACCESS_KEY_PATTERN, validate_user
 from broker.auth.authenticator import CLOCK_SKEW_S_DEFAULT, CLOCK_SKEW_S_MAX
+from broker.auth.errors import AclInputError
+from rocketbox.start_checks import StartRefused
 from rocketbox_api.credentials import Credentials, CredentialsError, read_credentials
 
 ADMIN_ACCESS_KEY_ENV = "ROCKETBOX_AUTH_ADMIN_ACCESS_KEY"
@@ -79,10 +83,26 @@ _NAMES = ("tls_cert", "tls_key", "auth_enabled", "auth_key_file", "auth_clock_sk
 
 
 def _admin(admin_file: Path | None) -> Credentials | None:
+    """The bootstrap admin, held to the ACL's rules on users before anything starts: one line
+    naming where it came from, the field and the limit (StartRefused), never a traceback from
+    the store's start."""
     try:
-        return read_credentials(admin_file, ADMIN_ACCESS_KEY_ENV, ADMIN_SECRET_KEY_ENV)
+        admin = read_credentials(admin_file, ADMIN_ACCESS_KEY_ENV, ADMIN_SECRET_KEY_ENV)
     except CredentialsError as e:
-        raise click.BadParameter(str(e), param_hint="--auth-admin-file") from e
+        raise StartRefused(f"--auth-admin-file: {e}" if admin_file else str(e)) from e
+    if admin is None:
+        return None
+    try:
+        validate_user(admin.access_key, admin.secret_key)
+    except AclInputError as e:
+        if admin_file is not None:
+            source = f"--auth-admin-file {admin_file}"
+        elif ACCESS_KEY_PATTERN.fullmatch(admin.access_key) is None:
+            source = ADMIN_ACCESS_KEY_ENV
+        else:
+            source = ADMIN_SECRET_KEY_ENV
+        raise StartRefused(f"{source}: {e}") from e
+    return admin
 
 
 def security_options(command: Callable[..., None]) -> Callable[..., None]:

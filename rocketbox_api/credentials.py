@@ -1,7 +1,7 @@
 """An access key and secret key, read from a file or the environment: never from a command line,
 where ``ps`` and shell histories would show them.
 
-The file holds two lines (blank lines and ``#`` comments aside)::
+The file holds two lines (blank lines and ``#`` comments aside), each once::
 
     access_key=app
     secret_key=...
@@ -52,16 +52,26 @@ def read_credentials_file(path: Path) -> Credentials:
             f"credentials file {path}: larger than {CREDENTIALS_FILE_BYTES_MAX} bytes"
         )
     values: dict[str, str] = {}
+    line_of: dict[str, int] = {}
     for number, text in enumerate(raw.decode(errors="replace").splitlines(), 1):
         line = text.strip()
         if not line or line.startswith("#"):
             continue
         key, sep, value = line.partition("=")
-        if not sep or key.strip() not in ("access_key", "secret_key"):
+        key = key.strip()
+        if not sep or key not in ("access_key", "secret_key"):
             raise CredentialsError(
                 f"credentials file {path}, line {number}: expected access_key=... or secret_key=..."
             )
-        values[key.strip()] = value.strip()
+        if key in line_of:
+            # Which of two values was meant cannot be known: taking either would sign (or make
+            # an admin) with a credential the operator may not have chosen.
+            raise CredentialsError(
+                f"credentials file {path}, line {number}: a second {key}= (the first is on "
+                f"line {line_of[key]}); one of each"
+            )
+        line_of[key] = number
+        values[key] = value.strip()
     missing = [k for k in ("access_key", "secret_key") if not values.get(k)]
     if missing:
         raise CredentialsError(f"credentials file {path}: no {' or '.join(missing)}")
