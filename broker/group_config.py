@@ -10,7 +10,8 @@ explicitly first.
 
 A group's consume model does not change under live consumers: CreateGroup of an existing group is
 refused (the admin names the model it has); only the broker's ``--group`` at start replaces a
-group's settings, when no consumer is connected yet, and it logs a model change.
+group's settings, when no consumer is connected yet, and it logs a model change. DeleteGroup
+removes a group none of whose consumers is connected; it can then be created with other settings.
 Persisted like topics, as one JSON file replaced atomically.
 """
 
@@ -18,7 +19,7 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -68,6 +69,17 @@ class GroupConfigManager:
         self._path = config_dir / GROUPS_FILE_NAME
         self._lock = threading.Lock()
         self._groups: dict[str, GroupConfig] = {}
+        self._listeners: list[Callable[[], None]] = []
+
+    def add_listener(self, listener: Callable[[], None]) -> None:
+        """Call ``listener`` after every change of the table (a group created, replaced or
+        deleted), on the thread that changed it, outside the lock: a master's slaves are sent
+        the change (broker/ha/slave_synchronize.py)."""
+        self._listeners.append(listener)
+
+    def _changed(self) -> None:
+        for listener in self._listeners:
+            listener()
 
     def load(self) -> None:
         raw = read_json(self._path)
@@ -137,4 +149,18 @@ class GroupConfigManager:
             gc.retry_max_times,
             model_name(gc),
         )
+        self._changed()
+        return gc
+
+    def delete(self, group: str) -> GroupConfig | None:
+        """Remove ``group`` from the table (RocketMQ's deleteSubGroup); None when it is not
+        there. Its consume progress stays: a group created again continues from it."""
+        with self._lock:
+            gc = self._groups.get(group)
+            if gc is None:
+                return None
+            self._groups = {k: v for k, v in self._groups.items() if k != group}
+            write_json_atomic(self._path, {"groups": [asdict(g) for g in self.list()]})
+        LOG.info("deleted group %s (%s)", group, model_name(gc))
+        self._changed()
         return gc

@@ -10,6 +10,12 @@ A slave whose log ends past this master's end holds bytes the master lacks (the 
 tail, or the slave replicated another master): appending after them would make a log that is no
 one's. The master refuses it, says so, and closes; an operator moves that slave's store aside
 (it then copies the master from its oldest segment).
+
+Configs go before the bytes that need them: a connection's first frame is a config snapshot, and
+after every topic or group change of the master (``config_version``) a fresh snapshot goes before
+any more log bytes. A slave therefore never holds a message of a topic it has no config for (a
+SYNC_MASTER's acknowledged send included), and a group's settings reach a connected slave
+within a transfer poll of their change.
 """
 
 from __future__ import annotations
@@ -41,6 +47,12 @@ class ConnectionOwner(Protocol):
         """The configs and progress a slave asks for (None: not ready yet)."""
         ...
 
+    @property
+    def config_version(self) -> int:
+        """Counts the master's topic and group changes: a connection that has not sent the
+        latest sends a snapshot before any more log bytes."""
+        ...
+
 
 class HAConnection:
     def __init__(
@@ -66,6 +78,9 @@ class HAConnection:
         self.slave_ack_offset = -1
         self.transfer_from_offset = -1
         self._config_requested = False
+        # The config_version the last snapshot sent was taken at; none sent yet, so the first
+        # frame of a connection is a snapshot.
+        self._config_version_sent = -1
 
     async def serve(self) -> None:
         """Serve the slave until it goes, falls silent or breaks the protocol."""
@@ -127,9 +142,15 @@ class HAConnection:
         last_write_s = time.monotonic()
         while True:
             data = self._read_log(self.transfer_from_offset)
-            snapshot = self._owner.config_snapshot() if self._config_requested else None
+            # Read after the log: a topic or group change moves the version before any put can
+            # use it, so bytes read above that need a change find the version moved, and the
+            # snapshot, taken after this read, goes before them.
+            version = self._owner.config_version
+            wanted = self._config_requested or version != self._config_version_sent
+            snapshot = self._owner.config_snapshot() if wanted else None
             if snapshot is not None:
                 self._config_requested = False
+                self._config_version_sent = version
                 writer.write(frame(CONFIG_FRAME, snapshot))
             elif data:
                 writer.write(frame(self.transfer_from_offset, data))

@@ -16,6 +16,7 @@ import asyncio
 import collections
 import contextlib
 import logging
+import threading
 from collections.abc import Callable
 
 from broker.config import BrokerConfig
@@ -47,6 +48,9 @@ class HAService:
         self.address = ""
         # Set once the broker's configs are loaded (broker/ha/slave_synchronize.py).
         self.config_source: Callable[[], bytes] | None = None
+        # Moved by config_changed, from whichever thread changed a topic or a group.
+        self._config_version = 0
+        self._config_version_lock = threading.Lock()
 
     async def bind(self) -> str:
         """Bind the listener (port 0: a free one) without serving yet; returns HOST:PORT.
@@ -114,6 +118,17 @@ class HAService:
 
     def config_snapshot(self) -> bytes | None:
         return self.config_source() if self.config_source is not None else None
+
+    def config_changed(self) -> None:
+        """A topic or group was created, changed or deleted: every connection sends a snapshot
+        before its next log bytes (ha_connection.py). Called on the thread that changed it,
+        before any put can use the change."""
+        with self._config_version_lock:
+            self._config_version += 1
+
+    @property
+    def config_version(self) -> int:
+        return self._config_version
 
     @property
     def slave_ack_offset(self) -> int:

@@ -78,6 +78,7 @@ class Replication:
             self.client.on_config = configs.apply
         if self.service is not None:
             self.service.config_source = configs.snapshot
+            configs.watch(self.service.config_changed)
             await self.service.start()
             if self._config.broker_role is BrokerRole.SYNC_MASTER:
                 self._store.replica_wait = self.service.replica_wait

@@ -1,11 +1,13 @@
 """Config and progress sync from a master to its slaves (RocketMQ's SlaveSynchronize).
 
 Every slave_sync_interval_ms a slave asks its master, over the HA connection (protocol.py), for
-its topic configs, group configs and consume progress (pop progress, config/consumer_offsets.json,
-and pull offsets, config/pull_offsets.json), and takes them: topics and groups exactly as the
-master has them, progress moved forward to the master's and never back, so that a message acked
-on the master before it died is not delivered again by the slave, and one acked on the slave
-while the master was away stays acked there.
+its topic configs, group configs (consume model included) and consume progress (pop progress,
+config/consumer_offsets.json, and pull offsets, config/pull_offsets.json), and takes them:
+topics and groups exactly as the master has them, progress moved forward to the master's and
+never back, so that a message acked on the master before it died is not delivered again by the
+slave, and one acked on the slave while the master was away stays acked there. A master also
+sends them unasked after each of its topic or group changes, ahead of the log bytes that follow
+(``watch``, ha_connection.py).
 
 With authentication, the master's users and rules too (config/acl.json, secrets encrypted): a
 slave serving consumers while its master is away must know them. The brokers of a group share
@@ -17,6 +19,7 @@ from __future__ import annotations
 
 import json
 import logging
+from collections.abc import Callable
 from typing import Any
 
 from broker.auth.acl_store import AclFileError, AclStore
@@ -45,12 +48,23 @@ class SlaveSynchronize:
         self._pop_progress = pop_progress
         self._pull_offsets = pull_offsets
 
+    def watch(self, listener: Callable[[], None]) -> None:
+        """A master calls ``listener`` after every topic or group change, before any put can
+        use it: its HA connections then send a snapshot before more log bytes."""
+        self._topics.add_listener(listener)
+        self._groups.add_listener(listener)
+
     def snapshot(self) -> bytes:
         """A master's answer: its configs and progress as JSON."""
         data = {
             "topics": [tc.to_json() for tc in self._topics.list()],
             "groups": [
-                [gc.group_name, gc.consume_message_orderly, gc.retry_max_times]
+                [
+                    gc.group_name,
+                    gc.consume_message_orderly,
+                    gc.retry_max_times,
+                    gc.consume_broadcast_enable,
+                ]
                 for gc in self._groups.list()
             ],
             "pop_progress": self._pop_progress.saved(),
@@ -70,7 +84,11 @@ class SlaveSynchronize:
                 )
                 for t in data["topics"]
             ]
-            groups = [GroupConfig(str(g[0]), bool(g[1]), int(g[2])) for g in data["groups"]]
+            # A fourth field, the consume model, came later: a snapshot without it is clustering.
+            groups = [
+                GroupConfig(str(g[0]), bool(g[1]), int(g[2]), len(g) > 3 and bool(g[3]))
+                for g in data["groups"]
+            ]
             pop_progress = dict(data["pop_progress"])
             pull_offsets = dict(data["pull_offsets"])
         except (KeyError, TypeError, IndexError, json.JSONDecodeError) as e:
