@@ -169,6 +169,11 @@ class AdminClient:
             request.retry_max_times = retry_max_times
         return self.call(self._stub.CreateGroup, request, apb.CreateGroupResponse)
 
+    def delete_group(self, group: str) -> apb.DeleteGroupResponse:
+        return self.call(
+            self._stub.DeleteGroup, apb.DeleteGroupRequest(group=group), apb.DeleteGroupResponse
+        )
+
     def reset_offset(
         self, group: str, topic: str, to: str, timestamp_ms: int | None
     ) -> apb.ResetOffsetResponse:

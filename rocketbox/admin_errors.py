@@ -33,8 +33,9 @@ MQADMIN_EQUIVALENTS: dict[tuple[str, ...], str] = {
     ("topic", "list"): "mqadmin topicList -n <namesrv>",
     ("topic", "describe"): "mqadmin topicStatus -n <namesrv> -t <topic>",
     ("topic", "delete"): "mqadmin deleteTopic -n <namesrv> -c <cluster> -t <topic>",
-    ("group",): "mqadmin updateSubGroup, consumerProgress or resetOffsetByTime",
+    ("group",): "mqadmin updateSubGroup, consumerProgress, resetOffsetByTime or deleteSubGroup",
     ("group", "create"): "mqadmin updateSubGroup -n <namesrv> -c <cluster> -g <group>",
+    ("group", "delete"): "mqadmin deleteSubGroup -n <namesrv> -c <cluster> -g <group>",
     ("group", "list"): "mqadmin consumerProgress -n <namesrv>",
     ("group", "describe"): "mqadmin consumerProgress -n <namesrv> -g <group>",
     ("group", "reset-offset"): (

@@ -17,6 +17,7 @@ import grpc
 from broker.group_config import RETRY_MAX_TIMES_DEFAULT
 from rocketbox import admin_client as admin
 from rocketbox import admin_render as render
+from rocketbox import cluster_groups
 from rocketbox.admin_errors import (
     AdminCommand,
     AdminCommandError,
@@ -215,9 +216,9 @@ def flow_control(
     echo_answer(as_json, render.flow_control_to_dict(answer), text)
 
 
-@click.group(cls=AdminGroup, short_help="Create, list, describe and reset consumer groups.")
+@click.group(cls=AdminGroup, short_help="Create, list, describe, reset and delete consumer groups.")
 def group() -> None:
-    """Create, list and describe consumer groups, and move their consume offsets."""
+    """Create, list, describe and delete consumer groups, and move their consume offsets."""
 
 
 @group.command("list")
@@ -256,6 +257,7 @@ def group_describe(client: admin.AdminClient, as_json: bool, name: str) -> None:
     help="Every consumer receives every message, each with its own progress (default: the "
     "consumers share them). Fixed once created.",
 )
+@cluster_groups.cluster_wide
 @admin_command
 def group_create(
     client: admin.AdminClient,
@@ -264,11 +266,44 @@ def group_create(
     orderly: bool,
     retry_max_times: int | None,
     broadcast: bool,
+    namesrv: str | None,
+    cluster_name: str | None,
 ) -> None:
     """Create consumer group NAME. An existing group is refused, whatever its settings: its
-    consume model never changes under its consumers."""
-    g = client.create_group(name, orderly, retry_max_times, broadcast).group
-    echo_answer(as_json, render.group_to_dict(g), render.format_created_group(g))
+    consume model never changes under its consumers. With --namesrv, on every master of the
+    cluster; one that has the group with the same settings counts as done."""
+    if namesrv is None:
+        g = client.create_group(name, orderly, retry_max_times, broadcast).group
+        echo_answer(as_json, render.group_to_dict(g), render.format_created_group(g))
+        return
+    retries = RETRY_MAX_TIMES_DEFAULT if retry_max_times is None else retry_max_times
+    wanted = apb.Group(name=name, orderly=orderly, retry_max_times=retries, broadcast=broadcast)
+    cluster, masters = cluster_groups.cluster_masters(namesrv, client.deadline_s, cluster_name)
+    outcomes = cluster_groups.create_on_masters(masters, client.deadline_s, wanted)
+    cluster_groups.report(cluster_groups.CREATED, cluster, wanted, outcomes, as_json)
+
+
+@group.command("delete", short_help="Delete a consumer group (mqadmin's deleteSubGroup).")
+@click.argument("name")
+@cluster_groups.cluster_wide
+@admin_command
+def group_delete(
+    client: admin.AdminClient,
+    as_json: bool,
+    name: str,
+    namesrv: str | None,
+    cluster_name: str | None,
+) -> None:
+    """Delete consumer group NAME, so that it can be created again with other settings. Its
+    consume progress stays (a group created again continues it). Refused while a consumer of
+    the group is connected. With --namesrv, on every master of the cluster."""
+    if namesrv is None:
+        g = client.delete_group(name).group
+        echo_answer(as_json, render.group_to_dict(g), f"deleted group {g.name}")
+        return
+    cluster, masters = cluster_groups.cluster_masters(namesrv, client.deadline_s, cluster_name)
+    outcomes = cluster_groups.delete_on_masters(masters, client.deadline_s, name)
+    cluster_groups.report(cluster_groups.DELETED, cluster, apb.Group(name=name), outcomes, as_json)
 
 
 @group.command("reset-offset", short_help="Move a group's consume offsets: first, last or a time.")

@@ -276,6 +276,20 @@ class BrokerAdminService(broker_admin_pb2_grpc.BrokerAdminServicer):  # type: ig
             )
         return apb.CreateGroupResponse(group=to_pb_group(gc))
 
+    async def DeleteGroup(  # noqa: N802 - the protocol's method name
+        self, request: apb.DeleteGroupRequest, context: Context
+    ) -> apb.DeleteGroupResponse:
+        await self._refuse_writes(context)
+        gc = await self._configured_group(request.group, context)
+        if connected := self._clients.consumers_of(gc.group_name):
+            await context.abort(
+                grpc.StatusCode.FAILED_PRECONDITION,
+                f"group {gc.group_name!r} has {len(connected)} consumers connected: stop them "
+                "first (their next request would create the group again, with the defaults)",
+            )
+        await asyncio.to_thread(self._groups.delete, gc.group_name)  # gone already: the same
+        return apb.DeleteGroupResponse(group=to_pb_group(gc))
+
     async def ResetOffset(  # noqa: N802 - the protocol's method name
         self, request: apb.ResetOffsetRequest, context: Context
     ) -> apb.ResetOffsetResponse:

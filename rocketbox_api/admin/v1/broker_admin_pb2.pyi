@@ -330,6 +330,18 @@ class CreateGroupResponse(_message.Message):
     group: Group
     def __init__(self, group: _Optional[_Union[Group, _Mapping]] = ...) -> None: ...
 
+class DeleteGroupRequest(_message.Message):
+    __slots__ = ("group",)
+    GROUP_FIELD_NUMBER: _ClassVar[int]
+    group: str
+    def __init__(self, group: _Optional[str] = ...) -> None: ...
+
+class DeleteGroupResponse(_message.Message):
+    __slots__ = ("group",)
+    GROUP_FIELD_NUMBER: _ClassVar[int]
+    group: Group
+    def __init__(self, group: _Optional[_Union[Group, _Mapping]] = ...) -> None: ...
+
 class ResetOffsetRequest(_message.Message):
     __slots__ = ("group", "topic", "to", "timestamp_ms")
     GROUP_FIELD_NUMBER: _ClassVar[int]

@@ -89,6 +89,11 @@ class BrokerAdminStub:
                 request_serializer=rocketbox__api_dot_admin_dot_v1_dot_broker__admin__pb2.ResetOffsetRequest.SerializeToString,
                 response_deserializer=rocketbox__api_dot_admin_dot_v1_dot_broker__admin__pb2.ResetOffsetResponse.FromString,
                 _registered_method=True)
+        self.DeleteGroup = channel.unary_unary(
+                '/rocketbox.admin.v1.BrokerAdmin/DeleteGroup',
+                request_serializer=rocketbox__api_dot_admin_dot_v1_dot_broker__admin__pb2.DeleteGroupRequest.SerializeToString,
+                response_deserializer=rocketbox__api_dot_admin_dot_v1_dot_broker__admin__pb2.DeleteGroupResponse.FromString,
+                _registered_method=True)
         self.GetHAState = channel.unary_unary(
                 '/rocketbox.admin.v1.BrokerAdmin/GetHAState',
                 request_serializer=rocketbox__api_dot_admin_dot_v1_dot_broker__admin__pb2.GetHAStateRequest.SerializeToString,
@@ -196,11 +201,22 @@ class BrokerAdminServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def DeleteGroup(self, request, context):
+        """Removes a consumer group from the group table (RocketMQ's deleteSubGroup); it may then be
+        created again with other settings. Its consume progress stays: a group created again under
+        the name continues it. NOT_FOUND for a group not in the group table; FAILED_PRECONDITION
+        while a consumer of the group is connected (its next request would create the group again,
+        with the defaults, under it).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
     def GetHAState(self, request, context):
         """The broker's HA replication (issue #17): its role, the end of its commitlog, and as a master
         each connected slave's acknowledged offset, or as a slave its master's HA address and how
-        far behind it is. A SLAVE refuses CreateTopic, DeleteTopic, CreateGroup and ResetOffset with
-        FAILED_PRECONDITION: its configs and progress are its master's, copied.
+        far behind it is. A SLAVE refuses CreateTopic, DeleteTopic, CreateGroup, DeleteGroup and
+        ResetOffset with FAILED_PRECONDITION: its configs and progress are its master's, copied.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -263,6 +279,11 @@ def add_BrokerAdminServicer_to_server(servicer, server):
                     servicer.ResetOffset,
                     request_deserializer=rocketbox__api_dot_admin_dot_v1_dot_broker__admin__pb2.ResetOffsetRequest.FromString,
                     response_serializer=rocketbox__api_dot_admin_dot_v1_dot_broker__admin__pb2.ResetOffsetResponse.SerializeToString,
+            ),
+            'DeleteGroup': grpc.unary_unary_rpc_method_handler(
+                    servicer.DeleteGroup,
+                    request_deserializer=rocketbox__api_dot_admin_dot_v1_dot_broker__admin__pb2.DeleteGroupRequest.FromString,
+                    response_serializer=rocketbox__api_dot_admin_dot_v1_dot_broker__admin__pb2.DeleteGroupResponse.SerializeToString,
             ),
             'GetHAState': grpc.unary_unary_rpc_method_handler(
                     servicer.GetHAState,
@@ -567,6 +588,33 @@ class BrokerAdmin:
             '/rocketbox.admin.v1.BrokerAdmin/ResetOffset',
             rocketbox__api_dot_admin_dot_v1_dot_broker__admin__pb2.ResetOffsetRequest.SerializeToString,
             rocketbox__api_dot_admin_dot_v1_dot_broker__admin__pb2.ResetOffsetResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def DeleteGroup(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/rocketbox.admin.v1.BrokerAdmin/DeleteGroup',
+            rocketbox__api_dot_admin_dot_v1_dot_broker__admin__pb2.DeleteGroupRequest.SerializeToString,
+            rocketbox__api_dot_admin_dot_v1_dot_broker__admin__pb2.DeleteGroupResponse.FromString,
             options,
             channel_credentials,
             insecure,
