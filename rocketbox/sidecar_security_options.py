@@ -4,10 +4,14 @@ argument of the command: ``app_security`` (TLS of the listeners apps reach, the 
 sidecar's own credentials; ``rocketbox sidecar``).
 
 Secrets never come from a command-line value, which ``ps`` and shell histories show: the token
-from ``--token-file`` or ROCKETBOX_SIDECAR_TOKEN, the broker credentials from
+from ``--token-file`` or ROCKETBOX_SIDECAR_TOKEN, the apps' access keys of the RocketMQ front from
+``--front-credentials-file`` (access_key=/secret_key= pairs), the broker credentials from
 ``--broker-credentials-file`` (access_key=/secret_key= lines, rocketbox_api/credentials.py) or
 ROCKETBOX_BROKER_ACCESS_KEY and ROCKETBOX_BROKER_SECRET_KEY. They are read here, at the
 composition root, and errors name the option or the variable, never a value.
+
+A command with these options and ``--rocketmq-listen`` has its front's protection checked here,
+before anything starts (sidecar/security.py, ``front_refusal``).
 """
 
 from __future__ import annotations
@@ -23,7 +27,13 @@ import click
 
 from rocketbox_api.credentials import Credentials, CredentialsError, read_credentials
 from sidecar.channels import Endpoint
-from sidecar.security import TOKEN_ENV, SecurityConfigError, read_token
+from sidecar.security import (
+    TOKEN_ENV,
+    SecurityConfigError,
+    front_refusal,
+    read_front_credentials,
+    read_token,
+)
 
 BROKER_ACCESS_KEY_ENV = "ROCKETBOX_BROKER_ACCESS_KEY"
 BROKER_SECRET_KEY_ENV = "ROCKETBOX_BROKER_SECRET_KEY"  # noqa: S105 - a variable's name
@@ -37,6 +47,8 @@ class AppSecurity:
     tls_client_ca_file: Path | None = None
     api_token: str | None = field(default=None, repr=False)
     health_listen: Endpoint | None = None
+    front_credentials: tuple[Credentials, ...] = field(default=(), repr=False)
+    rocketmq_front_insecure: bool = False
 
     def config_fields(self) -> dict[str, Any]:
         """SidecarConfig's fields, by name."""
@@ -48,6 +60,8 @@ class AppSecurity:
             "api_token": self.api_token,
             "health_listen_host": health.host if health else None,
             "health_listen_port": health.port if health else 0,
+            "front_credentials": self.front_credentials,
+            "rocketmq_front_insecure": self.rocketmq_front_insecure,
         }
 
 
@@ -89,6 +103,12 @@ _APP_OPTIONS = (
     click.option("--token-file", type=_FILE, default=None,
                  help="Require 'authorization: Bearer <token>' on rocketbox.v1 calls, the token "
                  f"this file's first line (or {TOKEN_ENV}; health stays open)."),
+    click.option("--front-credentials-file", type=_FILE, default=None,
+                 help="Verify the RocketMQ signature of every call to the RocketMQ front against "
+                 "the apps' access keys: access_key=/secret_key= line pairs, one per app."),
+    click.option("--rocketmq-front-insecure", is_flag=True, default=False,
+                 help="Serve the RocketMQ front with no credentials checked while the sidecar's "
+                 "API is protected (any client that reaches it sends as the sidecar)."),
 )  # fmt: skip
 _HEALTH_OPTION = click.option(
     "--health-listen", default=None, metavar="HOST:PORT",
@@ -108,18 +128,33 @@ _BROKER_OPTIONS = (
 
 
 def app_security(kwargs: dict[str, Any], health: bool) -> AppSecurity:
-    """Pops the app options from ``kwargs``; reads the token."""
+    """Pops the app options from ``kwargs``; reads the token and the front's access keys, and
+    refuses a RocketMQ front (``kwargs``' ``rocketmq_listen``) the options leave unprotected."""
+    front_file: Path | None = kwargs.pop("front_credentials_file")
     try:
         token = read_token(kwargs.pop("token_file"), os.environ)
+        front = read_front_credentials(front_file) if front_file is not None else ()
     except SecurityConfigError as e:
         raise click.UsageError(str(e)) from e
-    return AppSecurity(
+    security = AppSecurity(
         kwargs.pop("tls_cert"),
         kwargs.pop("tls_key"),
         kwargs.pop("tls_client_ca"),
         token,
         _health_listen(kwargs.pop("health_listen")) if health else None,
+        front,
+        kwargs.pop("rocketmq_front_insecure"),
     )
+    refusal = front_refusal(
+        front_on=kwargs.get("rocketmq_listen") is not None,
+        api_token=security.api_token is not None,
+        client_ca=security.tls_client_ca_file is not None,
+        front_credentials=bool(security.front_credentials),
+        front_insecure=security.rocketmq_front_insecure,
+    )
+    if refusal is not None:
+        raise click.UsageError(refusal)
+    return security
 
 
 def broker_security(kwargs: dict[str, Any]) -> BrokerSecurity:

@@ -185,7 +185,10 @@ def up(
     ledger_path = Path(ledger).resolve() if ledger else None
     if broker_groups > 1 or slaves > 0:
         if app_security != AppSecurity():
-            raise click.UsageError("--tls-cert and a token are not offered with a local cluster")
+            raise click.UsageError(
+                "--tls-cert, a token and the front's credentials are not offered with a local "
+                "cluster"
+            )
         refuse_outbox_locked(url, "--outbox" if outbox_url else "--data-dir")
         run_async(run_up_cluster(up_cluster_plan(ctx), url, ledger_path))
         return

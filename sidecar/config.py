@@ -10,10 +10,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from outbox.entry import OutboxLimits
+from rocketbox_api.credentials import Credentials
 from sidecar.coalescer import CoalesceConfig
 from sidecar.health_log import STATE_LOG_INTERVAL_MS_DEFAULT
 from sidecar.ledger import ACK_LEDGER_FLUSH_INTERVAL_MS_DEFAULT
 from sidecar.producer import ProducerConfig
+from sidecar.security import front_refusal
 
 # A sidecar id, with ``/<incarnation>`` after it, is a lease owner (MySQL holds 255 characters).
 SIDECAR_ID_CHARS_MAX = 128
@@ -160,6 +162,11 @@ class SidecarConfig:
     tls_client_ca_file: Path | None = None
     # The bearer token every rocketbox.v1 and outbox admin call must carry; None: no check.
     api_token: str | None = field(default=None, repr=False)
+    # The apps' access keys the RocketMQ front verifies each call's signature against; empty: no
+    # check (sidecar/rocketmq_front/auth.py). A front checking nothing while the API is
+    # protected must be chosen by name (rocketmq_front_insecure; sidecar/security.py).
+    front_credentials: tuple[Credentials, ...] = field(default=(), repr=False)
+    rocketmq_front_insecure: bool = False
     # grpc.health.v1 alone, in plaintext, for probes that cannot speak TLS. None: off.
     health_listen_host: str | None = None
     health_listen_port: int = 0
@@ -197,6 +204,15 @@ class SidecarConfig:
             raise ValueError(
                 "tls_client_ca_file (--tls-client-ca) needs tls_cert_file (--tls-cert)"
             )
+        refusal = front_refusal(
+            front_on=self.rocketmq_listen_host is not None,
+            api_token=self.api_token is not None,
+            client_ca=self.tls_client_ca_file is not None,
+            front_credentials=bool(self.front_credentials),
+            front_insecure=self.rocketmq_front_insecure,
+        )
+        if refusal is not None:
+            raise ValueError(refusal)
         if self.ack_ledger_flush_interval_ms < 0:
             raise ValueError(
                 "ack_ledger_flush_interval_ms must be >= 0, "

@@ -10,8 +10,15 @@ an optional bearer token on rocketbox.v1, and TLS to the broker.
   another, is answered UNAUTHENTICATED; neither the answer nor the log line shows what was sent.
   The check is in each handler, wrapped once when the servicer is registered (``token_guarded``),
   not in an interceptor: without a token nothing is wrapped and a call pays nothing. Health stays
-  open (probes carry no credentials); the RocketMQ front's apps sign with RocketMQ's own
-  ``authorization``, which the front passes to the broker unchanged, so the token is not theirs.
+  open (probes carry no credentials). The official RocketMQ SDKs cannot send a bearer token
+  (their metadata is fixed, and ``authorization`` is their signature's), so the token is not the
+  RocketMQ front's.
+- The RocketMQ front verifies its apps' RocketMQ signatures against ``--front-credentials-file``
+  (access_key=/secret_key= pairs, one per app; sidecar/rocketmq_front/auth.py), or requires
+  their client certificates with ``--tls-client-ca``. While the sidecar's API is protected (a
+  token, or mTLS), a front protected by neither refuses to start (``front_refusal``) unless the
+  operator chose it by name, ``--rocketmq-front-insecure``: an open front would let any client
+  that reaches it send as the sidecar.
 - ``--health-listen`` serves grpc.health.v1 alone in plaintext: Kubernetes' gRPC probes cannot
   speak TLS, and must not need a client certificate.
 
@@ -25,6 +32,7 @@ import contextlib
 import hmac
 import inspect
 import logging
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -35,6 +43,7 @@ from cryptography import x509
 from cryptography.hazmat.primitives import serialization
 from google.protobuf.descriptor import ServiceDescriptor
 
+from rocketbox_api.credentials import Credentials
 from rocketbox_api.rate_limited_log import LOG_INTERVAL_S_DEFAULT, RateLimitedLog
 
 LOG = logging.getLogger(__name__)
@@ -46,12 +55,21 @@ PEM_FILE_BYTES_MAX = 1024 * 1024
 TOKEN_FILE_BYTES_MAX = 4096
 # A shorter token is guessable: refused at start.
 TOKEN_CHARS_MIN = 16
+# The apps' access keys of the RocketMQ front: a thousand apps' pairs fit.
+FRONT_CREDENTIALS_FILE_BYTES_MAX = 256 * 1024
+FRONT_CREDENTIALS_MAX = 1024
+# An access key a client's Credential= can carry: printable ASCII without spaces, ',' or '/'
+# (the parts of the authorization value around it), of a bounded length.
+ACCESS_KEY_PATTERN = re.compile(r"[!-+\--.0-~]{1,128}")
 # The options each file comes from, for errors a person can act on.
 OPTIONS = {
     "tls_cert_file": "--tls-cert",
     "tls_key_file": "--tls-key",
     "tls_client_ca_file": "--tls-client-ca",
     "tls_ca_file": "--broker-tls-ca",
+    "front_credentials": "--front-credentials-file",
+    "rocketmq_front_insecure": "--rocketmq-front-insecure",
+    "rocketmq_listen": "--rocketmq-listen",
 }
 MISSING_TOKEN = (
     "this sidecar requires a token: send the gRPC metadata 'authorization: Bearer <token>' "
@@ -163,6 +181,105 @@ def read_token(
     return token
 
 
+def read_front_credentials(
+    path: Path, option: str = OPTIONS["front_credentials"]
+) -> tuple[Credentials, ...]:
+    """The apps' access keys of the RocketMQ front: ``access_key=`` lines, each followed by its
+    ``secret_key=`` line (blank lines and ``#`` comments aside), one pair per app. Errors name
+    the file and the line, never a secret."""
+    raw = read_file(path, option, FRONT_CREDENTIALS_FILE_BYTES_MAX)
+    where = f"{option} {path}"
+    pairs: dict[str, str] = {}
+    access_key: str | None = None
+    number = 0
+    for number, text in enumerate(raw.decode(errors="replace").splitlines(), 1):
+        line = text.strip()
+        if not line or line.startswith("#"):
+            continue
+        key, sep, value = (part.strip() for part in line.partition("="))
+        if not sep or key not in ("access_key", "secret_key"):
+            raise SecurityConfigError(
+                f"{where}, line {number}: expected access_key=... or secret_key=..."
+            )
+        if key == "access_key":
+            if access_key is not None:
+                raise SecurityConfigError(
+                    f"{where}, line {number}: access key {access_key!r} has no secret_key= line"
+                )
+            if not ACCESS_KEY_PATTERN.fullmatch(value):
+                raise SecurityConfigError(
+                    f"{where}, line {number}: an access key is 1 to 128 printable ASCII "
+                    "characters without spaces, ',' or '/'"
+                )
+            if value in pairs:
+                raise SecurityConfigError(
+                    f"{where}, line {number}: access key {value!r} is given twice"
+                )
+            access_key = value
+        elif access_key is None:
+            raise SecurityConfigError(
+                f"{where}, line {number}: secret_key= before its access_key= line"
+            )
+        elif not value:
+            raise SecurityConfigError(f"{where}, line {number}: the secret key is empty")
+        else:
+            pairs[access_key], access_key = value, None
+            if len(pairs) > FRONT_CREDENTIALS_MAX:
+                raise SecurityConfigError(f"{where}: more than {FRONT_CREDENTIALS_MAX} access keys")
+    if access_key is not None:
+        raise SecurityConfigError(
+            f"{where}, line {number}: access key {access_key!r} has no secret_key= line"
+        )
+    if not pairs:
+        raise SecurityConfigError(f"{where}: no access_key= and secret_key= pair in it")
+    return tuple(Credentials(k, v) for k, v in pairs.items())
+
+
+def front_refusal(
+    *,
+    front_on: bool,
+    api_token: bool,
+    client_ca: bool,
+    front_credentials: bool,
+    front_insecure: bool,
+) -> str | None:
+    """Why the RocketMQ front's protection cannot be started as configured, in one sentence
+    naming the options; None when it can. The one rule for ``rocketbox sidecar``, ``rocketbox
+    up`` and SidecarConfig."""
+    o = OPTIONS
+    named = [
+        o[name]
+        for name, given in (
+            ("front_credentials", front_credentials),
+            ("rocketmq_front_insecure", front_insecure),
+        )
+        if given
+    ]
+    if not front_on and named:
+        verb = "are" if len(named) > 1 else "is"
+        return (
+            f"{' and '.join(named)} {verb} for the RocketMQ front, which is off: turn it on "
+            f"with {o['rocketmq_listen']} HOST:PORT"
+        )
+    if front_insecure and (front_credentials or client_ca):
+        checks = o["front_credentials"] if front_credentials else o["tls_client_ca_file"]
+        return (
+            f"{o['rocketmq_front_insecure']} says the RocketMQ front checks no credentials, but "
+            f"{checks} makes it check them: give one or the other"
+        )
+    api_protected = api_token or client_ca
+    front_protected = front_credentials or client_ca
+    if front_on and api_protected and not front_protected and not front_insecure:
+        return (
+            "the sidecar's API requires a token but its RocketMQ front "
+            f"({o['rocketmq_listen']}) would take any client's sends unchecked: give the apps' "
+            f"RocketMQ access keys with {o['front_credentials']}, require client certificates "
+            f"with {o['tls_client_ca_file']}, turn the front off with {o['rocketmq_listen']} "
+            f"off, or choose an open front with {o['rocketmq_front_insecure']}"
+        )
+    return None
+
+
 class TokenGuard:
     """Checks ``authorization: Bearer <token>`` inside each handler of the services it wraps."""
 
@@ -226,6 +343,8 @@ __all__ = [
     "ServerTls",
     "TokenGuard",
     "broker_channel_credentials",
+    "front_refusal",
     "read_file",
+    "read_front_credentials",
     "read_token",
 ]

@@ -1,6 +1,14 @@
-"""The RocketMQ front's own gRPC server, beside the sidecar's (``--rocketmq-listen``)."""
+"""The RocketMQ front's own gRPC server, beside the sidecar's (``--rocketmq-listen``).
+
+Its protection (sidecar/security.py, ``front_refusal``): the apps' signatures verified with
+``--front-credentials-file`` (auth.py), and/or their client certificates required by the TLS it
+shares with the sidecar's API (``--tls-client-ca``). A front with neither, chosen by name with
+``--rocketmq-front-insecure``, says so at WARNING each time it starts.
+"""
 
 from __future__ import annotations
+
+import logging
 
 import grpc
 from prometheus_client import Counter
@@ -10,6 +18,7 @@ from sidecar.app_server import app_facing_server
 from sidecar.channels import Endpoint
 from sidecar.config import SidecarConfig
 from sidecar.producer import Producer
+from sidecar.rocketmq_front.auth import FrontAuth
 from sidecar.rocketmq_front.forward import Forwarder
 from sidecar.rocketmq_front.route import FrontRoutes
 from sidecar.rocketmq_front.send import FrontSend
@@ -17,6 +26,8 @@ from sidecar.rocketmq_front.service import front_handler, spb, typed_unary
 from sidecar.rocketmq_front.telemetry import TelemetryRelay
 from sidecar.rocketmq_front.upstream import Upstream
 from sidecar.server import SidecarService
+
+LOG = logging.getLogger(__name__)
 
 
 def front_server(
@@ -44,6 +55,13 @@ def front_server(
         "NotifyClientTermination": forwarder.lifecycle("NotifyClientTermination"),
         "EndTransaction": forwarder.unary("EndTransaction"),
     }
+    auth = FrontAuth(config.front_credentials) if config.front_credentials else None
+    if config.rocketmq_front_insecure:
+        LOG.warning(
+            "the RocketMQ front checks no credentials (--rocketmq-front-insecure): any client "
+            "that reaches it sends as this sidecar; protect it with --front-credentials-file "
+            "or --tls-client-ca"
+        )
     server = app_facing_server(config)
-    server.add_generic_rpc_handlers((front_handler(forwarder, own),))
+    server.add_generic_rpc_handlers((front_handler(forwarder, own, auth),))
     return server
