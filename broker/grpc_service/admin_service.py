@@ -284,7 +284,7 @@ class BrokerAdminService(broker_admin_pb2_grpc.BrokerAdminServicer):  # type: ig
         if connected := self._clients.consumers_of(gc.group_name):
             await context.abort(
                 grpc.StatusCode.FAILED_PRECONDITION,
-                f"group {gc.group_name!r} has {len(connected)} consumers connected: stop them "
+                f"group {gc.group_name!r} has consumers connected ({len(connected)}): stop them "
                 "first (their next request would create the group again, with the defaults)",
             )
         await asyncio.to_thread(self._groups.delete, gc.group_name)  # gone already: the same
