@@ -25,7 +25,13 @@ from pathlib import Path
 
 from broker.state_file import read_json, write_json_atomic
 from broker.store.errors import MessageIllegalError
-from rocketbox_api.message_rules import DLQ_TOPIC_PREFIX, name_fault
+from rocketbox_api.message_rules import (
+    DLQ_TOPIC_PREFIX,
+    SYSTEM_GROUP_RULE,
+    is_system_group,
+    name_fault,
+    shown,
+)
 from rocketbox_api.names import GROUP_LENGTH_MAX
 
 LOG = logging.getLogger(__name__)
@@ -58,10 +64,13 @@ def model_name(gc: GroupConfig) -> str:
 
 def validate_group_name(group: str) -> None:
     """RocketMQ's name rule, told as CreateTopic tells a topic's (``name_fault``): a name over
-    its length is not quoted back, so no answer outgrows what gRPC lets an error carry."""
+    its length is not quoted back, so no answer outgrows what gRPC lets an error carry. System
+    groups (rocketbox_api/message_rules.py) are refused, as the gRPC edge refuses them."""
     fault = name_fault(group, GROUP_LENGTH_MAX)
     if fault is not None:
         raise MessageIllegalError("group", *fault)
+    if is_system_group(group):
+        raise MessageIllegalError("group", SYSTEM_GROUP_RULE, f"{shown(group)} is a system group")
 
 
 class GroupConfigManager:

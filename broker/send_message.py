@@ -26,7 +26,7 @@ from broker.topic_config import (
     TopicMessageType,
 )
 from broker.transaction_message import TransactionalMessageService, make_transaction_id
-from rocketbox_api.message_rules import SYSTEM_TOPIC_PREFIXES
+from rocketbox_api.message_rules import is_system_topic
 
 
 @dataclass(slots=True)
@@ -75,7 +75,7 @@ class SendMessageService:
         tc = self._topics.find(topic)
         if tc is not None:
             return tc
-        if topic.startswith(SYSTEM_TOPIC_PREFIXES):
+        if is_system_topic(topic):
             # A dead-letter queue a consumer asks for before any message was dead-lettered:
             # system topics are created by the broker when it needs them, never on first use.
             raise TopicNotFoundError(f"topic {topic!r} does not exist (yet): a system topic")

@@ -16,7 +16,7 @@ from pathlib import Path
 from broker.errors import TopicExistsError, TopicNotFoundError
 from broker.state_file import read_json, write_json_atomic
 from broker.store.errors import MessageIllegalError
-from rocketbox_api.message_rules import SYSTEM_TOPIC_PREFIXES, name_fault
+from rocketbox_api.message_rules import SYSTEM_TOPIC_PREFIXES, is_system_topic, name_fault
 from rocketbox_api.names import TOPIC_LENGTH_MAX
 
 LOG = logging.getLogger(__name__)
@@ -54,9 +54,11 @@ def validate_topic_name(topic: str, allow_system: bool = False) -> None:
     fault = name_fault(topic, TOPIC_LENGTH_MAX)
     if fault is not None:
         raise MessageIllegalError("topic", *fault)
-    if not allow_system and topic.startswith(SYSTEM_TOPIC_PREFIXES):
+    if not allow_system and is_system_topic(topic):
         raise MessageIllegalError(
-            "topic", f"no system prefix {SYSTEM_TOPIC_PREFIXES}", f"{topic!r} is a system topic"
+            "topic",
+            f"no system prefix {SYSTEM_TOPIC_PREFIXES} nor name such as TBW102",
+            f"{topic!r} is a system topic",
         )
 
 

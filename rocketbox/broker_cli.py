@@ -19,10 +19,10 @@ import click
 from broker.broker_controller import BrokerController
 from broker.config import BrokerConfig
 from broker.errors import BackgroundTaskError, BrokerError
-from broker.group_config import RETRY_MAX_TIMES_DEFAULT
+from broker.group_config import RETRY_MAX_TIMES_DEFAULT, validate_group_name
 from broker.store.config import FlushDiskType, MessageStoreConfig
-from broker.store.errors import StoreError, StoreLockedError
-from broker.topic_config import TopicMessageType
+from broker.store.errors import MessageIllegalError, StoreError, StoreLockedError
+from broker.topic_config import TopicMessageType, validate_topic_name
 from outbox.factory import redact
 from rocketbox.broker_security_options import SecurityOptions, security_options
 from rocketbox.cluster_options import ClusterOptions, cluster_options
@@ -177,7 +177,7 @@ def broker(
         )
         topic_specs = [parse_topic_spec(spec) for spec in topics]
         group_specs = [parse_group_spec(spec) for spec in groups]
-    except (BrokerError, ValueError) as e:
+    except (BrokerError, MessageIllegalError, ValueError) as e:
         raise click.BadParameter(str(e)) from e
     refuse_locked(store_config.lock_file_path, "--data-dir")
     refuse_taken(broker_addresses(config, BROKER_LISTEN_OPTIONS))
@@ -201,6 +201,7 @@ def parse_topic_spec(spec: str) -> tuple[str, int | None, TopicMessageType]:
         raise ValueError(f"--topic {spec!r}: NAME[:QUEUES[:TYPE]]")
     queues = int(parts[1]) if len(parts) > 1 and parts[1] else None
     kind = TopicMessageType(parts[2].upper()) if len(parts) > 2 else TopicMessageType.MIXED
+    validate_topic_name(parts[0])  # before the store opens: one line, no traceback
     return parts[0], queues, kind
 
 
@@ -225,6 +226,7 @@ def parse_group_spec(spec: str) -> GroupSpec:
     if len(set(words)) != len(words) or len(numbers) > 1:
         raise ValueError(f"--group {spec!r}: {_GROUP_SPEC_FORM}")
     retries = numbers[0] if numbers else RETRY_MAX_TIMES_DEFAULT
+    validate_group_name(name)
     return GroupSpec(name, "orderly" in words, retries, "broadcast" in words)
 
 

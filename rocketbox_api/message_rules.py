@@ -13,8 +13,9 @@ SendMessageActivity), the property names MessageConst reserves (its STRING_HASH_
 5.3.3), and the system topic prefixes. In the order they are checked (the first fault is the one
 named), with the Code the proxy answers:
 
-- topic: 1..TOPIC_LENGTH_MAX characters of NAME_CHARACTERS, none of SYSTEM_TOPIC_PREFIXES
-  (ILLEGAL_TOPIC);
+- topic: 1..TOPIC_LENGTH_MAX characters of NAME_CHARACTERS, not a system topic: none of
+  SYSTEM_TOPIC_PREFIXES nor SYSTEM_TOPIC_NAMES (TopicValidator's set, TBW102 among them), in a
+  namespace too (ILLEGAL_TOPIC);
 - body: 1..BODY_BYTES_MAX bytes, the broker's ``message_size_bytes_max`` (MESSAGE_BODY_EMPTY,
   MESSAGE_BODY_TOO_LARGE);
 - tag: not blank, no '|', no control characters (ILLEGAL_MESSAGE_TAG);
@@ -32,15 +33,20 @@ named), with the Code the proxy answers:
 - message_id: 1..MESSAGE_ID_LENGTH_MAX characters, no whitespace or control characters
   (ILLEGAL_MESSAGE_ID).
 
+A consumer group's name (``group_fault``, ILLEGAL_CONSUMER_GROUP): 1..GROUP_LENGTH_MAX characters
+of NAME_CHARACTERS, none of SYSTEM_GROUP_PREFIXES.
+
 Control characters are Java's ``Character.isISOControl``, which the proxy applies: C0, DEL and
 C1 (U+0080..U+009F). Blank means nothing but whitespace.
 
-Beyond RocketMQ: KEYS_COUNT_MAX (each key is an index entry), the past bound of a delivery time
-(a delay message whose time has passed is delivered at once; one a sidecar spooled through a long
-outage may be that late, one from years ago is a broken client), and the message id's
-characters. One exception is rocketbox's broker's own: it takes RocketMQ's 18 delay levels as a
-user property DELAY (``delay_level_allowed``), which a RocketMQ proxy refuses as reserved. The
-sidecar refuses it too, since it may be sending to a RocketMQ cluster.
+Beyond RocketMQ: a group named with the prefix of a retry or dead-letter topic (RocketMQ's charset
+lets one through, but its retry topic would be ``%RETRY%%RETRY%x``, and a namespace is put inside
+such a prefix, making it another group), KEYS_COUNT_MAX (each key is an index entry), the past
+bound of a delivery time (a delay message whose time has passed is delivered at once; one a
+sidecar spooled through a long outage may be that late, one from years ago is a broken client),
+and the message id's characters. One exception is rocketbox's broker's own: it takes RocketMQ's
+18 delay levels as a user property DELAY (``delay_level_allowed``), which a RocketMQ proxy
+refuses as reserved. The sidecar refuses it too, since it may be sending to a RocketMQ cluster.
 
 Where the broker's limit is configurable, the default is here and the broker passes its value
 in. A fault's ``reason`` names the value and the limit; a count or size over its limit reads
@@ -55,7 +61,13 @@ import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from rocketbox_api.names import NAME_CHARACTERS, NAME_PATTERN, TOPIC_LENGTH_MAX
+from rocketbox_api.names import (
+    GROUP_LENGTH_MAX,
+    NAME_CHARACTERS,
+    NAME_PATTERN,
+    NAMESPACE_SEPARATOR,
+    TOPIC_LENGTH_MAX,
+)
 
 MIB = 1024 * 1024
 HOUR_MS = 3600 * 1000
@@ -79,6 +91,20 @@ DLQ_TOPIC_PREFIX = "%DLQ%"
 # Topics the broker keeps for itself (retry, dead letter, timers, transactions).
 SYSTEM_TOPIC_PREFIXES = (RETRY_TOPIC_PREFIX, DLQ_TOPIC_PREFIX, "rmq_sys_", "RMQ_SYS_",
                          "SCHEDULE_TOPIC")  # fmt: skip
+# RocketMQ's TopicValidator.SYSTEM_TOPIC_SET (5.3): topics its brokers keep, which its proxy
+# refuses to clients ("cannot access system topic"). TBW102 is the template auto-created topics
+# are copied from; some of the rest a prefix above covers already.
+SYSTEM_TOPIC_NAMES = frozenset(
+    {
+        "TBW102", "SCHEDULE_TOPIC_XXXX", "BenchmarkTest", "RMQ_SYS_TRANS_HALF_TOPIC",
+        "RMQ_SYS_TRACE_TOPIC", "RMQ_SYS_TRANS_OP_HALF_TOPIC", "TRANS_CHECK_MAX_TIME_TOPIC",
+        "SELF_TEST_TOPIC", "OFFSET_MOVED_EVENT", "CHECKPOINT_TOPIC",
+    }
+)  # fmt: skip
+# RocketMQ's system consumer groups (MixAll.CID_RMQ_SYS_PREFIX, "cannot use system consumer
+# group"), and the prefixes of the topics a group's name makes (the module docstring).
+SYSTEM_GROUP_PREFIXES = ("CID_RMQ_SYS_", RETRY_TOPIC_PREFIX, DLQ_TOPIC_PREFIX)
+SYSTEM_GROUP_RULE = f"no prefix of {', '.join(SYSTEM_GROUP_PREFIXES)}"
 
 DELAY_LEVEL_PROPERTY = "DELAY"
 DELAY_LEVEL_MAX = 18
@@ -151,11 +177,37 @@ def topic_fault(topic: str, dead_letter_allowed: bool = False) -> Fault | None:
     if fault is not None:
         limit, detail = fault
         return Fault("topic", "ILLEGAL_TOPIC", f"{detail} (limit: {limit})")
-    if topic.startswith(SYSTEM_TOPIC_PREFIXES) and not (
-        dead_letter_allowed and topic.startswith(DLQ_TOPIC_PREFIX)
-    ):
+    if is_system_topic(topic) and not (dead_letter_allowed and topic.startswith(DLQ_TOPIC_PREFIX)):
         return Fault("topic", "ILLEGAL_TOPIC", f"{shown(topic)} is a system topic")
     return None
+
+
+def is_system_topic(topic: str) -> bool:
+    """RocketMQ's system topics, also as the NAME of a stored ``NAMESPACE%NAME``: its proxy never
+    puts a system topic in a namespace, so it refuses TBW102 whatever the client's namespace."""
+    return _reserved(topic, SYSTEM_TOPIC_PREFIXES, SYSTEM_TOPIC_NAMES)
+
+
+def group_fault(group: str) -> Fault | None:
+    """A consumer group's name (stored, with its namespace) a client may use."""
+    fault = name_fault(group, GROUP_LENGTH_MAX)
+    if fault is not None:
+        limit, detail = fault
+        return Fault("group", "ILLEGAL_CONSUMER_GROUP", f"{detail} (limit: {limit})")
+    if is_system_group(group):
+        reason = f"{shown(group)} is a system group (limit: {SYSTEM_GROUP_RULE})"
+        return Fault("group", "ILLEGAL_CONSUMER_GROUP", reason)
+    return None
+
+
+def is_system_group(group: str) -> bool:
+    """As ``is_system_topic``: RocketMQ's proxy never namespaces a system group either."""
+    return _reserved(group, SYSTEM_GROUP_PREFIXES)
+
+
+def _reserved(name: str, prefixes: tuple[str, ...], names: frozenset[str] = frozenset()) -> bool:
+    bare = name.rpartition(NAMESPACE_SEPARATOR)[2]
+    return name.startswith(prefixes) or bare.startswith(prefixes) or bare in names
 
 
 def message_fault(

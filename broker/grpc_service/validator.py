@@ -25,11 +25,10 @@ from rocketbox_api.message_rules import (
     DELAY_LEVEL_PROPERTY,
     RESERVED_PROPERTY_NAMES,
     Fault,
+    group_fault,
     message_fault,
-    name_fault,
     topic_fault,
 )
-from rocketbox_api.names import GROUP_LENGTH_MAX
 
 # What the store manages is never a client's to set (the DELAY level aside, see the table).
 assert SYSTEM_PROPERTY_NAMES <= RESERVED_PROPERTY_NAMES, "a store property is not reserved"
@@ -57,10 +56,9 @@ def validate_topic(name: str, allow_dead_letter: bool = False) -> None:
 
 
 def validate_group(name: str) -> None:
-    fault = name_fault(name, GROUP_LENGTH_MAX)
+    fault = group_fault(name)
     if fault is not None:
-        limit, detail = fault
-        raise ProtocolError(Code.ILLEGAL_CONSUMER_GROUP, f"group: {detail} (limit: {limit})")
+        raise _refusal(fault)
 
 
 def message_type_of(msg: pb.Message) -> TopicMessageType:

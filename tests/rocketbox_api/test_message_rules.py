@@ -188,7 +188,8 @@ TOPICS = mostly(
         st.sampled_from(
             ["t" * TOPIC_LENGTH_MAX, "t" * (TOPIC_LENGTH_MAX + 1), "", "a b", "ns|T", "é",
              "Orders\n", "Orders\x85", "%DLQ%g", "%RETRY%g", "rmq_sys_x", "RMQ_SYS_X",
-             "SCHEDULE_TOPIC_X", "%ns%Orders"]
+             "SCHEDULE_TOPIC_X", "%ns%Orders", "TBW102", "ns%TBW102", "BenchmarkTest",
+             "ns%rmq_sys_x"]
         ),
         st.text(st.sampled_from("%abZ09_-| é"), min_size=1, max_size=8),
     ),

@@ -7,6 +7,8 @@ beside them is SPOOLED; so is each other case the sidecar and the broker disagre
 control character in a tag, a property name only the broker reserved, a SCHEDULE_TOPIC topic),
 in one SendBatch that answers each; and the outbox holds the good message alone. A topic that
 fits alone but not with the sidecar's namespace before it (the broker's stored name) is REJECTED.
+So is a topic RocketMQ keeps for itself by name (TBW102, BenchmarkTest), with the sidecar's
+namespace or without: Send's status is INVALID_ARGUMENT naming the topic.
 """
 
 from __future__ import annotations
@@ -113,6 +115,35 @@ def test_a_topic_too_long_with_the_sidecar_s_namespace_is_rejected_not_spooled(
         assert outcome(refused) == "rejected", refused
         assert refused.rejected.field == "topic", refused
         assert f"limit: {TOPIC_LENGTH_MAX}" in refused.rejected.reason, refused
+        sidecar.stop()
+        assert spooled_ids(sidecar) == [good.message_id]
+    finally:
+        sidecar.kill()
+
+
+@pytest.mark.parametrize("namespace", ["", "shop"], ids=["no-namespace", "namespace"])
+def test_a_system_topic_by_name_is_rejected_not_spooled(
+    broker: BrokerProcess, tmp_path: Path, namespace: str
+) -> None:
+    args = (f"--namespace={namespace}",) if namespace else ()
+    sidecar = SidecarProcess(broker.endpoint, f"rocksdb://{tmp_path / 'outbox'}", *args)
+    broker.stop()
+    system = ("TBW102", "BenchmarkTest", "CHECKPOINT_TOPIC")
+    try:
+        with sidecar.client() as stub:
+            batch = stub.SendBatch(
+                api.SendBatchRequest(messages=[message("Orders"), *map(message, system)])
+            )
+            with pytest.raises(grpc.RpcError) as raised:
+                send(stub, message("TBW102"))
+        good, *refused = batch.results
+        assert outcome(good) == "spooled", good
+        for topic, result in zip(system, refused, strict=True):
+            assert outcome(result) == "rejected", (topic, result)
+            assert result.rejected.field == "topic", result
+            assert "is a system topic" in result.rejected.reason, result
+        assert raised.value.code() == grpc.StatusCode.INVALID_ARGUMENT, raised.value
+        assert (raised.value.details() or "").startswith("topic: "), raised.value
         sidecar.stop()
         assert spooled_ids(sidecar) == [good.message_id]
     finally:
