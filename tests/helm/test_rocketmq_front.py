@@ -9,6 +9,12 @@ address at the chosen port (the kubelet and other pods reach the pod's IP; the a
 127.0.0.1), ``--rocketmq-advertise`` only when set, a ``rocketmq`` container port and Service
 port, the Service kept (without the metrics label) when metrics are off; NOTES name
 127.0.0.1:<port>.
+
+Who may call the front: with sidecar.security.token on, the chart renders the front only
+protected, by the apps' access keys (credentialsSecret, mounted read-only and passed as
+--front-credentials-file) or by mTLS (clientCaSecret), or open by name (insecure:
+--rocketmq-front-insecure); otherwise it fails naming the three values, as it fails an insecure
+front beside a check. Without a token the front renders as before.
 """
 
 from __future__ import annotations
@@ -82,3 +88,83 @@ def test_the_install_notes_name_the_endpoint_an_app_switches_to(helm: Helm) -> N
     notes = " ".join(on.stdout[on.stdout.index("NOTES:") :].split())
     assert "RocketMQ front: an app on an official RocketMQ 5 SDK keeps its code" in notes
     assert "sets its endpoint to 127.0.0.1:8982" in notes
+
+
+TOKEN_ON = [*FRONT_ON, "sidecar.security.token.existingSecret=sidecar-token"]
+CREDENTIALS_FLAG = "--front-credentials-file=/etc/rocketbox/sidecar/front-credentials/credentials"
+
+
+def test_a_front_beside_a_token_renders_only_protected(helm: Helm) -> None:
+    done = helm.template(CHART, sets=TOKEN_ON)
+    assert done.returncode != 0
+    message = " ".join(done.stderr.split())
+    assert "the RocketMQ front would take any client's sends unchecked" in message
+    for value in (
+        "sidecar.rocketmq.credentialsSecret",
+        "sidecar.security.tls.clientCaSecret",
+        "sidecar.rocketmq.insecure=true",
+    ):
+        assert value in message
+
+
+def test_the_apps_access_keys_are_mounted_from_their_secret(helm: Helm) -> None:
+    sets = [*TOKEN_ON, "sidecar.rocketmq.credentialsSecret=orders-apps"]
+    docs = parse(helm.render(CHART, sets=sets))
+    sidecar = sidecar_of(docs)
+    assert CREDENTIALS_FLAG in sidecar["args"]
+    assert "--rocketmq-front-insecure" not in sidecar["args"]
+    mount = by_name(sidecar["volumeMounts"], "rocketbox-front-credentials")
+    assert mount == {
+        "name": "rocketbox-front-credentials",
+        "mountPath": "/etc/rocketbox/sidecar/front-credentials",
+        "readOnly": True,
+    }
+    pod = find(docs, "Deployment", APP)["spec"]["template"]["spec"]
+    volume = by_name(pod["volumes"], "rocketbox-front-credentials")
+    assert volume["secret"]["secretName"] == "orders-apps"
+    key = [*sets, "sidecar.rocketmq.credentialsKey=apps"]
+    args = sidecar_of(parse(helm.render(CHART, sets=key)))["args"]
+    assert "--front-credentials-file=/etc/rocketbox/sidecar/front-credentials/apps" in args
+
+
+@pytest.mark.parametrize(
+    ("protection", "flag"),
+    [
+        (
+            ["sidecar.security.tls.existingSecret=tls", "sidecar.security.tls.clientCaSecret=ca"],
+            None,
+        ),
+        (["sidecar.rocketmq.insecure=true"], "--rocketmq-front-insecure"),
+    ],
+)
+def test_mtls_or_the_insecure_choice_by_name_also_render(
+    helm: Helm, protection: list[str], flag: str | None
+) -> None:
+    args = sidecar_of(parse(helm.render(CHART, sets=[*TOKEN_ON, *protection])))["args"]
+    assert not [a for a in args if a.startswith("--front-credentials-file")]
+    assert (flag in args) if flag else not [a for a in args if a.startswith("--rocketmq-front")]
+
+
+def test_an_insecure_front_beside_a_check_fails(helm: Helm) -> None:
+    sets = [*FRONT_ON, "sidecar.rocketmq.insecure=true", "sidecar.rocketmq.credentialsSecret=a"]
+    done = helm.template(CHART, sets=sets)
+    assert done.returncode != 0
+    assert "sidecar.rocketmq.insecure=true says the RocketMQ front checks no credentials" in (
+        " ".join(done.stderr.split())
+    )
+
+
+def test_without_a_token_the_front_renders_open_and_its_options_only_when_on(helm: Helm) -> None:
+    args = sidecar_of(parse(helm.render(CHART, sets=FRONT_ON)))["args"]
+    assert not [a for a in args if a.startswith(("--front-credentials", "--rocketmq-front"))]
+    off = ["exampleApp.enabled=true", "sidecar.rocketmq.credentialsSecret=orders-apps"]
+    sidecar = sidecar_of(parse(helm.render(CHART, sets=off)))
+    assert not [a for a in sidecar["args"] if a.startswith("--front-credentials")]
+    assert "rocketbox-front-credentials" not in [m["name"] for m in sidecar["volumeMounts"]]
+
+
+@pytest.mark.parametrize("version", KUBERNETES_VERSIONS)
+def test_a_protected_front_validates(helm: Helm, version: str, tmp_path: Path) -> None:
+    sets = [*TOKEN_ON, "sidecar.rocketmq.credentialsSecret=orders-apps"]
+    docs = parse(helm.render(CHART, sets=sets))
+    kubernetes_validate(without_custom_kinds(docs), version, tmp_path)

@@ -55,6 +55,31 @@ TLS is on (the kubelet's gRPC probes cannot speak TLS). Takes the sidecar's valu
 {{- end }}
 {{- end -}}
 
+{{/* The RocketMQ front's args: its address, and who may call it (docs/rocketmq-front.md). A
+front of a sidecar with a token is protected by the apps' access keys or by mTLS, or left open
+by name (insecure): the rule of `rocketbox sidecar`, failed here at render rather than in a pod
+that cannot start. Takes the sidecar's values. */}}
+{{- define "rocketbox.sidecar.rocketmqArgs" -}}
+{{- $front := .rocketmq -}}
+{{- $sec := .security -}}
+{{- if and $sec.token.existingSecret (not $sec.tls.clientCaSecret) (not $front.credentialsSecret) (not $front.insecure) -}}
+{{- fail "sidecar.rocketmq.enabled with sidecar.security.token: the RocketMQ front would take any client's sends unchecked. Set sidecar.rocketmq.credentialsSecret to a Secret with the apps' access keys (access_key=/secret_key= line pairs, key sidecar.rocketmq.credentialsKey), require client certificates with sidecar.security.tls.clientCaSecret, or set sidecar.rocketmq.insecure=true to accept an open front." -}}
+{{- end -}}
+{{- if and $front.insecure (or $front.credentialsSecret $sec.tls.clientCaSecret) -}}
+{{- fail "sidecar.rocketmq.insecure=true says the RocketMQ front checks no credentials, but sidecar.rocketmq.credentialsSecret or sidecar.security.tls.clientCaSecret makes it check them: set one or the other." -}}
+{{- end -}}
+- {{ printf "--rocketmq-listen=0.0.0.0:%d" (int $front.port) | quote }}
+{{- with $front.advertise }}
+- {{ printf "--rocketmq-advertise=%s" . | quote }}
+{{- end }}
+{{- with $front.credentialsSecret }}
+- {{ printf "--front-credentials-file=%s/front-credentials/%s" (include "rocketbox.sidecar.securityPath" $) ($front.credentialsKey | default "credentials") | quote }}
+{{- end }}
+{{- if $front.insecure }}
+- "--rocketmq-front-insecure"
+{{- end }}
+{{- end -}}
+
 {{/* The Secrets the sidecar reads, as (volume name, Secret, mount directory) triples. */}}
 {{- define "rocketbox.sidecar.securityVolumes" -}}
 {{- $sec := .security -}}
@@ -63,6 +88,7 @@ TLS is on (the kubelet's gRPC probes cannot speak TLS). Takes the sidecar's valu
 {{- if $sec.tls.clientCaSecret }}{{ $volumes = append $volumes (list "rocketbox-client-ca" $sec.tls.clientCaSecret "client-ca") }}{{ end -}}
 {{- if $sec.token.existingSecret }}{{ $volumes = append $volumes (list "rocketbox-token" $sec.token.existingSecret "token") }}{{ end -}}
 {{- if $sec.broker.caSecret }}{{ $volumes = append $volumes (list "rocketbox-broker-ca" $sec.broker.caSecret "broker-ca") }}{{ end -}}
+{{- if and .rocketmq.enabled .rocketmq.credentialsSecret }}{{ $volumes = append $volumes (list "rocketbox-front-credentials" .rocketmq.credentialsSecret "front-credentials") }}{{ end -}}
 {{- toJson $volumes -}}
 {{- end -}}
 
@@ -132,10 +158,7 @@ admin's credentials when sidecar.security.broker.credentialsSecret names none).
     - {{ printf "--metrics-listen=0.0.0.0:%d" (int $s.metricsPort) | quote }}
     {{- end }}
     {{- if $s.rocketmq.enabled }}
-    - {{ printf "--rocketmq-listen=0.0.0.0:%d" (int $s.rocketmq.port) | quote }}
-    {{- with $s.rocketmq.advertise }}
-    - {{ printf "--rocketmq-advertise=%s" . | quote }}
-    {{- end }}
+    {{- include "rocketbox.sidecar.rocketmqArgs" $s | nindent 4 }}
     {{- end }}
     {{- with $s.lookupNamesrv }}
     - {{ printf "--lookup-namesrv=%s" . | quote }}
