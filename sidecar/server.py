@@ -10,6 +10,7 @@ calls around it only route answers:
   limits (messages, bytes), checked before any message is started; once one may be stored, never;
 - SendStream: every request read is answered with its request_id (a request without a message
   too), and the stream ends only after the last of those answers went out (sidecar/send_stream.py).
+  A request whose request_id is in flight is answered REJECTED naming request_id, unsent.
 
 A message is rejected by one exception type, SendRejectedError (sidecar/errors.py), raised where
 the refusal is known and never translated on its way; its answer is built in one place
@@ -94,6 +95,11 @@ INTAKE_FULL_RETRY_AFTER_MS = 100
 INTERNAL_ERROR_LOG_INTERVAL_S = 10.0
 # Never raised, only answered: one object serves every request without a message.
 MESSAGE_REQUIRED = SendRejectedError("message", "is required")
+REQUEST_ID_IN_FLIGHT = SendRejectedError(
+    "request_id",
+    "is a request of this stream not yet answered: unique among the requests in flight, "
+    "the same id may come again once its answer is read (this message was not sent)",
+)
 
 # One message's answer, and what on_sent is given once it was sent (STORED and SPOOLED only).
 Answer = tuple[api.SendResult, SentAnswer | None]
@@ -318,7 +324,13 @@ class SidecarService(sidecar_pb2_grpc.SidecarServiceServicer):  # type: ignore[m
         context: grpc.aio.ServicerContext[Any, Any],
     ) -> AsyncIterator[api.SendStreamResponse]:
         answer = functools.partial(self._stream_answer, call_trace(context))
-        answers = answer_stream(request_iterator, answer, self._stream_in_flight_max)
+        answers = answer_stream(
+            request_iterator,
+            answer,
+            self._stream_in_flight_max,
+            _request_id,
+            _duplicate_refusal,
+        )
         async with contextlib.aclosing(answers):
             async for response, sent in answers:
                 yield response
@@ -337,6 +349,17 @@ class SidecarService(sidecar_pb2_grpc.SidecarServiceServicer):  # type: ignore[m
         except Exception as e:
             result, sent = self._failed(e, _app_id(request.message)), None
         return api.SendStreamResponse(request_id=request.request_id, result=result), sent
+
+
+def _request_id(request: api.SendStreamRequest) -> int:
+    return int(request.request_id)
+
+
+def _duplicate_refusal(request: api.SendStreamRequest) -> StreamAnswer:
+    """The answer of a request whose request_id is in flight (sidecar/send_stream.py): never
+    sent, so nothing to record."""
+    result = to_rejected(_app_id(request.message), REQUEST_ID_IN_FLIGHT)
+    return api.SendStreamResponse(request_id=request.request_id, result=result), None
 
 
 def _log(errors: RateLimitedLog, what: str, e: BaseException, message_id: str) -> None:
