@@ -287,7 +287,9 @@ class BrokerController:
             self.replication.state,
         )
         refusals = self.metrics.access_refusals
-        return add_guarded_servicers(server, self.config, messaging, admin, self._health, refusals)
+        return add_guarded_servicers(
+            server, self.config, messaging, admin, self._health, refusals, self.clients
+        )
 
     # -- the cluster's seams: HA replication (broker/ha) and NameServer registration -------------
     def ha_address(self) -> str | None:

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -65,7 +66,18 @@ class AclStore:
         self._key_file = key_file
         self._loaded_key: Fernet | None = None
         self._write_lock = asyncio.Lock()
+        self._listeners: list[Callable[[], object]] = []
         self.acl = self._read()
+
+    def add_listener(self, listener: Callable[[], object]) -> None:
+        """Call ``listener`` after every change of the table, before the change is written or
+        answered: what was allowed before it is held to the new table at once (open Telemetry
+        streams are: broker/grpc_service/stream_access.py)."""
+        self._listeners.append(listener)
+
+    def _changed(self) -> None:
+        for listener in self._listeners:
+            listener()
 
     @property
     def _key(self) -> Fernet:
@@ -127,7 +139,9 @@ class AclStore:
         }
 
     async def save(self) -> None:
-        """Writes the table as it is now; changes made while a write runs land in the next."""
+        """Writes the table as it is now, after telling the listeners it changed (every change
+        is saved); changes made while a write runs land in the next."""
+        self._changed()
         async with self._write_lock:
             await asyncio.to_thread(write_json_atomic, self.path, self.snapshot())
             os.chmod(self.path, 0o600)
@@ -144,6 +158,7 @@ class AclStore:
         self.acl.users.update(incoming.users)
         self.acl.rules.clear()
         self.acl.rules.update(incoming.rules)
+        self._changed()
         write_json_atomic(self.path, self.snapshot())
         os.chmod(self.path, 0o600)
         return True

@@ -11,7 +11,9 @@ per-call interceptor), in this order:
    resource. A refusal is the call's answer: UNAUTHORIZED or FORBIDDEN in its Status, naming the
    access key, the action and the resource; nothing of a refused send is stored. A Telemetry
    stream is authenticated once, when it opens (it may live for days), and each Settings it
-   carries is authorised; a refused one ends the stream with its status.
+   carries is authorised; a refused one ends the stream with its status. Its user is kept with
+   it, so that each change of the ACL holds it to the new table and a transaction is checked
+   back only with a user still allowed (stream_access.py).
 
 The admin services (BrokerAdmin, AclAdminService) are for admin users alone, except that any
 user may look a message up by id (the sidecar asks before resending) and gets the copies of
@@ -170,7 +172,7 @@ class Access:
                 yield spb.TelemetryCommand(status=self._refusal("Telemetry", e))
                 return
             checked = _CheckedCommands(commands, namespace, user, self)
-            async for response in inner(checked, context):
+            async for response in inner(checked, context, user):
                 if namespace:
                     unwrap(response, namespace)
                 yield response

@@ -2,8 +2,9 @@
 and the composition of the broker's access layer (``add_guarded_servicers``).
 
 Every change is written to config/acl.json before it is answered: an answered grant survives a
-restart. Changes take effect on the next call (the table is read per call); a Telemetry stream
-already open keeps the user it was opened with until it ends.
+restart. Changes take effect on the next call (the table is read per call), and on open
+Telemetry streams before the change is answered: a stream the new table would refuse is ended
+(stream_access.py).
 """
 
 from __future__ import annotations
@@ -21,6 +22,8 @@ from broker.auth.authenticator import Authenticator
 from broker.auth.errors import AclInputError
 from broker.config import BrokerConfig
 from broker.grpc_service.access import Access
+from broker.grpc_service.client_registry import ClientRegistry
+from broker.grpc_service.stream_access import StreamAccess
 from rocketbox_api.admin.v1 import acl_admin_pb2 as apb
 from rocketbox_api.admin.v1 import acl_admin_pb2_grpc, broker_admin_pb2, broker_admin_pb2_grpc
 
@@ -147,14 +150,19 @@ def add_guarded_servicers(
     admin: broker_admin_pb2_grpc.BrokerAdminServicer,
     health: health_pb2_grpc.HealthServicer,
     refusals: Counter | None = None,
+    clients: ClientRegistry | None = None,
 ) -> AclStore:
     """Registers the broker's services behind its access layer (access.py); ``refusals``
-    counts what it refuses."""
+    counts what it refuses; ``clients``' streams are held to the ACL (stream_access.py)."""
     store = open_acl(cfg)
     authenticator = (
         Authenticator(store.acl.users, cfg.auth_clock_skew_s) if cfg.auth_enabled else None
     )
     access = Access(store.acl, authenticator, refusals)
+    if authenticator is not None and clients is not None:
+        streams = StreamAccess(store.acl, access, clients)
+        streams.install()
+        store.add_listener(streams.end_refused)
     service_pb2_grpc.add_MessagingServiceServicer_to_server(access.messaging(messaging), server)
     broker_admin_pb2_grpc.add_BrokerAdminServicer_to_server(
         access.admin(

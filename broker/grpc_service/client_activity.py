@@ -2,8 +2,10 @@
 Telemetry stream (the proxy's ClientActivity).
 
 Telemetry carries a client's Settings, which the broker answers merged with its own (spec §3.4),
-and the broker's RecoverOrphanedTransactionCommand, pushed to a live producer of a topic when a
-transaction outlives its timeout.
+and the broker's RecoverOrphanedTransactionCommand, pushed to a live producer of a topic that may
+still publish on it (client_registry.py) when a transaction outlives its timeout. A stream the
+broker ends (its user deleted, or a right its Settings need revoked: stream_access.py) is
+aborted with the gRPC status it was ended with.
 
 Heartbeats and NotifyClientTermination also tell broadcast groups' members (broadcast_members.py)
 that a client is alive, or has left and its member may be adopted at once.
@@ -20,6 +22,7 @@ import grpc
 from rocketmq.grpc_protocol import definition_pb2 as pb
 from rocketmq.grpc_protocol import service_pb2 as spb
 
+from broker.auth.acl import User
 from broker.broadcast_members import BroadcastMembers
 from broker.group_config import GroupConfigManager
 from broker.grpc_service.client_registry import ClientRegistry
@@ -106,20 +109,27 @@ class ClientActivity:
         self,
         request_iterator: AsyncIterator[spb.TelemetryCommand],
         context: Context,
+        user: User | None = None,
     ) -> AsyncIterator[spb.TelemetryCommand]:
+        """``user``: who opened the stream, with authentication."""
         client_id = metadata_value(context, CLIENT_ID_HEADER)
         if not client_id:
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"{CLIENT_ID_HEADER} is required")
-        session = self._clients.open(client_id)
+        session = self._clients.open(client_id, user)
         reader = asyncio.create_task(self._read_telemetry(request_iterator, session.client_id))
         ending = asyncio.create_task(self._ending.wait())
+        ended = asyncio.create_task(session.ending.wait())
         getter: asyncio.Task[spb.TelemetryCommand] | None = None
         try:
             while True:
                 getter = asyncio.create_task(session.outbound.get())
                 done, _ = await asyncio.wait(
-                    {getter, reader, ending}, return_when=asyncio.FIRST_COMPLETED
+                    {getter, reader, ending, ended}, return_when=asyncio.FIRST_COMPLETED
                 )
+                if ended in done and session.end is not None:
+                    # Before anything queued: a check-back queued for this session before it
+                    # was ended is not delivered.
+                    await context.abort(session.end.code, session.end.details)
                 if getter in done:
                     yield getter.result()
                     continue
@@ -132,7 +142,7 @@ class ClientActivity:
                     raise error  # a fault: the server's guard answers INTERNAL and logs it
                 return  # the client closed its side (or gRPC ended the call)
         finally:
-            for task in (getter, reader, ending):
+            for task in (getter, reader, ending, ended):
                 if task is not None and not task.done():
                     task.cancel()
                     with contextlib.suppress(asyncio.CancelledError, Exception):

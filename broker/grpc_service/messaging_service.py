@@ -15,6 +15,7 @@ import grpc
 from rocketmq.grpc_protocol import service_pb2 as spb
 from rocketmq.grpc_protocol import service_pb2_grpc
 
+from broker.auth.acl import User
 from broker.grpc_service.client_activity import ClientActivity
 from broker.grpc_service.consumer_activity import ConsumerActivity
 from broker.grpc_service.protocol import Code, status
@@ -64,8 +65,10 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):  # type: igno
         self,
         request_iterator: AsyncIterator[spb.TelemetryCommand],
         context: Context,
+        user: User | None = None,
     ) -> AsyncIterator[spb.TelemetryCommand]:
-        async for command in self._clients.telemetry(request_iterator, context):
+        """``user``: who opened the stream, given by the access layer (access.py)."""
+        async for command in self._clients.telemetry(request_iterator, context, user):
             yield command
 
     # -- sending and transactions: the send activity --------------------------------------
