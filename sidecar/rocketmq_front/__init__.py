@@ -11,5 +11,7 @@ a proxy and gains the outbox with no code change:
 - Telemetry, Heartbeat and NotifyClientTermination keep a producer working while the broker is
   away (telemetry.py);
 - everything else (transactions, the consumer side, offsets) is forwarded to the broker with the
-  app's own metadata (credentials, namespace, client id) unchanged (forward.py).
+  app's own metadata (credentials, namespace, client id) unchanged (forward.py);
+- with the apps' access keys (``--front-credentials-file``), every call's RocketMQ signature is
+  verified first (auth.py).
 """
