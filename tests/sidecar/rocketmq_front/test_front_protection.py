@@ -9,13 +9,15 @@ and the official Python client. Proves:
 - with a token and mTLS (--tls-client-ca) the front starts without credentials: a caller with
   the CA's client certificate sends unsigned, one without a certificate is not served;
 - `rocketbox sidecar` and `rocketbox up` with a token and an unprotected front refuse to start
-  (exit 2) with one sentence naming the ways out;
+  (exit 2) with one sentence naming the ways out; `rocketbox up` with a token and the apps'
+  access keys starts, refuses an unsigned send and stores the official Producer's;
 - --rocketmq-front-insecure starts that front, says so in a WARNING line, and it takes an
   unsigned send.
 """
 
 from __future__ import annotations
 
+import re
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -26,17 +28,18 @@ import pytest
 from rocketmq.grpc_protocol import Code, service_pb2, service_pb2_grpc
 
 from rocketbox_api.signing import authorization_value
-from tests.broker.broker_process import BrokerProcess
+from tests.broker.broker_process import SMALL_STORE_ARGS, BrokerProcess
 from tests.broker.grpc_service.test_consumer import receive_all, simple_consumer
 from tests.broker.grpc_service.test_producer import message, producer
 from tests.certificates import make_certificates
 from tests.prometheus import sample, scrape
-from tests.rocketbox_process import rocketbox_cli
-from tests.sidecar.rocketmq_front.front_process import BROKER_FRONT_ARGS, FrontSidecar
+from tests.rocketbox_process import RocketboxProcess, rocketbox_cli, wait_until
+from tests.sidecar.rocketmq_front.front_process import BROKER_FRONT_ARGS, DEADLINE_S, FrontSidecar
 from tests.sidecar.rocketmq_front.front_send_process import raw_message, raw_metadata, raw_stub
 from tests.sidecar.sidecar_process import (
     BROKER_ARGS,
     CALL_DEADLINE_S,
+    ROCKETMQ_FRONT_LINE,
     stored_copies,
     wait_stored,
 )
@@ -49,6 +52,8 @@ OTHER_APP = ("billing-app", "billing-app-secret")
 TOPIC = "Orders"
 SENDS = "rocketbox_sidecar_sends_total"
 REFUSED = "the sidecar's API requires a token but its RocketMQ front (--rocketmq-listen)"
+UP_READY_LINE = re.compile(r"^sidecar listening on [^\s]+:(\d+)")
+UP_BROKER_LINE = re.compile(r"broker listening on [^\s]+:(\d+)")
 
 
 def utc_date(offset_s: int = 0) -> str:
@@ -213,6 +218,32 @@ def test_a_token_with_an_unprotected_front_refuses_to_start(tmp_path: Path, comm
     for option in ("--front-credentials-file", "--tls-client-ca", "--rocketmq-front-insecure"):
         assert option in error
     assert not (tmp_path / "up").exists(), "nothing was started"
+
+
+def test_up_with_a_token_and_the_apps_keys_serves_a_protected_front(tmp_path: Path) -> None:
+    token, credentials = security_files(tmp_path)
+    up = RocketboxProcess(
+        "rocketbox up",
+        UP_READY_LINE,
+        ["up", "--data-dir", str(tmp_path / "up"), "--broker-listen", "127.0.0.1:0",
+         "--sidecar-listen", "127.0.0.1:0", "--metrics-listen", "127.0.0.1:0",
+         "--rocketmq-listen", "127.0.0.1:0", "--token-file", str(token),
+         "--front-credentials-file", str(credentials), *SMALL_STORE_ARGS],
+    )  # fmt: skip
+    try:
+        [front_port] = [m.group(1) for m in map(ROCKETMQ_FRONT_LINE.search, up.lines) if m]
+        # The broker's line follows the sidecar's.
+        wait_until(lambda: UP_BROKER_LINE.search(up.output()), DEADLINE_S, "up's broker line")
+        [broker_port] = UP_BROKER_LINE.findall(up.output())
+        front, broker = f"127.0.0.1:{front_port}", f"127.0.0.1:{broker_port}"
+        with raw_stub(front) as stub:
+            assert raw_send(stub, "UP-unsigned", None).status.code == Code.UNAUTHORIZED
+        with producer(front, (TOPIC,), credentials=APP) as p:
+            message_id = p.send(message(TOPIC, b"through up's front")).message_id
+        wait_stored(broker, message_id)
+        assert stored_copies(broker, "UP-unsigned") == []
+    finally:
+        up.stop()
 
 
 def test_the_insecure_front_chosen_by_name_starts_warns_and_takes_unsigned_sends(
