@@ -17,8 +17,10 @@ per-call interceptor), in this order:
 
 The admin services (BrokerAdmin, AclAdminService) are for admin users alone, except that any
 user may look a message up by id (the sidecar asks before resending) and gets the copies of
-topics it may PUB or SUB, and may query a topic it may PUB or SUB. They answer gRPC
-UNAUTHENTICATED or PERMISSION_DENIED. The health service stays open (probes carry no credentials).
+topics it may PUB or SUB, and may query by key a topic it may SUB: RocketMQ 5 asks SUB (or GET,
+which this ACL does not have) on the topic for QUERY_MESSAGE, a read of its messages, which PUB
+does not give. They answer gRPC UNAUTHENTICATED or PERMISSION_DENIED; a refused query names the
+topic and the action it needs. The health service stays open (probes carry no credentials).
 
 Refusals are logged at WARNING, rate-limited: never a secret, a signature or a token.
 """
@@ -28,7 +30,7 @@ from __future__ import annotations
 import inspect
 import logging
 from collections.abc import AsyncIterator, Iterable, Mapping
-from typing import Any
+from typing import Any, NoReturn
 
 import grpc
 from google.protobuf import message_factory
@@ -37,7 +39,7 @@ from prometheus_client import Counter
 from rocketmq.grpc_protocol import definition_pb2 as pb
 from rocketmq.grpc_protocol import service_pb2 as spb
 
-from broker.auth.acl import Acl, ResourceType, User
+from broker.auth.acl import Acl, Action, ResourceType, User
 from broker.auth.authenticator import Authenticator
 from broker.auth.errors import AuthError, ForbiddenError, UnauthenticatedError
 from broker.grpc_service.access_resources import NEEDS, PUB_OR_SUB, Need, settings_needs
@@ -206,8 +208,16 @@ class Access:
                 await context.abort(grpc.StatusCode.UNAUTHENTICATED, str(e))
             if user.admin:
                 return await inner(request, context)
-            if name == "QueryMessage" and self._may_see(user, request.topic):
-                return await inner(request, context)
+            if name == "QueryMessage":
+                # No topic: the call's own validation names the missing field.
+                topic = request.topic
+                if not topic or self._acl.allows(user, ResourceType.TOPIC, topic, Action.SUB):
+                    return await inner(request, context)
+                text = (
+                    f"user {user.access_key!r} has no SUB right on {ResourceType.TOPIC.value}:"
+                    f"{topic}: QueryMessage reads the topic's messages, which needs SUB on it"
+                )
+                return await self._admin_refusal(context, name, text)
             if name == "GetMessage":
                 response = await inner(request, context)
                 kept = [m for m in response.messages if self._may_see(user, _real_topic(m))]
@@ -217,12 +227,15 @@ class Access:
                     await context.abort(grpc.StatusCode.NOT_FOUND, "no such message")
                 return response
             text = f"user {user.access_key!r} is not an admin: {name} is for admins"
-            self.refusal_log.log("refused %s: %s", name, text)
-            self.count_refusal(name, "PERMISSION_DENIED")
-            await context.abort(grpc.StatusCode.PERMISSION_DENIED, text)
-            return None  # abort raises
+            return await self._admin_refusal(context, name, text)
 
         return behaviour
+
+    async def _admin_refusal(self, context: Context, name: str, text: str) -> NoReturn:
+        self.refusal_log.log("refused %s: %s", name, text)
+        self.count_refusal(name, "PERMISSION_DENIED")
+        await context.abort(grpc.StatusCode.PERMISSION_DENIED, text)
+        raise AssertionError("abort returns only by raising")
 
     def _may_see(self, user: User, topic: str) -> bool:
         return self._acl.allows_any(user, ResourceType.TOPIC, topic, PUB_OR_SUB)
