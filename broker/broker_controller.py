@@ -4,8 +4,7 @@ start(): lock the store directory, bind the gRPC port, the metrics endpoint and 
 listener (a held directory or a taken port fails here, before any work: StoreLockedError naming
 the holder, ListenError naming the address), recover the store, load topics, start the timer,
 transaction and send services and HA replication (broker/ha: a master serves its slaves, a slave
-copies its master and refuses writes), then serve gRPC (apache.rocketmq.v2 messaging, admin,
-health). It returns once the server serves.
+copies its master and refuses writes), then serve gRPC (messaging, admin, health), and return.
 shutdown(): stop intake (the server refuses new calls, ends Telemetry streams, and finishes the
 running calls within the grace period), drain the send queue, stop timer and transaction
 services (saving progress), then shut the store down (flush, checkpoint, clean-exit marker).

@@ -195,13 +195,7 @@ def up(
     config, geometry, kept = up_broker_config(ctx)
     refuse_locked(config.store.lock_file_path, "--data-dir")
     refuse_outbox_locked(url, "--outbox" if outbox_url else "--data-dir")
-    addresses = [
-        *broker_addresses(config, UP_BROKER_LISTEN_OPTIONS),
-        ("--sidecar-listen", sidecar_listen.host, sidecar_listen.port),
-    ]
-    if rocketmq_listen is not None:
-        addresses.append(("--rocketmq-listen", rocketmq_listen.host, rocketmq_listen.port))
-    refuse_taken(addresses)
+    _refuse_taken_addresses(config, sidecar_listen, rocketmq_listen)
 
     # A broker listening on every address is reached on loopback; otherwise where it listens.
     broker_host = "127.0.0.1" if broker_listen.host in ANY_ADDRESS else broker_listen.host
@@ -224,6 +218,19 @@ def up(
         return up_banner(data_dir, geometry, kept, c)
 
     run_async(run_broker(config, [], [], sidecar_config, banner))
+
+
+def _refuse_taken_addresses(
+    config: BrokerConfig, sidecar_listen: Endpoint, rocketmq_listen: Endpoint | None
+) -> None:
+    """Refuse to start when any address ``up`` would listen on is taken, naming its option."""
+    addresses = [
+        *broker_addresses(config, UP_BROKER_LISTEN_OPTIONS),
+        ("--sidecar-listen", sidecar_listen.host, sidecar_listen.port),
+    ]
+    if rocketmq_listen is not None:
+        addresses.append(("--rocketmq-listen", rocketmq_listen.host, rocketmq_listen.port))
+    refuse_taken(addresses)
 
 
 def up_broker_config(ctx: click.Context) -> tuple[BrokerConfig, StoreGeometry, list[str]]:
