@@ -3,7 +3,7 @@ variables replaced so that an expression of a dashboard can be parsed by promtoo
 
 Not a PromQL parser: string literals, range selectors and grouping clauses are removed, and what
 is left that reads as an identifier and is neither a function, a keyword nor an aggregation is a
-metric name. promtool (tests/helm/test_dashboards.py) parses the same expressions for real, so
+metric name. promtool (tests/helm/test_monitoring.py) parses the same expressions for real, so
 an expression this reading would misjudge also fails there.
 """
 
