@@ -78,8 +78,8 @@ BODY_BYTES = 1024
 SEGMENT_MIB = 1024
 READ_CHUNK_BYTES = 4 * 1024 * 1024
 TARGET_RECORDS_PER_S = 400_000
-# The in-process engine is measured up to this size, its own default limit (config.py): a million
-# records with their ledger lines peak at about 1.5 GB resident.
+# The in-process engine is measured up to this size: its own default limit (config.py), set by
+# its memory at that size (docs/benchmarks.md).
 IN_PROCESS_SIZE_MAX = 1_000_000
 LINEAR_RATIO_MAX = 10.0
 # Free disk beyond what the largest size needs: the job's own output and Spark's shuffle files.

@@ -2,10 +2,9 @@
 
 The in-process engine's tables are a column a million rows long and more, each freed when the
 next step has made its own. Arrow's default allocator (mimalloc in the pyarrow wheels) handed
-such blocks back to the system and faulted fresh pages in for the next: a 1M-record run took
-5.0 s against 3.2 s with the C library's malloc, which keeps freed memory for the next block
-(docs/benchmarks.md). The Spark engine's tasks hold a bucket's rows, a tenth of that, where the
-two measured the same.
+such blocks back to the system and faulted fresh pages in for the next, a large share of a run;
+the C library's malloc keeps freed memory for the next block (docs/benchmarks.md). The Spark
+engine's tasks hold a bucket's rows, far fewer, where the two did alike.
 
 The pool is Arrow's process-wide default, so it is set for the run and put back after it: a
 process that runs a reconciliation beside other work (the tests) keeps its own. A buffer

@@ -6,8 +6,8 @@ of message ids (id_buckets.py) and writes them as the record batches of one IPC 
 job's exchange directory, under ``--out``; it hands Spark's shuffle only, for each bucket, the
 file and the batches in it. The task of a bucket maps the files read-only and takes its batches
 without a copy. Spark moved the rows itself before (each bucket's rows as one value): its shuffle
-wrote them, read them back and piped them through its JVM twice, which cost the JVM's task
-threads 11 s of CPU in a 10M-record job, a tenth of the whole (docs/benchmarks.md). The files are
+wrote them, read them back and piped them through its JVM twice, a sizeable share of a large
+job's CPU spent on the JVM's task threads (docs/benchmarks.md). The files are
 on the volume every executor shares with the driver, as the job's other outputs are (session.py).
 
 A file is written under a hidden name and renamed, so a task run twice (a retry, a speculative

@@ -9,7 +9,7 @@ Two engines classify by the same definitions (outcomes.py) and write the same su
 Incremental runs (a checkpoint, incremental.py) run in process, on what is new since the last.
 ``auto`` (the default) starts in process and hands over to Spark when the commitlog holds more
 than ``in_process_records_max`` records: the scan that found out is then wasted, at most that
-many records' worth (about 1.5 µs each), against a JVM's start of 10 s and more.
+many records' worth, which is small beside a JVM's start of several seconds.
 """
 
 from __future__ import annotations
@@ -26,8 +26,8 @@ MASTER_DEFAULT = "local[*]"
 ENGINE_AUTO, ENGINE_SPARK, ENGINE_IN_PROCESS = "auto", "spark", "in-process"
 ENGINES = (ENGINE_AUTO, ENGINE_SPARK, ENGINE_IN_PROCESS)
 # Commitlog records the in-process engine takes (auto hands more to Spark; an incremental run
-# catches up in chunks of this many): a million records with their ledger lines peak at about
-# 1.5 GB of memory (bench: 1.48 GB resident), within the chart's 2 GiB for the CronJob.
+# catches up in chunks of this many): a million records with their ledger lines stay within the
+# chart's 2 GiB for the CronJob (their peak: docs/benchmarks.md).
 IN_PROCESS_RECORDS_MAX_DEFAULT = 1_000_000
 # An incremental run settles a message once nothing about it was seen for this long before the
 # latest time seen: evidence of one message (its record, its answer, a slave's copy) is assumed

@@ -15,9 +15,9 @@ engines to it).
 The job parses the JSON once: each task writes its range's lines as a Parquet part of the job's
 ``inputs/acks`` itself (parquet_parts.py, an output of the job), and the columns the
 classification reads, by bucket of ids, as a file of the job's exchange (bucket_files.py), which
-the classification's tasks map (reading the Parquet back cost them 2.7 s of CPU in a 10M-record
-job, the file 0.1 s); it hands on only where each bucket's rows are in that file, its statistics
-and its first malformed lines.
+the classification's tasks map (reading the Parquet back cost them many times what mapping the
+file does); it hands on only where each bucket's rows are in that file, its statistics and its
+first malformed lines.
 """
 
 from __future__ import annotations

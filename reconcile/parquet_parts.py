@@ -17,12 +17,12 @@ import pyarrow.parquet as pq
 
 # Columns that hold a value of their own on (nearly) every row: a dictionary of them is built,
 # found too large and dropped, page by page. Every other string column (topics, states, causes,
-# the ledger's file) repeats a few values, which a dictionary stores once. From a profile of a
-# 10M-record Spark run: writing details/messages with a dictionary tried on every column cost
-# 474 ns a row, 46 B a row on disk; with dictionaries only where values repeat, 231 ns and 36 B.
+# the ledger's file) repeats a few values, which a dictionary stores once. Profiled, a dictionary
+# tried on every column made writing details/messages slower and its files larger than
+# dictionaries only where values repeat (docs/benchmarks.md).
 # Nor are their statistics (a row group's least and greatest value) kept: a part holds a bucket
 # of hashed ids, so its least and greatest id span nearly every id and prune no read, and
-# computing them was a third of writing a 10M-record job's inputs/acks.
+# computing them was a large share of writing a job's inputs/acks.
 UNIQUE_VALUE_COLUMNS = frozenset({"message_id", "line"})
 
 

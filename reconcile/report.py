@@ -1,7 +1,7 @@
 """What the reconciliation writes besides its Parquet details: ``summary.json`` and ``report.html``.
 
 Both are made from the summary alone (job.py), so a report can be drawn again from a summary.
-The page is one self-contained file: plotly.js is inlined (about 4.6 MiB), so it opens offline
+The page is one self-contained file: plotly.js is inlined (some MiB of it), so it opens offline
 and from a CI artifact. Under the verdict, one card per counter with its human label and what it
 means (an "unexpected" count beside a "nothing lost" verdict reads as alarming unless it says that
 it is no loss). Then the charts (reconcile/report_charts.py), each in a ``div`` whose id is in

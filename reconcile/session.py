@@ -46,22 +46,22 @@ JVM_STOP_DEADLINE_S = 30.0
 _DRIVER_JAVA_OPTIONS = "spark.driver.extraJavaOptions"
 # A local driver's JIT compiles methods only when called ten times as often as by default. The
 # JVM here mostly schedules tasks and moves opaque bytes: by default it compiled Spark's control
-# code again in every job of a session, 1.7-2.2 s of a compiler thread's CPU against 0.8 s of its
-# task threads in a 1M-record job (/proc, docs/benchmarks.md); the hot loops of an SQL
-# aggregation (the latency figures) still get the optimising compiler, as fast as by default.
+# code again in every job of a session, its compiler thread using more CPU than its task threads
+# (docs/benchmarks.md); the hot loops of an SQL aggregation (the latency figures) still get the
+# optimising compiler, as fast as by default.
 _LOCAL_JIT_OPTIONS = "-XX:CompileThresholdScaling=10"
 # A local driver's memory pages (Tungsten's: a shuffle's sort buffer, an aggregation's hash map)
 # are 1 MiB, not the 32 MiB Spark derives from a 2 GiB heap on 2 cores. Every map task of the
 # classification opens a shuffle sorter for its few small values, and each took a page: a 32 MiB
-# array on the heap a task, which G1 allocates as a humongous object and which, some hundreds of
-# MB a job, started a concurrent marking cycle after cycle: 0.3-1.0 s more of the JVM's CPU in the
-# first 1M-record job of 10 sessions of 13 (GC log, JFR, /proc: docs/benchmarks.md). The few SQL
-# aggregations (the latency figures) take more pages as they need them.
+# array on the heap a task, which G1 allocates as a humongous object and which, summed over a
+# job's tasks, started a concurrent marking cycle after cycle, costing the JVM CPU in most
+# sessions' first job (docs/benchmarks.md). The few SQL aggregations (the latency figures) take
+# more pages as they need them.
 _LOCAL_PAGE_SIZE = "1m"
 # Never the shuffle writer that opens a file and a serializer for every reduce partition in each
 # map task: the classification's map tasks each write a small value for every bucket, and
-# creating those serializers (a Kryo each) was most of the JVM's task threads' CPU, 3.5 of 5.6 s
-# in a 10M-record job (docs/benchmarks.md). The sort-based writer serializes into one buffer.
+# creating those serializers (a Kryo each) was most of the JVM's task threads' CPU
+# (docs/benchmarks.md). The sort-based writer serializes into one buffer.
 _SHUFFLE_BYPASS_MERGE_THRESHOLD = "0"
 # Spark's own logging at ERROR from the first line (the default prints INFO and WARN; PySpark
 # sets the root logger to the level of the class that starts the JVM, hence those too).

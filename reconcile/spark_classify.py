@@ -52,8 +52,8 @@ from reconcile.parquet_parts import write_part
 from reconcile.segment_scan import Segment, SegmentStats
 
 # Input bytes (segments and ledgers) a bucket of ids gets: about 240k records of 1 KiB
-# bodies with their ledger lines. At 10M records (54 buckets) a Python worker's anonymous memory
-# peaked at 452 MB; 108 buckets took 12 % longer, 27 no less time than 54 (docs/benchmarks.md).
+# bodies with their ledger lines: a Python worker's memory stays moderate, twice as many buckets
+# took longer and half as many no less time (docs/benchmarks.md).
 # Sized by bytes, as the records are not counted before the scan: a log of small messages puts
 # more ids in a bucket (bodies of 100 B: about a million; --shuffle-partitions sets more buckets).
 BUCKET_INPUT_BYTES = 256 * 1024 * 1024
@@ -104,7 +104,7 @@ def bucket_count(input_bytes: int, cores: int, asked: int | None) -> int:
     """Buckets for ``input_bytes`` of inputs on ``cores``: ``asked`` (the session's shuffle
     partitions) when set, else one per BUCKET_INPUT_BYTES, at least BUCKETS_PER_CORE a core, and
     a whole number a core: buckets take about as long each, and one left over ran alone while
-    the other cores waited (a 1M-record job's 9 buckets on 2 cores: 150 ms of 2.6 s)."""
+    the other cores waited."""
     if asked:
         return asked
     cores = max(1, cores)
@@ -177,11 +177,10 @@ def heap_frozen_for_the_task() -> None:
 
     PySpark's reused worker runs a full ``gc.collect()`` after every task (pyspark/daemon.py).
     A worker holding pyarrow, numpy, PySpark and this package tracks enough objects that the
-    collection cost about 23 ms of CPU a task, a quarter of the workers' CPU in a 1M-record job
-    (py-spy, docs/benchmarks.md). Frozen (``gc.freeze``), they are skipped: the collection after
-    the task looks at what the task made. The previous task's garbage was collected before this
-    one started, so only live objects are frozen; one that later becomes cyclic garbage stays
-    until the worker exits."""
+    collection was a large share of the workers' CPU (py-spy, docs/benchmarks.md). Frozen
+    (``gc.freeze``), they are skipped: the collection after the task looks at what the task
+    made. The previous task's garbage was collected before this one started, so only live
+    objects are frozen; one that later becomes cyclic garbage stays until the worker exits."""
     gc.freeze()
 
 

@@ -11,7 +11,8 @@ The address sits after BORNHOST, whose width (8 or 20 bytes) the record's SYSFLA
 8 or 20 bytes itself (IPv4 or IPv6 address, then a 4-byte port). Records of one log carry one or
 a few store hosts, so each distinct address is formatted once, and the column is built from them
 by Arrow (a dictionary of them): a list of a Python string a record, and sorting the addresses
-to find the distinct ones where they were all one, cost 15 % of the scan (docs/benchmarks.md).
+to find the distinct ones where they were all one, was a noticeable share of the scan
+(docs/benchmarks.md).
 """
 
 from __future__ import annotations

@@ -45,8 +45,8 @@ def _joined(left: pa.Table, right: pa.Table) -> pa.Table:
 
     A merge, not Arrow's hash join: the two id columns are sorted as one (cheap: ids come nearly
     in order), so an id of both sides is two neighbours, the left's first (the sort is stable),
-    and each side's columns are gathered once by the rows found. From a profile of a 1M-record
-    run's tasks: the two hash joins took more CPU than the rest of the classification."""
+    and each side's columns are gathered once by the rows found. Profiled, the two hash joins
+    took more CPU than the rest of the classification."""
     if not right.num_rows or not left.num_rows:  # nothing to match: one side's rows, widened
         return pa.concat_tables([left, right], promote_options="default")
     ids = pa.chunked_array([*left[_ID].chunks, *right[_ID].chunks], pa.string()).combine_chunks()
@@ -122,7 +122,7 @@ def _by_id(table: pa.Table, aggregations: list[tuple[str, str]]) -> pa.Table:
     Most ids occur once in an input (one record, one answer), and a group of one row needs no
     hashing: its sum, min, max or any is its value, its count 1 or 0. So the rows are sorted by
     id (cheap: ids come nearly in order), those of ids that occur once are passed through, and
-    only the others are grouped. From a profile: the grouping was 40 % of a 1M-record run's
+    only the others are grouped. Profiled, the grouping was a large share of the
     classification."""
     names = [f"{column}_{how}" for column, how in aggregations]
     ordered = table.take(pc.sort_indices(table[_ID]))
