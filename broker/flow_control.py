@@ -8,7 +8,7 @@ Sends go through a bounded queue drained by a fixed number of workers. A send is
 Nothing of a refused send is stored, so the producer may retry it later without duplicates.
 
 A send that finds the queue empty and fewer than ``workers`` sends running is run at once by its
-own coroutine: queueing it would only cost a hand-off to a worker and a future (~8 µs a request)
+own coroutine: queueing it would only cost a hand-off to a worker and a future, per request,
 for a wait of zero. The bound is the same either way: at most ``workers`` sends run at once, and
 the rest queue in order.
 """

@@ -44,7 +44,8 @@ from broker.flow_control import FlowControlReason
 from broker.ha.replication import HAState
 from broker.store.status import PutMessageResult
 
-# Seconds: an append takes tens of microseconds; a SYNC_FLUSH put waits for a ~1 ms fsync.
+# Seconds: from an append alone, well under a millisecond, to a SYNC_FLUSH put that waits for its
+# fsync.
 PUT_BUCKETS_S = (0.0001, 0.00025, 0.0005, 0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.5, 1)
 FLUSH_BUCKETS_S = (0.0005, 0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 5)
 

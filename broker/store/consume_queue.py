@@ -211,7 +211,7 @@ class ConsumeQueue:
         if max_count <= 0:
             return found
         # An explicit loop that stops the walk: compiled by mypyc, islice over a generator
-        # expression read the queue to its end (8 ms for 64 entries of a 20,000-entry queue).
+        # expression read the queue to its end, however few entries were asked for.
         for entry in self._scan(range(start, self.max_offset_in_queue)):
             if entry.size != BLANK_SIZE:
                 found.append(entry)
@@ -341,8 +341,9 @@ class ConsumeQueue:
 def _valid_entry_count(mf: MappedFile) -> int:
     """Entries before the first all-zero one, less a torn tail of invalid ones.
 
-    The zero entry is found with mmap.find, in C: a Python loop over a 300,000-entry segment costs
-    ~45 ms, per queue, at every start. Bytes after it are never read; appends overwrite them.
+    The zero entry is found with mmap.find, in C: a Python loop over a full segment's entries
+    would cost every queue a noticeable delay at every start. Bytes after it are never read;
+    appends overwrite them.
     """
     buf, end = mf.buffer, mf.file_size
     pos = buf.find(_ZERO_ENTRY, 0, end)

@@ -9,8 +9,8 @@ DispatchRequest their bytes decode to; anything not in the queue (it was full, o
 written before a restart) is read back and decoded from the log.
 
 A put dispatches what it appended itself, on its own thread, right after the append
-(``dispatch_appended``): no thread hop and no polling, which cost a busy broker ~43 µs of CPU
-per message in GIL hand-offs and an idle one a thousand wake-ups a second. Rounds are serialised
+(``dispatch_appended``): no thread hop and no polling, which cost a busy broker CPU on every
+message in GIL hand-offs and an idle one a thousand wake-ups a second. Rounds are serialised
 by a lock; a put that finds a round under way leaves its records to that thread, waking it (a
 round reads the log's end when it starts, so it may have missed them). The service thread is
 the safety net: it dispatches what no put did (records read back after a restart) and, at

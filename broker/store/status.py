@@ -63,7 +63,7 @@ class GetMessageStatus(enum.Enum):
 
 class AppendMessageResult(NamedTuple):
     """Where a record landed (RocketMQ's AppendMessageResult). A NamedTuple: one is made per
-    stored message, and a frozen dataclass costs three times as much to build."""
+    stored message, and a frozen dataclass costs several times as much to build."""
 
     wrote_offset: int  # phy_offset of the record
     wrote_bytes: int

@@ -7,8 +7,8 @@ CRC where it has the pair, as the scan reads a log RocketMQ wrote) starts that c
 position as its phy_offset. Finding it reads the bytes of the one record
 that spans the position, where walking the size chain from the segment's start (``skip_chain``)
 reads a size in every record before it: the reconciliation's scan tasks, one a part of a
-segment, found their starts that way, and the three walks of a 1 GiB segment of 1 KiB records
-cut in four took 0.18-0.30 s of CPU, against about 0.9 s for the scan of it (docs/benchmarks.md).
+segment, found their starts that way, and the walks of a segment cut in four cost a sizeable
+fraction of the scan of it (docs/benchmarks.md).
 
 A record's body could hold bytes that look like such a record (a producer can learn where its
 message will be stored and write a record there). A caller must therefore confirm a boundary

@@ -1,7 +1,7 @@
 """A fast scan of a whole commitlog segment, for tools that read every record of a log.
 
 ``check_record`` (check.py) decodes every field of a record, properties dict included, into the
-DispatchRequest the dispatcher needs: right for recovery, about 6 µs a 1 KiB record in Python.
+DispatchRequest the dispatcher needs: right for recovery, too slow in Python for a whole log.
 The reconciliation (reconcile/) reads every record of a log and needs a few fields of each; this
 scan reads them in place from the mapped segment, a batch of records at a time. It reads what
 rocketbox writes and what Apache RocketMQ 4.x and 5.x write (layout.py): magic V1 and V2 (the

@@ -103,7 +103,7 @@ def gather(
     record may point anywhere, and its checks fail on whatever is read.
 
     The buffer is seen as one ``width``-byte item starting at every byte, so that each row is
-    taken as one item (2 to 6 times faster than rows of a sliding window view, which numpy
+    taken as one item (several times faster than rows of a sliding window view, which numpy
     copies byte column by byte column)."""
     if not width:
         return np.empty((len(at), 0), np.uint8)
@@ -135,7 +135,7 @@ def _ints(
 ) -> npt.NDArray[np.int64]:
     """The big-endian integers at the positions (clipped, as ``gather``'s): the buffer seen as
     integers starting at every byte (a stride of one), so that each is taken whole, not as
-    ``width`` bytes a row (about 2.5 times faster)."""
+    ``width`` bytes a row (faster: one copy instead of a row gathered and viewed)."""
     width = np.dtype(dtype).itemsize
     every_byte = np.ndarray((len(arr) - width + 1,), dtype, buffer=arr, strides=(1,))
     return every_byte[np.clip(at, 0, len(arr) - width)].astype(np.int64)

@@ -213,7 +213,7 @@ class BrokerAdminServicer:
         raise NotImplementedError('Method not implemented!')
 
     def GetHAState(self, request, context):
-        """The broker's HA replication (issue #17): its role, the end of its commitlog, and as a master
+        """The broker's HA replication: its role, the end of its commitlog, and as a master
         each connected slave's acknowledged offset, or as a slave its master's HA address and how
         far behind it is. A SLAVE refuses CreateTopic, DeleteTopic, CreateGroup, DeleteGroup and
         ResetOffset with FAILED_PRECONDITION: its configs and progress are its master's, copied.
