@@ -3,7 +3,7 @@
     ROCKETBOX_MYPYC=1 pip wheel --no-build-isolation --no-deps .
 
 compiles the broker's store (broker/store, the per-message path of every put and every dispatch)
-to C with mypyc: appends about 1.4x faster (docs/benchmarks.md, `make bench-compiled`). It needs
+to C with mypyc: appends go faster (docs/benchmarks.md, `make bench-compiled`). It needs
 mypy (the version pyproject.toml's dev extra pins) and a C compiler where the wheel is built; the
 image (Dockerfile) is built this way. Without ROCKETBOX_MYPYC the package is plain Python, as a
 checkout runs it: the same modules, the same tests (tests/broker/store/test_compiled_store.py runs

@@ -1,8 +1,8 @@
 """Which asyncio event loop the servers run on: uvloop by default, the standard library's as a
 fallback (``rocketbox --event-loop asyncio``).
 
-uvloop's libuv loop makes each gRPC call cheaper for both servers (measured here: the broker
-+9-19 %, the sidecar +15 % throughput under grpc.aio); the standard loop stays selectable for
+uvloop's libuv loop makes each gRPC call cheaper for both servers (more throughput under
+grpc.aio, docs/benchmarks.md); the standard loop stays selectable for
 platforms without a uvloop wheel and for telling a loop bug from ours.
 """
 

@@ -26,9 +26,9 @@ class RunSettings:
 def run_async(main: Coroutine[Any, Any, T]) -> T:
     """Run a command's coroutine on the loop ``rocketbox --event-loop`` chose, its spans
     exported where the OTEL_* environment says (tracing_setup.py; only the servers run here)."""
-    # What start-up made (every imported module: ~60k objects) lives as long as the process.
-    # Frozen, a full collection no longer walks it: measured 12.8 ms a collection before, a
-    # pause every message in flight paid (the sidecar's p99 at 1,000 msgs/s).
+    # What start-up made (every imported module's objects) lives as long as the process.
+    # Frozen, a full collection no longer walks it: before, each such collection was a pause
+    # that every message in flight paid (it showed in the sidecar's p99 latency).
     gc.collect()
     gc.freeze()
     ctx = click.get_current_context(silent=True)

@@ -1,1 +1,2 @@
-"""rocketbox sidecar (built by a later issue)."""
+"""The reliable-producer sidecar: an app's sends stored by the broker, or spooled to the durable
+outbox and resent (sidecar.py starts its parts)."""

@@ -1,8 +1,8 @@
 """Coalescing: items submitted while a request is in flight leave together as the next request.
 
 This is how Kafka's producer and RocketMQ's group commit make the cost of a call (a gRPC round
-trip is ~300 µs of CPU here, our own Python per message ~40-100 µs) a cost per batch rather than
-per message, without a linger timer:
+trip costs several times our own Python per message: docs/benchmarks.md) a cost per batch rather
+than per message, without a linger timer:
 
     submit(item) ──► waiting ──(fewer than requests_in_flight_max in flight)──► one request
                         ▲                                                          │

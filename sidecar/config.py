@@ -54,8 +54,8 @@ class ResendConfig:
     # Resends in flight at once, over all claimed entries.
     resend_concurrency_max: int = 64
     # Entries one claim leases: one outbox round trip and commit whatever the count, so a drain
-    # wants them large (MySQL here drained 7.8-9.4k rows/s at 256, 8.6-9.9k at 512; RocksDB and
-    # Redis the same at either); they are held in memory until resent, bodies and all.
+    # wants them large (MySQL drained faster at 512 than at 256; RocksDB and Redis the same at
+    # either); they are held in memory until resent, bodies and all.
     claim_batch_max: int = 512
     # How long a claimed entry is ours: longer than a send with all its retries.
     lease_ms: int = 30_000

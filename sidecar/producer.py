@@ -301,7 +301,7 @@ class Producer:
 
     def _to_wire(self, m: OutboxMessage, queue: WritableQueue) -> definition_pb2.Message:
         # Fields are set in place: building the submessages with keyword arguments and copying
-        # them in cost three times as much, on every message of every request.
+        # them in cost several times as much, on every message of every request.
         wire = definition_pb2.Message(body=m.body)
         wire.topic.name = m.topic
         wire.topic.resource_namespace = self.config.namespace

@@ -22,11 +22,11 @@ bench = this process, i.e. the clients) beside its rate, and each target as met 
     concurrent ``send()`` calls. Latency at each paced rate R: open loop (a send starts at its
     scheduled time whatever the earlier ones do, and its latency counts from then, so a stall
     is not hidden), direct and sidecar alternating in 5 rounds, T seconds per rate in all;
-    added latency = the sidecar's percentile minus the direct one, beside Dapr's sidecar
-    (+1.72 ms p99). Overload: a third sidecar, unary ``Send`` open loop at twice the unary
-    STORED rate just measured; the p99 of what it answered (STORED/SPOOLED) and the excess it
-    refused at once (RESOURCE_EXHAUSTED: how many, and their p99), beside the calls gRPC's
-    server dropped (CANCELLED) before the sidecar saw them.
+    added latency = the sidecar's percentile minus the direct one, beside Dapr's sidecar (its
+    published p99, ``DAPR_ADDED_P99_MS``). Overload: a third sidecar, unary ``Send`` open loop
+    at twice the unary STORED rate just measured; the p99 of what it answered (STORED/SPOOLED)
+    and the excess it refused at once (RESOURCE_EXHAUSTED: how many, and their p99), beside the
+    calls gRPC's server dropped (CANCELLED) before the sidecar saw them.
 (b) Spool rate with the broker DOWN (the sidecar points at a closed port), per outbox backend
     (RocksDB in a temporary directory, Redis with a unique key prefix, MySQL/MariaDB with a
     unique table): msgs/s answered SPOOLED through ``Send`` (W in flight), ``SendStream`` (the

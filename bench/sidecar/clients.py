@@ -40,11 +40,10 @@ IDS = MessageIdGenerator()
 
 RESOURCE_EXHAUSTED = "RESOURCE_EXHAUSTED"
 # A call gRPC's server dropped before the sidecar's code saw it: grpc core's server drops calls at
-# random once too many wait for the application to take them (grpc.server.max_pending_requests;
-# measured here: none with 1,300 unary calls waiting on a grpc.aio server, some with 2,000, none
-# once that option was raised).
+# random once too many wait for the application to take them (grpc.server.max_pending_requests:
+# past some thousands of waiting unary calls on a grpc.aio server, until that option was raised).
 CANCELLED = "CANCELLED"
-# The client library's batching sender as the row names it.
+# The client library's batching sender as the bench's row names it.
 LIBRARY_LINGER_MS = 1
 LIBRARY_BATCH_MESSAGES_MAX = 256
 LIBRARY_BATCHES_IN_FLIGHT_MAX = 4

@@ -1,11 +1,11 @@
-"""The sidecar bench's targets (the issue's, one run, quiet machine, 1 KiB) and fixed settings."""
+"""The sidecar bench's targets (one run, quiet machine, 1 KiB) and fixed settings."""
 
 from __future__ import annotations
 
 from typing import TypeVar
 
 BACKENDS = ("rocksdb", "redis", "mysql")
-# The issue's targets (one run, quiet machine, 1 KiB).
+# The targets (one run, quiet machine, 1 KiB).
 UNARY_VS_DIRECT_MIN = 1.5
 SIDECAR_US_MAX = {"Send": 300.0, "SendStream": 150.0, "SendBatch": 70.0}  # sidecar CPU/message
 STREAM_RATE_MIN = 6_000
@@ -25,8 +25,8 @@ OVERLOAD_FACTOR = 2.0
 OVERLOAD_P99_MAX_MS = 50.0
 # Below this share of the rate it was to offer, the bench's own CPU limited the overload row.
 OVERLOAD_OFFERED_MIN = 0.9
-# The overload sidecar's admission limits, an operator's choice for a ~50 ms budget at this
-# machine's ~3k unary sends/s: (64 inside + 32 waiting in gRPC) / 3k/s is about 32 ms. The
+# The overload sidecar's admission limits, an operator's choice for OVERLOAD_P99_MAX_MS: the
+# calls inside and waiting in gRPC (64 + 32) drain within it at a small machine's unary rate. The
 # sidecar's defaults (2,048 / 256) favour bursts and big batches over that bound.
 OVERLOAD_INTAKE_IN_FLIGHT_MAX = 64
 OVERLOAD_PENDING_CALLS_MAX = 32
@@ -41,7 +41,7 @@ LATENCY_ROUNDS = 5
 # hour away. Its broker-down rows run the pool as in production: an outage is probed, not resent.
 NO_RESEND_ARGS = ("--backoff-initial-ms=3600000", "--backoff-max-ms=3600000")
 DRAIN_POLL_MS = 50
-# (e) the RocketMQ front: the official client through it vs straight to the broker (issue #18).
+# (e) the RocketMQ front: the official client through it vs straight to the broker.
 FRONT_VS_DIRECT_MIN = 0.9
 FRONT_RATE = 300.0  # msgs/s, paced
 FRONT_ADDED_P99_MAX_MS = 2.0

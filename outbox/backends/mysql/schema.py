@@ -8,8 +8,8 @@
   entry, ``lease_until_ms`` for a leased one, so that an expired lease makes the entry due again
   by itself, with no sweeper; NULL for DELIVERED and DEAD. The claim is a range scan of
   ``ix_due (due_ms, seq)`` up to now and nothing else: non-pending rows are not in the range, so
-  millions of tombstones cost it nothing (ENVIRONMENT.md: 28k rows/s this way, 4k rows/s when
-  the query also filters a state that the index does not lead with). Its locking read starts
+  millions of tombstones cost it nothing (a query that also filters a state the index does not
+  lead with is many times slower). Its locking read starts
   where a consistent read found the first claimable row, past the index records that earlier
   claims left delete-marked (``Statements.claim_start``). ``next_send_time_ms``
   itself stays the entry's own next send time: what readers are shown and what ``release``
@@ -302,8 +302,8 @@ class Statements:
         # its rows' ix_due records (due_ms becomes the lease's end), and InnoDB keeps the old
         # ones, delete-marked, until its purge gets to them: thousands in a busy drain, in
         # front of the live records. A consistent read steps over them at almost no cost; a
-        # locking read pays about 1 µs for each, so a claim loop got slower with every claim
-        # (28 → 44 µs a row over 12k claimed entries, measured here) until purge caught up.
+        # locking read pays for each, so a claim loop got slower with every claim until purge
+        # caught up.
         self.claim_start = (
             sa.select(t.c.due_ms, t.c.seq)
             .with_hint(t, "FORCE INDEX (ix_due)")
@@ -361,8 +361,8 @@ class Statements:
 
         A row finds its receipt by ``ELT(INTERVAL(seq, seq_0, …), value_0, …)``: INTERVAL
         binary-searches the increasing constants for the row's place, ELT picks the value
-        there. A ``CASE seq WHEN …`` per field (what this was) tests the arms one by one: at
-        256 rows it cost the server 31 µs a row against 22 µs for this (17 µs with no receipt).
+        there. A ``CASE seq WHEN …`` per field (what this was) tests the arms one by one, which
+        cost the server more a row at a batch's full size.
         """
         rows_max = 1 << (rows_n - 1).bit_length()
         statement = self._tombstones.get(rows_max)

@@ -23,7 +23,7 @@ One column family; integers are big-endian unsigned 64-bit, so byte order is num
     m:probe                                → check_writable's synced write
 
 Why it stays fast after many deliveries: deletes leave tombstones that an ordered scan must step
-over (78 ms to the first live key after 100k deletes: ENVIRONMENT.md).
+over, so a scan from the front slows with every delivery unless the front is cut away whole.
 - A claim takes a contiguous stretch from the front of ``d`` and deletes it with one range
   tombstone, which iterators skip whole.
 - Leased entries are not in ``d``: leases are kept in memory (a heap by lease end; persisted in the
