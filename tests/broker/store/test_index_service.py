@@ -9,6 +9,7 @@ as expired; a file closed under a reader reads as empty.
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -265,12 +266,41 @@ def test_delete_expired_file_never_deletes_the_newest(tmp_path: Path) -> None:
     service.close()
 
 
-def test_flush_is_callable_at_any_time(tmp_path: Path) -> None:
+def test_flush_is_callable_at_any_time(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Before any file, between entries and with nothing new: a flush syncs exactly the files
+    with entries added since the last one, changes nothing a query or the next entry sees, and
+    leaves what it covered durable by the checkpoint's rule (kept by an unclean reopen)."""
+    synced: list[int] = []
+    real_fdatasync = os.fdatasync
+
+    def counting_fdatasync(fd: int) -> None:
+        synced.append(fd)
+        real_fdatasync(fd)
+
+    monkeypatch.setattr(os, "fdatasync", counting_fdatasync)
+
+    def flush_syncs(service: IndexService) -> int:
+        synced.clear()
+        service.flush()
+        return len(synced)
+
     service = open_service(tmp_path)
-    service.flush()
-    index_ids(service, [10, 20, 30])
-    service.flush()
-    service.flush()  # nothing new: no fdatasync needed, still fine
-    index_ids(service, [40])
-    service.flush()
+    assert flush_syncs(service) == 0  # no file yet
+    assert service.files == ()
+    index_ids(service, [10, 20, 30])  # two files: 10 and 20, then 30
+    assert flush_syncs(service) == 2
+    assert flush_syncs(service) == 0  # nothing new since
+    index_ids(service, [40])  # into the second file, beside 30
+    assert flush_syncs(service) == 1
+    assert len(service.files) == 2
+    checkpoint = service.max_indexed_phy_offset + 1  # read before the flush, as the store does
+    assert flush_syncs(service) == 0
+    for offset in (10, 20, 30, 40):
+        assert service.query_by_uniq_key(f"id-{offset}", 10) == [offset]
     service.close()
+
+    reopened = IndexService(tmp_path / "index", 4, 3)
+    assert reopened.load(clean_shutdown=False, index_checkpoint_phy_offset=checkpoint) is None
+    for offset in (10, 20, 30, 40):
+        assert reopened.query_by_uniq_key(f"id-{offset}", 10) == [offset]
+    reopened.close()
