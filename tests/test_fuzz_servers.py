@@ -1,4 +1,4 @@
-"""A fuzz test of both servers (issue #13): every RPC of a real ``rocketbox broker`` process
+"""A fuzz test of both servers: every RPC of a real ``rocketbox broker`` process
 (apache.rocketmq.v2.MessagingService, rocketbox.admin.v1.BrokerAdmin, grpc.health.v1.Health)
 and of a real ``rocketbox sidecar`` process (rocketbox.v1.SidecarService, OutboxAdminService,
 Health, reflection),

@@ -1,4 +1,4 @@
-"""The broker takes its store directory's lock before it binds a port (issue #16, item 6).
+"""The broker takes its store directory's lock before it binds a port.
 
 Proves, on a real BrokerController in this process: a second broker on a held directory is
 refused by the lock (StoreLockedError naming the holder's pid), whether or not its port is

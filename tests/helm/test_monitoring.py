@@ -62,7 +62,7 @@ from tests.sidecar.sidecar_process import (
 
 FULLNAME = "rb-rocketbox"
 DEADLINE_S = 30.0
-# The concerns issue #16 asks alerts for, each to an alert of the chart.
+# The concerns an operator needs alerts for, each to an alert of the chart.
 ALERTS = {
     "outbox depth": "RocketboxOutboxDepthHigh",
     "oldest pending age": "RocketboxOutboxOldestPending",

@@ -1,6 +1,6 @@
 """The official Node client's SimpleConsumer (rocketmq-client-nodejs 1.0.8, pinned in
 package.json) receives and acks, against a real ``rocketbox broker``, what the official Python
-producer sent (issue 4).
+producer sent.
 
 Proves: every message comes exactly once, with its body, tag and key, though the Node client asks
 only for queue 0 of a four-queue topic (spec §6, §8.5); acked messages do not come back to the

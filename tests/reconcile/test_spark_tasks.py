@@ -2,10 +2,10 @@
 
 Proves that the map task and the bucket task each take what is alive as they start out of the
 collector's reach (``gc.freeze``): PySpark's reused worker runs a full collection after every
-task, which cost a quarter of the workers' CPU in a 1M-record job while every module and cache
-of the worker was in it. And that a local session's tasks take small memory pages: a map task's
-shuffle sorter took a page of 32 MiB for a few small values, and the JVM's collector spent up
-to a second of CPU a 1M-record job on them (session.py).
+task, which cost a large share of the workers' CPU while every module and cache of the worker
+was in it. And that a local session's tasks take small memory pages: a map task's shuffle sorter
+took a page of 32 MiB for a few small values, and the JVM's collector spent CPU on them
+(session.py).
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""What each install holds (#16): ``make run`` installs the runtime set, the project with its
+"""What each install holds: ``make run`` installs the runtime set, the project with its
 ``reconcile`` extra and the client library, and none of the test tools; ``make test`` adds the dev
 extra through a second stamp. An install without the reconcile extra gets a clear error from
 ``rocketbox reconcile`` naming the missing modules and the extra, not an ImportError.

@@ -1,5 +1,5 @@
 """`rocketbox up`'s small store files, and a data directory an earlier `up` wrote with RocketMQ's
-sizes (issue #16, item 7).
+sizes.
 
 Proves: a store whose files are RocketMQ's sizes (commitlog segment, index file, consume queue
 file) is reopened with those sizes for each option left at its default, so the upgrade does not

@@ -1,4 +1,4 @@
-"""`rocketbox up` as a new user meets it (issue #16, items 5 to 8).
+"""`rocketbox up` as a new user meets it.
 
 - Its one metrics endpoint carries the outbox's gauges (entries by state, bytes, the oldest
   pending entry's age), though the sidecar has no endpoint of its own there.

@@ -1,6 +1,6 @@
-"""A full outbox disk stops new spools, not the delivery of what the outbox holds (issue #13,
-point 3), with a real broker, a real sidecar and its RocksDB outbox on a real 16 MiB filesystem
-that is filled from outside:
+"""A full outbox disk stops new spools, not the delivery of what the outbox holds, with a real
+broker, a real sidecar and its RocksDB outbox on a real 16 MiB filesystem that is filled from
+outside:
 
 - a new spool is refused UNAVAILABLE, saying the outbox has no room;
 - readiness is NOT_SERVING, and its reason says so: rocketbox_sidecar_ready{reason=

@@ -1,5 +1,5 @@
-"""A sidecar that dies holding leases, restarted on its own outbox (issue #13, point 2), with a
-real broker and real sidecars on each durable backend (RocksDB, Redis, MySQL):
+"""A sidecar that dies holding leases, restarted on its own outbox, with a real broker and real
+sidecars on each durable backend (RocksDB, Redis, MySQL):
 
 - SIGKILLed mid-drain of a spooled backlog, it leaves entries claimed with no outcome recorded
   (asserted: the kill did land mid-drain); restarted with the same --sidecar-id and a lease far

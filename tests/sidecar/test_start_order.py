@@ -1,5 +1,5 @@
 """The sidecar opens its outbox (a RocksDB outbox's lock) before it binds a port, and a taken
-port is a ListenError naming the listener and the address (issue #16, item 6).
+port is a ListenError naming the listener and the address.
 
 Proves, on a real Sidecar in this process: a gRPC, metrics or RocketMQ front port another socket
 holds fails ``start`` with ListenError (the CLI's one line, rocketbox/start_checks.py), not grpc's

@@ -2,7 +2,7 @@
 broker, a sidecar over a RocksDB outbox (serving its RocketMQ front too), the app's
 rocketbox_client and the official Python client's SimpleConsumer.
 
-It proves (issue #19, item 5): with the broker under flow control, messages sent with W3C
+It proves: with the broker under flow control, messages sent with W3C
 ``traceparent``/``tracestate`` gRPC metadata, through rocketbox.v1 Send, SendBatch and
 SendStream and the RocketMQ front's SendMessage, are SPOOLED; once the broker takes sends again
 the resend pool delivers them, and the consumer receives each with the app's trace context in

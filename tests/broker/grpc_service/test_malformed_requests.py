@@ -1,6 +1,6 @@
 """Requests that cannot be decoded, sent raw to every RPC a real ``rocketbox broker`` process
-serves (issue #13, point 4): apache.rocketmq.v2.MessagingService, rocketbox.admin.v1.BrokerAdmin
-and grpc.health.v1.Health, unary and streaming alike.
+serves: apache.rocketmq.v2.MessagingService, rocketbox.admin.v1.BrokerAdmin and
+grpc.health.v1.Health, unary and streaming alike.
 
 Proves: bytes that are not protobuf, and a string field holding invalid UTF-8, are answered
 INVALID_ARGUMENT with "could not be decoded as <the request type>" (never UNKNOWN); the broker

@@ -1,4 +1,4 @@
-"""Inputs fuzzing found the broker accepting (issue #13, point 7), and their kin in every RPC of
+"""Inputs fuzzing found the broker accepting, and their kin in every RPC of
 apache.rocketmq.v2.MessagingService, sent raw to a real ``rocketbox broker`` process.
 
 Proves, one test per reported input: an AckMessage of 1,000 receipt handles of 10 KB is refused

@@ -64,7 +64,7 @@ async def refused_then_served(tmp_path: Path, squatter: int) -> tuple[str, str, 
 
 # In a process of its own: in a pytest worker that had run other tests first, the refused start
 # left an unclosed event loop for the garbage collector (a ResourceWarning; its maker is not
-# found yet, see the #17 note), which never happened with the test alone.
+# found yet), which never happened with the test alone.
 CONTROLLER_SCRIPT = """
 import asyncio, json, sys
 from pathlib import Path

@@ -73,7 +73,7 @@ async def scenario(tmp_path: Path) -> None:
 
 # In a process of its own, as test_ha_listen.py's in-process controller: in a pytest worker that
 # had run other tests, an in-process HA master left an unclosed event loop for the garbage
-# collector (its maker is not found yet, see the #17 note).
+# collector (its maker is not found yet).
 SCENARIO_SCRIPT = """
 import asyncio, sys
 from pathlib import Path
