@@ -72,8 +72,9 @@ $(PROMTOOL):
 run: $(RUN_STAMP)
 	$(BIN)/rocketbox up --data-dir $(DATA_DIR)
 
-# mypy covers tests/ as well (pyproject's files); lint-imports checks DESIGN.md §1's import layers
-# (pyproject's [tool.importlinter] contracts). The other house rules are tests/test_house_rules.py.
+# mypy covers tests/ as well (pyproject's files); lint-imports checks the import layers of
+# docs/design.md §9 (pyproject's [tool.importlinter] contracts). The other house rules are
+# tests/test_house_rules.py.
 lint: $(DEV_STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .

@@ -1,4 +1,4 @@
-"""The broker's background tasks, all in one root asyncio.TaskGroup (STYLE §5).
+"""The broker's background tasks, all in one root asyncio.TaskGroup (CONTRIBUTING.md §2).
 
 The BrokerController owns the group; services start their loops through BackgroundTasks, never
 with a bare ``asyncio.create_task``. A task that dies (any exception but cancellation) is logged

@@ -39,7 +39,7 @@ class EntryState(enum.StrEnum):
 
 
 class SpoolCause(enum.StrEnum):
-    """Why a message is in the outbox rather than at the broker (DESIGN §3)."""
+    """Why a message is in the outbox rather than at the broker (docs/design.md §4.2)."""
 
     # TOO_MANY_REQUESTS / system busy: no immediate retry.
     THROTTLED = "THROTTLED"

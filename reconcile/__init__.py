@@ -1,2 +1,2 @@
 """The reconciliation: a PySpark job proving from the commitlog that nothing acknowledged was
-lost (DESIGN §4; job.py is the entry point)."""
+lost (docs/design.md §8; job.py is the entry point)."""

@@ -70,7 +70,7 @@ from reconcile.store_hosts import store_hosts
 
 # rocketbox_api/message_rules.py's SYSTEM_TOPIC_PREFIXES and the parking topics of
 # broker/timer_message.py and broker/transaction_message.py. The reconciliation reads only
-# broker.store (DESIGN §1), so they are repeated here; tests/reconcile holds them equal.
+# broker.store (docs/design.md §9), so they are repeated here; tests/reconcile holds them equal.
 SYSTEM_TOPIC_PREFIXES = ("%RETRY%", "%DLQ%", "rmq_sys_", "RMQ_SYS_", "SCHEDULE_TOPIC")
 PARKING_TOPICS = ("SCHEDULE_TOPIC_XXXX", "RMQ_SYS_TRANS_HALF_TOPIC")
 # Rows per Arrow batch a scan task hands to Spark: about 6 MiB of columns.

@@ -1,9 +1,10 @@
 """Topic and consumer-group names: the one rule that the sidecar's intake, the broker's gRPC and
 admin edges, its topic and group tables and its store apply.
 
-RocketMQ's rule: a name is characters of ``%a-zA-Z0-9_-`` (the clients' regex, spec §5.4; '%'
-starts the broker's own names, ``%RETRY%<group>`` and ``%DLQ%<group>``), a topic at most
-TOPIC_LENGTH_MAX characters and a group at most GROUP_LENGTH_MAX (the proxy's limits).
+RocketMQ's rule: a name is characters of ``%a-zA-Z0-9_-`` (the clients' regex,
+docs/rocketmq-protocol.md §5.4; '%' starts the broker's own names, ``%RETRY%<group>`` and
+``%DLQ%<group>``), a topic at most TOPIC_LENGTH_MAX characters and a group at most GROUP_LENGTH_MAX
+(the proxy's limits).
 
 The store alone also accepts '|' (STORED_TOPIC_PATTERN, with the store's own
 ``topic_length_max``). RocketMQ's own broker and store check topics with TopicValidator, whose
@@ -13,7 +14,7 @@ consume-queue directory whose name the rule refuses, so a store holding a topic 
 namespaced ``ns|Topic`` written under RocketMQ's rule) would lose its queues silently under the
 narrower one. Nothing with a '|' comes in through our edges, which all apply the clients' rule.
 
-This is a leaf module (no imports from broker or sidecar): both sides import it (DESIGN §1).
+This is a leaf module (no imports from broker or sidecar): both sides import it (docs/design.md §9).
 """
 
 from __future__ import annotations

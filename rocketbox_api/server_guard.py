@@ -10,9 +10,10 @@ For every method of every service the server registers:
   are handled and answered as usual; the stream then reads as ended, and the call ends with that
   status.
 - An exception a handler did not expect is answered with ``fault_reply(method, reason)`` when the
-  server gives one for the method (apache.rocketmq.v2 answers in the response's ``Status``, spec
-  §1), otherwise gRPC INTERNAL. ``NotImplementedError`` (the generated servicers' default) is
-  UNIMPLEMENTED. grpc's own exceptions (an abort, a call or server that ended) go back to grpc.
+  server gives one for the method (apache.rocketmq.v2 answers in the response's ``Status``,
+  docs/rocketmq-protocol.md §1), otherwise gRPC INTERNAL. ``NotImplementedError`` (the generated
+  servicers' default) is UNIMPLEMENTED. grpc's own exceptions (an abort, a call or server that
+  ended) go back to grpc.
 - Neither writes a line per request: each kind goes through a RateLimitedLog, a WARNING for
   undecodable requests, an ERROR with the traceback for faults (they are bugs to fix).
 

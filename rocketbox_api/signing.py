@@ -1,4 +1,4 @@
-"""RocketMQ 5's request signature, as the official clients send it (shared/spec §7):
+"""RocketMQ 5's request signature, as the official clients send it (docs/rocketmq-protocol.md §7):
 
     authorization: MQv2-HMAC-SHA1 Credential=<access key>, SignedHeaders=x-mq-date-time,
                    Signature=<hex HMAC-SHA1(key=secret key, data=x-mq-date-time's value)>

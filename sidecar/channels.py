@@ -1,5 +1,5 @@
 """gRPC channels to the broker's endpoints, one per endpoint, and the request metadata RocketMQ 5
-servers expect (shared/spec §7: ``x-mq-client-id`` is the one a proxy requires).
+servers expect (docs/rocketmq-protocol.md §7: ``x-mq-client-id`` is the one a proxy requires).
 
 With credentials, every request is signed as the official clients sign theirs (rocketbox_api/
 signing.py): the signature covers only ``x-mq-date-time``, so it is computed when the date

@@ -63,8 +63,8 @@ class SendFailedError(SidecarError):
         super().__init__(f"{cause.value}: {detail}")
         self.cause = cause
         self.detail = detail
-        # The request may have reached the broker: a resend must check first (DESIGN §3). An
-        # AMBIGUOUS failure is one by definition, so the flag alone says it wherever it is read.
+        # The request may have reached the broker: a resend must check first (docs/design.md §5.4).
+        # An AMBIGUOUS failure is one by definition, so the flag alone says it wherever it is read.
         self.maybe_stored = maybe_stored or cause is SpoolCause.AMBIGUOUS
 
 

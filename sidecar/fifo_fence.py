@@ -1,9 +1,9 @@
 """The FIFO fence in memory, backed by the outbox.
 
 Once a message of a (topic, message group) is spooled, later messages of that group must be
-spooled behind it until the resend pool has delivered the group's entries (DESIGN §3). Asking the
-outbox on every FIFO message cost a thread hop and a query; the fence keeps the set of fenced
-groups in memory instead:
+spooled behind it until the resend pool has delivered the group's entries (docs/design.md §4.4).
+Asking the outbox on every FIFO message cost a thread hop and a query; the fence keeps the set of
+fenced groups in memory instead:
 
 - ``load`` fills it from the outbox's PENDING groups at start (what an earlier run spooled);
 - intake adds a group when it spools one of its messages (under the group's intake lock, after

@@ -1,5 +1,5 @@
-"""What a broker's answer means for the message: the cause classification of DESIGN §3, in one
-place for the send path, the resend path and route lookups.
+"""What a broker's answer means for the message: the cause classification of docs/design.md §4.2, in
+one place for the send path, the resend path and route lookups.
 
 | answer | meaning |
 |---|---|

@@ -1,6 +1,6 @@
 """The machine's real Redis and MariaDB, for tests that need them.
 
-Each is started with the command ENVIRONMENT.md gives when it is not answering, and a test that
+Each is started with the command CONTRIBUTING.md §6 gives when it is not answering, and a test that
 still cannot reach it fails with a message saying so: never a silent skip. Tests isolate
 themselves by name (a Redis key prefix, a MySQL table), not by a private server.
 """
@@ -55,7 +55,7 @@ def _ensure(name: str, host: str, port: int, start: list[str]) -> None:
         time.sleep(0.2)
     pytest.fail(
         f"{name} is not answering on {host}:{port}, even after `{' '.join(start)}`; "
-        "this test needs the real service (ENVIRONMENT.md)"
+        "this test needs the real service (CONTRIBUTING.md §6)"
     )
 
 

@@ -1,16 +1,17 @@
-"""House rules that no linter checks for us, as tests (STYLE.md, issue #15 item 4).
+"""House rules that no linter checks for us, as tests (CONTRIBUTING.md §2).
 
 - Every ``# noqa`` and ``# type: ignore`` says why (``# noqa: N802 - the protocol's method
   name``, ``# type: ignore[misc]  # untyped stubs``): a bare one hides a finding from the next
   reader as well as from the tool.
 - Modules stay within ``MODULE_LINES_MAX`` lines and functions within ``FUNCTION_LINES_MAX``
-  (STYLE.md 9: past that it is usually two ideas), but for the reasoned ``OVERSIZE_ALLOWED``.
+  (CONTRIBUTING.md §2: past that it is usually two ideas), but for the reasoned
+  ``OVERSIZE_ALLOWED``.
 - No test sleeps to wait for a condition: a sleep is a poll inside a loop bounded by a deadline
   (the loop names one), or it says on its line, or the line above, why it waits for no condition
   (``# sleep: <why>``): a turn of the event loop, or time that must pass with nothing happening.
 
 The other rules are tools' configuration (pyproject.toml) run by ``make lint``: ruff, mypy over
-tests/ too, and the import layers of DESIGN.md §1 (import-linter's contracts).
+tests/ too, and the import layers of docs/design.md §9 (import-linter's contracts).
 """
 
 from __future__ import annotations

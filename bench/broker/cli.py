@@ -243,7 +243,7 @@ def check_nats() -> None:
         print(
             f"NATS JetStream is not reachable at {NATS_URL}: {e}\n"
             "The bench compares (b) with it: start nats-server with JetStream "
-            "(see /work/shared/ENVIRONMENT.md) and run again.",
+            "(see CONTRIBUTING.md §6) and run again.",
             file=sys.stderr,
         )
         sys.exit(2)

@@ -1,4 +1,5 @@
-"""Who sent a request: its ``authorization`` metadata checked against the users (spec §7).
+"""Who sent a request: its ``authorization`` metadata checked against the users
+(docs/rocketmq-protocol.md §7).
 
 A request is authenticated when its access key names a user, its signature is the HMAC-SHA1 of
 its ``x-mq-date-time`` under that user's secret key, and that date is within ``clock_skew_s`` of

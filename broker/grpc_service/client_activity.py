@@ -1,11 +1,11 @@
 """The client life-cycle RPCs of apache.rocketmq.v2: Heartbeat, NotifyClientTermination and the
 Telemetry stream (the proxy's ClientActivity).
 
-Telemetry carries a client's Settings, which the broker answers merged with its own (spec §3.4),
-and the broker's RecoverOrphanedTransactionCommand, pushed to a live producer of a topic that may
-still publish on it (client_registry.py) when a transaction outlives its timeout. A stream the
-broker ends (its user deleted, or a right its Settings need revoked: stream_access.py) is
-aborted with the gRPC status it was ended with.
+Telemetry carries a client's Settings, which the broker answers merged with its own
+(docs/rocketmq-protocol.md §3.4), and the broker's RecoverOrphanedTransactionCommand, pushed to a
+live producer of a topic that may still publish on it (client_registry.py) when a transaction
+outlives its timeout. A stream the broker ends (its user deleted, or a right its Settings need
+revoked: stream_access.py) is aborted with the gRPC status it was ended with.
 
 Heartbeats and NotifyClientTermination also tell broadcast groups' members (broadcast_members.py)
 that a client is alive, or has left and its member may be adopted at once.
@@ -35,7 +35,7 @@ Context = grpc.aio.ServicerContext[Any, Any]
 CLIENT_ID_HEADER = "x-mq-client-id"
 NAMESPACE_HEADER = "x-mq-namespace"
 
-# Proxy defaults (spec §3.4): producers retry 3 times, 10 ms growing to 1 s.
+# Proxy defaults (docs/rocketmq-protocol.md §3.4): producers retry 3 times, 10 ms growing to 1 s.
 PRODUCER_MAX_ATTEMPTS = 3
 RECEIVE_BATCH_SIZE = 32
 # A client's Settings, which the reply echoes: about a thousand topics or subscriptions.
@@ -167,7 +167,7 @@ class ClientActivity:
             # thread stack traces and verify results are answers nobody asked for: ignored
 
     def _settings_reply(self, client: pb.Settings) -> pb.Settings:
-        """The client's Settings merged with the broker's (spec §3.4)."""
+        """The client's Settings merged with the broker's (docs/rocketmq-protocol.md §3.4)."""
         reply = pb.Settings()
         reply.CopyFrom(client)
         if client.HasField("publishing"):

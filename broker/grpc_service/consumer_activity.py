@@ -1,10 +1,10 @@
 """The consumer RPCs of apache.rocketmq.v2: ReceiveMessage, AckMessage, ChangeInvisibleDuration,
 ForwardMessageToDeadLetterQueue, QueryAssignment (the proxy's consumer activities).
 
-ReceiveMessage answers with the proxy's stream shape (spec §8.5): ``status`` OK, one frame per
-message, a ``delivery_timestamp``; or ``MESSAGE_NOT_FOUND`` and a timestamp when nothing came
-within the poll time. The poll never outlives the client's deadline. Messages taken for a stream
-that breaks before they were written are made visible again at once.
+ReceiveMessage answers with the proxy's stream shape (docs/rocketmq-protocol.md §8.5): ``status``
+OK, one frame per message, a ``delivery_timestamp``; or ``MESSAGE_NOT_FOUND`` and a timestamp when
+nothing came within the poll time. The poll never outlives the client's deadline. Messages taken for
+a stream that breaks before they were written are made visible again at once.
 
 Group, topic and receipt handles are checked before anything is looked up (request_limits.py):
 an AckMessage refused as a whole (a bad group or topic, no entries or more than ACK_ENTRIES_MAX,
@@ -99,7 +99,8 @@ class ConsumerActivity:
             validate_namespace(
                 request.message_queue.topic, "message_queue.topic", Code.ILLEGAL_TOPIC
             )
-            # Any queue id of the topic serves the whole topic (spec §6); -1 is the proxy's "all".
+            # Any queue id of the topic serves the whole topic (docs/rocketmq-protocol.md §6); -1 is
+            # the proxy's "all".
             if not -1 <= request.message_queue.id < tc.queue_nums:
                 raise ProtocolError(
                     Code.BAD_REQUEST,
@@ -242,8 +243,9 @@ class ConsumerActivity:
         self, request: spb.ChangeInvisibleDurationRequest, context: Context
     ) -> spb.ChangeInvisibleDurationResponse:
         old = request.receipt_handle
-        # Echo the old handle: Python stores whatever comes back, even on errors (spec §12);
-        # but not one too long to be a handle, which would only make the answer as large.
+        # Echo the old handle: Python stores whatever comes back, even on errors
+        # (docs/rocketmq-protocol.md §8.6); but not one too long to be a handle, which would only
+        # make the answer as large.
         echo = old if len(old) <= RECEIPT_HANDLE_LENGTH_MAX else ""
         try:
             _validate_group_and_topic(request.group, request.topic)
@@ -346,8 +348,8 @@ def long_polling_ms(
     request: spb.ReceiveMessageRequest | spb.PullMessageRequest, default_ms: int, context: Context
 ) -> int:
     """How long a receive or pull may wait: the request's time (or the broker's default), at
-    most the proxy's 20 s (spec §8.5), and ending before the client's deadline does. A time
-    that is not a valid, non-negative Duration is refused with ILLEGAL_POLLING_TIME."""
+    most the proxy's 20 s (docs/rocketmq-protocol.md §8.5), and ending before the client's deadline
+    does. A time that is not a valid, non-negative Duration is refused with ILLEGAL_POLLING_TIME."""
     poll_ms = (
         duration_ms_of(
             request.long_polling_timeout, "long_polling_timeout", Code.ILLEGAL_POLLING_TIME

@@ -131,8 +131,9 @@ def to_pb_message(
     message_type: int | None = None,
     namespace: str = "",
 ) -> pb.Message:
-    """A stored message as the clients expect to receive it (spec §5.1, §5.3): MD5 digest in
-    upper-case hex and an explicit IDENTITY encoding, without which the Python client drops it."""
+    """A stored message as the clients expect to receive it (docs/rocketmq-protocol.md §5.1, §5.3):
+    MD5 digest in upper-case hex and an explicit IDENTITY encoding, without which the Python client
+    drops it."""
     props = msg.properties
     sp = pb.SystemProperties(
         message_id=props.get(PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX, ""),

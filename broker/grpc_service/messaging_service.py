@@ -2,8 +2,8 @@
 request to the activity of its family (the proxy's shape): client life cycle and telemetry in
 client_activity.py, sends and transactions in send_activity.py, consumption in
 consumer_activity.py and pull_activity.py, routes in route_activity.py. Every reply carries a
-Status (spec §1). RecallMessage and SyncLiteSubscription (newer features the broker lacks) are
-answered NOT_IMPLEMENTED in the Status.
+Status (docs/rocketmq-protocol.md §1). RecallMessage and SyncLiteSubscription (newer features the
+broker lacks) are answered NOT_IMPLEMENTED in the Status.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Namespaces: two apps' ``Orders`` are two topics (spec §7).
+"""Namespaces: two apps' ``Orders`` are two topics (docs/rocketmq-protocol.md §7).
 
 A client names its namespace in the ``x-mq-namespace`` metadata (the Python client also fills
 every Resource's ``resource_namespace``, the Node client does not). The broker stores a

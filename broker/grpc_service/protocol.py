@@ -1,10 +1,11 @@
 """Shared pieces of the apache.rocketmq.v2 edge: status replies and protocol errors.
 
 Every unary response carries a ``Status`` and completes with gRPC OK, even for business errors,
-as the RocketMQ proxy does and the official clients expect (spec §1). ``ProtocolError`` is how
-handlers bail out with such a status; the servicer turns it into the response. A fault no handler
-expected is answered the same way, INTERNAL_SERVER_ERROR in the Status (``fault_reply``, used by
-the server's guard), except on the Telemetry stream, which ends with gRPC INTERNAL (spec §1).
+as the RocketMQ proxy does and the official clients expect (docs/rocketmq-protocol.md §1).
+``ProtocolError`` is how handlers bail out with such a status; the servicer turns it into the
+response. A fault no handler expected is answered the same way, INTERNAL_SERVER_ERROR in the Status
+(``fault_reply``, used by the server's guard), except on the Telemetry stream, which ends with gRPC
+INTERNAL (docs/rocketmq-protocol.md §1).
 
 A status message never grows with the request: values quoted from it are cut
 (rocketbox_api.message_rules.shown, the one quoting of every error text) and the whole message is

@@ -1,6 +1,6 @@
 """Offset-based consumption of apache.rocketmq.v2: PullMessage, UpdateOffset, GetOffset,
-QueryOffset. The official clients do not call these (spec §2.1); they serve pull consumers such
-as the reconciliation tooling and any client written against the protocol.
+QueryOffset. The official clients do not call these (docs/rocketmq-protocol.md §2.1); they serve
+pull consumers such as the reconciliation tooling and any client written against the protocol.
 
 PullMessage streams ``status``, the messages, then ``next_offset`` (where to pull from next).
 With nothing to read at the offset it long-polls (woken by an arrival) until

@@ -30,9 +30,9 @@ from rocketbox_api.protobuf_ranges import (
 SEND_MESSAGES_MAX = 1024
 # Entries in one AckMessage: the official clients ack one message per request.
 ACK_ENTRIES_MAX = 1024
-# The clients' ids are 34 characters (spec §5.2); MESSAGE_ID_LENGTH_MAX, RocketMQ's message rules'
-# bound, lets apps of the sidecar choose up to 128.
-# Ours are under 64 characters; the proxy's (spec §8.6) under 256.
+# The clients' ids are 34 characters (docs/rocketmq-protocol.md §5.2); MESSAGE_ID_LENGTH_MAX,
+# RocketMQ's message rules' bound, lets apps of the sidecar choose up to 128.
+# Ours are under 64 characters; the proxy's (docs/rocketmq-protocol.md §8.6) under 256.
 RECEIPT_HANDLE_LENGTH_MAX = 512
 RESOURCE_NAMESPACE_LENGTH_MAX = TOPIC_LENGTH_MAX
 # A TAG expression ("tagA||tagB"); RocketMQ keeps subscriptions small too.

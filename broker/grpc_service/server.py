@@ -19,7 +19,8 @@ def bind_server(cfg: BrokerConfig) -> tuple[grpc.aio.Server, int]:
         options=[
             ("grpc.max_receive_message_length", cfg.grpc_receive_message_bytes_max),
             ("grpc.max_send_message_length", cfg.grpc_receive_message_bytes_max),
-            # A second broker on the same port must fail, not share it silently (spec §12).
+            # A second broker on the same port must fail, not share it silently
+            # (docs/rocketmq-protocol.md §1).
             ("grpc.so_reuseport", 0),
         ],
     )

@@ -4,10 +4,10 @@ SendMessageActivity checks), and of topic and group names.
 The rules are the table the sidecar checks too (rocketbox_api/message_rules.py), so that what a
 sidecar spooled is taken when it is sent again; this broker's own limits (its body size and
 delay) flow in. Each check raises ProtocolError with the proxy's code and a message that names
-the field and the limit (spec §5.4, §8.1). Nothing is stored for a request that fails here.
-Beyond the table, what only the wire has: a message's type must agree with its properties (FIFO
-⇔ message_group, DELAY ⇔ a delivery time or a DELAY level), its Timestamps must be well-formed,
-and its queue_id one of the topic's queues. Bounds on the rest of a request are in
+the field and the limit (docs/rocketmq-protocol.md §5.4, §8.1). Nothing is stored for a request that
+fails here. Beyond the table, what only the wire has: a message's type must agree with its
+properties (FIFO ⇔ message_group, DELAY ⇔ a delivery time or a DELAY level), its Timestamps must be
+well-formed, and its queue_id one of the topic's queues. Bounds on the rest of a request are in
 request_limits.py.
 """
 
@@ -126,7 +126,8 @@ def validate_message(
 
 
 def _validate_type(msg: pb.Message, kind: TopicMessageType) -> None:
-    """A message's type agrees with its properties, as the clients build them (spec §5.1)."""
+    """A message's type agrees with its properties, as the clients build them
+    (docs/rocketmq-protocol.md §5.1)."""
     sp = msg.system_properties
     has_group = sp.HasField("message_group")
     if kind is TopicMessageType.FIFO and not has_group:

@@ -2,7 +2,7 @@
 
 The sidecar's one rejection type (SendRejectedError: a gRPC code, the field at fault, a reason)
 becomes the code the RocketMQ proxy would have answered, so an app's SDK raises the exception it
-raises against a proxy (shared/spec §4.2):
+raises against a proxy (docs/rocketmq-protocol.md §4.2):
 
 | rejection | Code (what the Python client raises) |
 |---|---|
@@ -25,11 +25,12 @@ raises against a proxy (shared/spec §4.2):
 |   cannot write) | |
 | INTERNAL (a bug) | INTERNAL_SERVER_ERROR (InternalErrorException) |
 
-TOO_MANY_REQUESTS is the only code both clients treat as "slow down" (spec §4.3): a full outbox
-or admission control says exactly that. UNAVAILABLE has no code of its own in the protocol; the
-clients retry every code but TOO_MANY_REQUESTS at once, which is what a sidecar that is stopping
-or cannot spool asks for (the app's next attempt may reach a sidecar that can). It is answered
-INTERNAL_ERROR, apart from a bug's INTERNAL_SERVER_ERROR, so logs tell the two apart.
+TOO_MANY_REQUESTS is the only code both clients treat as "slow down"
+(docs/rocketmq-protocol.md §4.3): a full outbox or admission control says exactly that. UNAVAILABLE
+has no code of its own in the protocol; the clients retry every code but TOO_MANY_REQUESTS at once,
+which is what a sidecar that is stopping or cannot spool asks for (the app's next attempt may reach
+a sidecar that can). It is answered INTERNAL_ERROR, apart from a bug's INTERNAL_SERVER_ERROR, so
+logs tell the two apart.
 """
 
 from __future__ import annotations

@@ -11,7 +11,7 @@ gave it; only then are the requests (and the handles in the answers) parsed.
 QueryAssignment's answer is always parsed: its queues name the brokers' real endpoints, which
 the app must not see (every later call must come here), and which the directory learns.
 
-Errors, as a RocketMQ proxy answers them (spec §1, §4):
+Errors, as a RocketMQ proxy answers them (docs/rocketmq-protocol.md §1, §4):
 - the broker's own gRPC status (UNAVAILABLE when it cannot be reached) is the app's, unchanged:
   it is what an official client sees from a dead proxy, and what makes it retry (a PushConsumer
   retries a failed receive after 1 s, an ack every second; a SimpleConsumer raises to its

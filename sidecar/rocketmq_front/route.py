@@ -15,12 +15,12 @@ route lookup fails cannot send at all, and sending through an outage is what the
 - the last good answer for the topic (per namespace and topic, at most ``routes_max`` of them,
   the least recently used forgotten first);
 - with none, a route it makes up: one writable queue (id 0: the Node client uses queue 0 only,
-  shared/spec §0.8) of a broker named ``rocketbox-sidecar`` (id 0, the master the clients look
-  for) at this front, accepting NORMAL, FIFO and DELAY messages. WRITE only, so a consumer finds
-  nothing to read there. An app started during an outage can then send: its messages are spooled
-  and delivered once the broker returns. If the topic does not exist on the broker (and it does
-  not create topics), that delivery is refused for good: the entries end DEAD in the outbox with
-  the broker's TOPIC_NOT_FOUND as their last error (``rocketbox outbox`` lists them, the
+  docs/rocketmq-protocol.md §6) of a broker named ``rocketbox-sidecar`` (id 0, the master the
+  clients look for) at this front, accepting NORMAL, FIFO and DELAY messages. WRITE only, so a
+  consumer finds nothing to read there. An app started during an outage can then send: its messages
+  are spooled and delivered once the broker returns. If the topic does not exist on the broker (and
+  it does not create topics), that delivery is refused for good: the entries end DEAD in the outbox
+  with the broker's TOPIC_NOT_FOUND as their last error (``rocketbox outbox`` lists them, the
   reconciliation counts them), although the app was told OK. The sidecar cannot know better
   while the broker is away; an app that must know sends once while the broker is up.
 """

@@ -14,8 +14,8 @@ refusal, metrics, the ledger, INTERNAL on a bug). Its answer, in the protocol's 
 - REJECTED: the protocol's code (codes.py) and a message naming the field and the limit.
 
 One message (what both clients send): the top-level status is its entry's, the only one the
-Python client reads (shared/spec §4.2). Several: one entry each, in order, and the top-level
-status their shared one, or MULTIPLE_RESULTS. A request over the sidecar's limits
+Python client reads (docs/rocketmq-protocol.md §4.2). Several: one entry each, in order, and the
+top-level status their shared one, or MULTIPLE_RESULTS. A request over the sidecar's limits
 (``send_batch_entries_max`` messages, ``send_batch_bytes_max`` bytes of bodies) is refused as a
 whole before any message is started, every entry answered with that refusal.
 
@@ -184,7 +184,8 @@ def to_outbox_message(
     group = sp.message_group if sp.HasField("message_group") else None
     delivery_ms = None
     if sp.HasField("delivery_timestamp"):
-        # Python clients send whole seconds (spec §5.5): kept as sent, never rounded further.
+        # Python clients send whole seconds (docs/rocketmq-protocol.md §5.5): kept as sent, never
+        # rounded further.
         t = sp.delivery_timestamp
         validate_timestamp("delivery_time", t.seconds, t.nanos)
         delivery_ms = t.ToMilliseconds()

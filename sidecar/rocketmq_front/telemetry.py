@@ -1,7 +1,7 @@
 """Telemetry at the front: a producer keeps working while the broker is away; a consumer's stream
 is the broker's.
 
-The app's first Settings decides what its stream is (spec §3):
+The app's first Settings decides what its stream is (docs/rocketmq-protocol.md §3):
 
 - **A producer** (Settings with ``publishing``) is answered at once by the sidecar, as a broker
   would answer it (its Settings echoed, with the sidecar's body limit, message types validated,
@@ -55,7 +55,8 @@ RECONNECT_MAX_MS = 5_000
 # An upstream that lived this long found the broker up: the next failure starts the back-off
 # again from RECONNECT_INITIAL_MS.
 RECONNECT_RESET_MS = 10_000
-# The proxy's producer retry policy (spec §3.4): 3 attempts, 10 ms growing to 1 s.
+# The proxy's producer retry policy (docs/rocketmq-protocol.md §3.4): 3 attempts, 10 ms growing
+# to 1 s.
 PRODUCER_MAX_ATTEMPTS = 3
 PRODUCER_BACKOFF_INITIAL_MS = 10
 PRODUCER_BACKOFF_MAX_MS = 1_000
@@ -66,7 +67,8 @@ def _duration_ms(ms: int) -> Duration:
 
 
 def producer_settings_reply(client: pb.Settings, body_bytes_max: int) -> spb.TelemetryCommand:
-    """What a broker answers a producer's Settings (the broker's ClientActivity, spec §3.4)."""
+    """What a broker answers a producer's Settings (the broker's ClientActivity,
+    docs/rocketmq-protocol.md §3.4)."""
     reply = pb.Settings()
     reply.CopyFrom(client)
     reply.backoff_policy.CopyFrom(

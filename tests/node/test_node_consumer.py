@@ -3,10 +3,11 @@ package.json) receives and acks, against a real ``rocketbox broker``, what the o
 producer sent.
 
 Proves: every message comes exactly once, with its body, tag and key, though the Node client asks
-only for queue 0 of a four-queue topic (spec §6, §8.5); acked messages do not come back to the
-group (a second run of it, listening past the invisible time, gets nothing); another group gets
-them all again (groups are independent, §8.6); a delivery the Node client did not ack comes back
-after its invisible time, same message id, ``deliveryAttempt`` 2.
+only for queue 0 of a four-queue topic (docs/rocketmq-protocol.md §6, §8.5); acked messages do not
+come back to the group (a second run of it, listening past the invisible time, gets nothing);
+another group gets them all again (groups are independent, docs/rocketmq-protocol.md §8.6); a
+delivery the Node client did not ack comes back after its invisible time, same message id,
+``deliveryAttempt`` 2.
 
 The waits are the Node script's own: its long-polling ``awaitDuration`` and ``--listen-ms``.
 """

@@ -3,7 +3,7 @@ tests/certificates.py):
 
 - the official Node client (rocketmq-client-nodejs, ``sslEnabled``) sends through the RocketMQ
   front over TLS, trusting the test CA through GRPC_DEFAULT_SSL_ROOTS_FILE_PATH (its only way:
-  shared/spec §9);
+  docs/rocketmq-protocol.md §9);
 - a plain gRPC client (@grpc/grpc-js) of rocketbox.v1 over mTLS with the bearer token is STORED;
   without its certificate the connection is refused; without the token it is UNAUTHENTICATED.
 """

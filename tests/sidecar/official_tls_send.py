@@ -1,7 +1,8 @@
 """An app on the official RocketMQ Python client (5.1.2) sending one message over TLS to the
 endpoint given first, topic second; prints the message id. Run as its own process, with
 GRPC_DEFAULT_SSL_ROOTS_FILE_PATH naming the CA to trust: the client offers no way to pass one
-(shared/spec §9), and gRPC reads that variable once per process. Exit 1 on any failure.
+(docs/rocketmq-protocol.md §9), and gRPC reads that variable once per process. Exit 1 on any
+failure.
 
 Usage: python -m tests.sidecar.official_tls_send HOST:PORT TOPIC
 """

@@ -1,5 +1,5 @@
 """The sidecar end to end, with real processes: a broker, a sidecar, and a client through the
-generated stubs. It proves the promise of DESIGN §3 — every message is STORED, SPOOLED or
+generated stubs. It proves the promise of docs/design.md §1 — every message is STORED, SPOOLED or
 REJECTED, and nothing STORED or SPOOLED is lost or sent twice:
 
 - broker up: STORED, and the message is in the broker (found by its id) and consumable;

@@ -6,8 +6,8 @@
   one SendFailedError after 1 + retry_times_when_send_failed attempts within the one timeout;
 - a FIFO message is always sent to the same queue; a receipt is what the broker answered, so
   it names no queue (the broker picks it), and no broker when the endpoint fronts several;
-- the broker's answers are classified as DESIGN §3 says (stored, weak, throttled, terminal,
-  ambiguous), and back-off waits grow and stay within their bounds.
+- the broker's answers are classified as docs/design.md §4.2 says (stored, weak, throttled,
+  terminal, ambiguous), and back-off waits grow and stay within their bounds.
 
 The two-broker cases use a real broker behind a route that also names a broker that is down:
 the route is served by a small apache.rocketmq.v2 QueryRoute server, the sends go to the real

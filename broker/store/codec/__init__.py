@@ -9,6 +9,6 @@
 - ``scan`` and ``scan_columns``: a fast column-wise scan of a whole segment (the reconciliation).
 
 The codec imports nothing of the broker outside this package, so the reconciliation (reconcile/)
-reads logs without pulling in the store (DESIGN.md §1). Nothing is imported here: ``scan`` needs
-numpy, which the broker itself never loads.
+reads logs without pulling in the store (docs/design.md §9). Nothing is imported here: ``scan``
+needs numpy, which the broker itself never loads.
 """

@@ -2,8 +2,8 @@
 SendMessage requests on the raw protocol.
 
 - With ``--tls-cert/--tls-key`` the official client connects with ``tls_enable=True`` (trusting
-  the test's self-signed certificate through GRPC_DEFAULT_SSL_ROOTS_FILE_PATH, as spec §9 says)
-  and a plaintext client cannot.
+  the test's self-signed certificate through GRPC_DEFAULT_SSL_ROOTS_FILE_PATH, as
+  docs/rocketmq-protocol.md §9 says) and a plaintext client cannot.
 - ``grpc.health.v1.Health/Check`` answers SERVING for the server and the messaging service.
 - A request with several messages gets one result entry each, with its own queue offset; a
   request with one bad message is refused whole with the message's code, and nothing of it is

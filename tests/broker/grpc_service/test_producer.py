@@ -133,7 +133,8 @@ def test_delayed_messages_arrive_on_time_across_a_restart(tmp_path: Path) -> Non
     broker = BrokerProcess(tmp_path, "--topic", "Later:2")
     try:
         with producer(broker.endpoint, ("Later",)) as p:
-            # The Python client's delivery_timestamp is epoch seconds on the wire (spec §0.10).
+            # The Python client's delivery_timestamp is epoch seconds on the wire
+            # (docs/rocketmq-protocol.md §5.5).
             deliver_s = int(time.time()) + 4
             timed = message("Later", b"at a time")
             timed.delivery_timestamp = deliver_s

@@ -103,7 +103,8 @@ def test_normal_fifo_and_delay_go_through_intake_stored_once_with_their_properti
         normal_receipt = p.send(normal)
         fifo = [p.send(message("Fifo", f"step {i}".encode(), message_group="front-g"))
                 for i in range(3)]  # fmt: skip
-        # The Python client's delivery timestamp is whole epoch seconds (shared/spec §5.5).
+        # The Python client's delivery timestamp is whole epoch seconds
+        # (docs/rocketmq-protocol.md §5.5).
         deliver_s = int(time.time()) + 3
         delayed = p.send(message("FrontLater", b"later", delivery_timestamp=deliver_s))
     receipts = [normal_receipt, *fifo, delayed]
