@@ -265,9 +265,8 @@ def _up_inputs(
 
 
 def _check_reconcile_extra() -> None:
-    """The job's libraries are pyproject's ``reconcile`` extra (most of a full install, PySpark
-    the largest part), which a sidecar-only install leaves out: say which one is missing and how
-    to add it."""
+    """The job's libraries are pyproject's ``reconcile`` extra (PySpark and its kin, most of an
+    install), which a sidecar-only install leaves out: say which is missing and how to add it."""
     missing = [name for name in RECONCILE_EXTRA_MODULES if importlib.util.find_spec(name) is None]
     if missing:
         raise click.ClickException(
