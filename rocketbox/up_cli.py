@@ -42,7 +42,7 @@ from sidecar.producer import ProducerConfig
 # Listen addresses meaning "every address": the sidecar of `up` reaches such a broker on loopback.
 ANY_ADDRESS = ("0.0.0.0", "::")  # noqa: S104 - compared with, not bound
 # `rocketbox up`'s store files: a developer's default, on a laptop's disk. Each file is written in
-# full when it is created, so RocketMQ's sizes held 2.1 GB for a few MB of messages (two 1 GiB
+# full when it is created, so RocketMQ's sizes held gigabytes for a few MB of messages (two 1 GiB
 # commitlog segments, a 400 MiB index file, 47 MiB per topic). 64 MiB segments still hold 16 of
 # the largest (4 MiB) messages and about 60,000 of 1 KiB, and retention, which deletes whole
 # segments, frees disk sooner; an index file of 400,000 entries (8 MiB, RocketMQ's 1:4 ratio of

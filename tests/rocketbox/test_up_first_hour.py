@@ -48,7 +48,7 @@ TOPICS_N = 4
 # What a fresh `up` that has seen TOPICS_N topics may hold: two 64 MiB commitlog segments (the
 # one written, the next prepared ahead), the RocksDB outbox's 128 MiB full-disk reserve
 # (outbox/disk_reserve.py), an 8 MiB index file, 8 consume queue files of 586 KiB per topic,
-# and RocksDB's own few MiB. RocketMQ's sizes held 2.1 GB (and 47 MiB more per topic).
+# and RocksDB's own few MiB. RocketMQ's sizes held gigabytes (and 47 MiB more per topic).
 FRESH_UP_DISK_BYTES_MAX = (2 * 64 + 128 + 8 + TOPICS_N * 5 + 16) * MIB
 
 
