@@ -1,7 +1,7 @@
-"""Private outbox services for the chaos suite: servers of the suite's own, to kill and restart.
+"""Private outbox services: servers of a suite's own, to kill and restart.
 
-The machine's shared Redis and MariaDB cannot be killed under other tests' feet, so a scenario
-that kills its outbox's service starts its own:
+A chaos scenario that kills its outbox's service starts its own, and so does each test session
+(tests/services.py) for the tests that need one:
 
 - ``PrivateRedis(data_dir)``: a redis-server with AOF and ``appendfsync always`` (a write it has
   acknowledged survives SIGKILL), its files in ``data_dir``.
@@ -14,12 +14,14 @@ port 0 they bound: a port taken in the meantime is retried with another), and on
 after ``kill`` and ``start``, so clients holding its URL reconnect. ``start`` returns once the
 server answers (PING, a connection); ``stop`` is SIGTERM, then SIGKILL after a deadline; the
 ``with`` block stops it. Each server's output is kept in a log file in its directory, whose tail
-the errors carry.
+the errors carry. A server whose program is not installed is a ``ServiceError`` giving the
+install command.
 """
 
 from __future__ import annotations
 
 import re
+import shutil
 import signal
 import socket
 import subprocess
@@ -35,9 +37,12 @@ import sqlalchemy.exc
 from chaos.processes import log_tail
 
 REDIS_SERVER = "redis-server"
-MARIADBD = "/usr/sbin/mariadbd"
+MARIADBD = "mariadbd"
 MARIADB_INSTALL_DB = "mariadb-install-db"
 MYSQL_DATABASE = "test"
+INSTALL_COMMAND = "sudo apt-get install redis-server mariadb-server"
+# Debian installs mariadbd in /usr/sbin, which is not on every user's PATH.
+SBIN = "/usr/sbin"
 START_DEADLINE_S = 60.0
 INSTALL_DEADLINE_S = 60.0
 STOP_DEADLINE_S = 30.0
@@ -67,6 +72,14 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
+
+
+def executable(name: str) -> str:
+    """The path of program ``name``, on PATH or in /usr/sbin."""
+    found = shutil.which(name) or shutil.which(name, path=SBIN)
+    if found is None:
+        raise ServiceError(f"{name} is not installed; install it with `{INSTALL_COMMAND}`.")
+    return found
 
 
 class _PrivateServer:
@@ -189,15 +202,18 @@ class _PrivateServer:
 
 
 class PrivateRedis(_PrivateServer):
-    """A redis-server of the suite's own: AOF with ``appendfsync always``, no RDB snapshots.
-    Its files go to ``store_dir`` when given (a disk of their own), its log stays in
-    ``data_dir``."""
+    """A redis-server of the suite's own: AOF with ``appendfsync always``, no RDB snapshots
+    (``durable=False``: nothing kept on disk, for tests that never kill it). Its files go to
+    ``store_dir`` when given (a disk of their own), its log stays in ``data_dir``."""
 
     name = "redis-server"
 
-    def __init__(self, data_dir: Path, store_dir: Path | None = None) -> None:
+    def __init__(
+        self, data_dir: Path, store_dir: Path | None = None, *, durable: bool = True
+    ) -> None:
         super().__init__(data_dir)
         self.store_dir = store_dir or data_dir
+        self.durable = durable
 
     def _prepare(self) -> None:
         self.store_dir.mkdir(parents=True, exist_ok=True)
@@ -207,9 +223,10 @@ class PrivateRedis(_PrivateServer):
         return f"redis://127.0.0.1:{self.port}/0?prefix={prefix}"
 
     def _command(self, port: int) -> list[str]:
+        aof = ("yes", "--appendfsync", "always") if self.durable else ("no",)
         return [
-            REDIS_SERVER, "--port", str(port), "--bind", "127.0.0.1", "--dir", str(self.store_dir),
-            "--appendonly", "yes", "--appendfsync", "always", "--save", "",
+            executable(REDIS_SERVER), "--port", str(port), "--bind", "127.0.0.1",
+            "--dir", str(self.store_dir), "--appendonly", *aof, "--save", "",
             "--daemonize", "no", "--logfile", "",
         ]  # fmt: skip
 
@@ -255,8 +272,9 @@ class PrivateMariaDB(_PrivateServer):
             try:
                 done = subprocess.run(
                     [
-                        MARIADB_INSTALL_DB, "--no-defaults", f"--datadir={self.datadir}",
-                        "--user=root", "--auth-root-authentication-method=normal",
+                        executable(MARIADB_INSTALL_DB), "--no-defaults",
+                        f"--datadir={self.datadir}", "--user=root",
+                        "--auth-root-authentication-method=normal",
                         "--skip-test-db", "--skip-name-resolve", *INNODB_ARGS,
                     ],
                     stdin=subprocess.DEVNULL, stdout=log, stderr=log,
@@ -272,7 +290,7 @@ class PrivateMariaDB(_PrivateServer):
     def _command(self, port: int) -> list[str]:
         # --no-defaults: nothing of the machine's own server (its my.cnf, port, socket) applies.
         return [
-            MARIADBD, "--no-defaults", f"--datadir={self.datadir}", "--user=root",
+            executable(MARIADBD), "--no-defaults", f"--datadir={self.datadir}", "--user=root",
             f"--port={port}", "--bind-address=127.0.0.1", f"--socket={self.socket_path}",
             f"--pid-file={self.data_dir / 'mysqld.pid'}", "--skip-name-resolve",
             "--performance-schema=OFF", *INNODB_ARGS,

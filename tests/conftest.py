@@ -24,6 +24,8 @@ from typing import Any
 
 import pytest
 
+from tests import services
+
 # broker --listen, sidecar --listen / up --sidecar-listen, up --metrics-listen, namesrv --listen,
 # up --rocketmq-listen
 DEFAULT_PORTS = (8081, 8980, 9108, 9876, 8982)
@@ -44,6 +46,14 @@ def _default_ports_held() -> Iterator[None]:
             # a default address is refused at once, as with nothing there (a listener that never
             # accepts would leave it hanging instead).
         yield
+
+
+@pytest.fixture(autouse=True, scope="session")
+def _own_services_stopped() -> Iterator[None]:
+    """The Redis and MariaDB this session (this xdist worker) started for its tests, stopped at
+    its end: tests.services starts them when a test first asks for one."""
+    yield
+    services.stop_servers()
 
 
 @pytest.fixture

@@ -1,14 +1,21 @@
-"""The machine's real Redis and MariaDB, for tests that need them.
+"""Redis and MariaDB servers of the test session's own, for tests that need them.
 
-Each is started with the command CONTRIBUTING.md §6 gives when it is not answering, and a test that
-still cannot reach it fails with a message saying so: never a silent skip. Tests isolate
-themselves by name (a Redis key prefix, a MySQL table), not by a private server.
+The first test of a session (of each xdist worker) that asks for ``redis_url()`` or
+``mysql_url()`` starts a redis-server or a mariadbd of the session's own, on a free port of
+127.0.0.1 with its data in a temporary directory (``chaos.services``' servers); the session stops
+them at its end (tests/conftest.py). No server of the machine's is used or started, so neither
+a user's ``make run`` nor another test run on the machine shares their tables or keys. Tests
+isolate themselves from one another by name (a Redis key prefix, a MySQL table). A program that
+is not installed fails the test, saying which package to install: never a silent skip.
 """
 
 from __future__ import annotations
 
+import atexit
+import shutil
 import socket
 import subprocess
+import tempfile
 import time
 import uuid
 from pathlib import Path
@@ -16,59 +23,92 @@ from pathlib import Path
 import pytest
 import redis
 
-REDIS_HOST = "127.0.0.1"
-REDIS_PORT = 6379
+from chaos.services import MYSQL_DATABASE, PrivateMariaDB, PrivateRedis, ServiceError, executable
+
+__all__ = [
+    "MYSQL_DATABASE", "MYSQL_HOST", "free_port", "mysql_port", "mysql_url", "redis_url",
+    "start_private_redis", "stop_servers", "unique_name",
+]  # fmt: skip
+
 MYSQL_HOST = "127.0.0.1"
-MYSQL_PORT = 3306
-MYSQL_DATABASE = "test"
 START_DEADLINE_S = 30.0
 
-REDIS_START = [
-    "redis-server", "--daemonize", "yes", "--bind", "127.0.0.1", "-::1", "--port", "6379",
-    "--save", "", "--appendonly", "no", "--dir", "/var/lib/redis",
-    "--logfile", "/var/log/redis/ci.log",
-]  # fmt: skip
-MYSQL_START = [
-    "start-stop-daemon", "--start", "--oknodo", "--background", "--exec", "/usr/sbin/mariadbd",
-]  # fmt: skip
 
-
-def _answering(host: str, port: int) -> bool:
+def _program(name: str) -> str:
     try:
-        with socket.create_connection((host, port), timeout=1.0):
-            return True
-    except OSError:
-        return False
+        return executable(name)
+    except ServiceError as e:
+        pytest.fail(str(e), pytrace=False)
 
 
-def _ensure(name: str, host: str, port: int, start: list[str]) -> None:
-    if _answering(host, port):
-        return
-    try:
-        subprocess.run(start, check=False, capture_output=True, timeout=START_DEADLINE_S)
-    except (OSError, subprocess.TimeoutExpired) as e:
-        pytest.fail(f"{name} is not answering on {host}:{port} and could not be started: {e}")
-    deadline = time.monotonic() + START_DEADLINE_S
-    while time.monotonic() < deadline:
-        if _answering(host, port):
-            return
-        time.sleep(0.2)
-    pytest.fail(
-        f"{name} is not answering on {host}:{port}, even after `{' '.join(start)}`; "
-        "this test needs the real service (CONTRIBUTING.md §6)"
-    )
+class _SessionServers:
+    """The servers of this process's session, each started when first asked for."""
+
+    def __init__(self) -> None:
+        self.redis: PrivateRedis | None = None
+        self.mariadb: PrivateMariaDB | None = None
+        self.directory: Path | None = None
+
+    def private_redis(self) -> PrivateRedis:
+        if self.redis is None:
+            redis_server = PrivateRedis(self._dir("redis"), durable=False)
+            self._start(redis_server)
+            self.redis = redis_server
+        return self.redis
+
+    def private_mariadb(self) -> PrivateMariaDB:
+        if self.mariadb is None:
+            mariadbd = PrivateMariaDB(self._dir("mariadb"))
+            self._start(mariadbd)
+            self.mariadb = mariadbd
+        return self.mariadb
+
+    def stop(self) -> None:
+        for server in (self.redis, self.mariadb):
+            if server is not None and server.running():
+                server.stop()
+        self.redis = self.mariadb = None
+        if self.directory is not None:
+            shutil.rmtree(self.directory, ignore_errors=True)
+            self.directory = None
+
+    def _dir(self, name: str) -> Path:
+        # Short, in the system's temporary directory: MariaDB's socket path is limited.
+        if self.directory is None:
+            self.directory = Path(tempfile.mkdtemp(prefix="rocketbox-services-"))
+            atexit.register(self.stop)  # also when the session's own teardown never runs
+        return self.directory / name
+
+    @staticmethod
+    def _start(server: PrivateRedis | PrivateMariaDB) -> None:
+        try:
+            server.start()
+        except ServiceError as e:
+            pytest.fail(f"the test session's own {server.name} did not start: {e}", pytrace=False)
+
+
+_SERVERS = _SessionServers()
 
 
 def redis_url(db: int = 0) -> str:
-    """A running Redis's URL (started when needed)."""
-    _ensure("Redis", REDIS_HOST, REDIS_PORT, REDIS_START)
-    return f"redis://{REDIS_HOST}:{REDIS_PORT}/{db}"
+    """The URL of database ``db`` on the session's own Redis (started when first asked)."""
+    return f"redis://127.0.0.1:{_SERVERS.private_redis().port}/{db}"
 
 
 def mysql_url() -> str:
-    """A running MariaDB's SQLAlchemy URL for database ``test`` (started when needed)."""
-    _ensure("MariaDB", MYSQL_HOST, MYSQL_PORT, MYSQL_START)
-    return f"mysql+pymysql://root@{MYSQL_HOST}:{MYSQL_PORT}/{MYSQL_DATABASE}"
+    """The SQLAlchemy URL of database ``test`` on the session's own MariaDB (started when first
+    asked), as root without a password."""
+    return f"mysql+pymysql://root@{MYSQL_HOST}:{mysql_port()}/{MYSQL_DATABASE}"
+
+
+def mysql_port() -> int:
+    """The port of the session's own MariaDB (started when first asked)."""
+    return _SERVERS.private_mariadb().port
+
+
+def stop_servers() -> None:
+    """Stop the servers this session started and remove their data (at the session's end)."""
+    _SERVERS.stop()
 
 
 def unique_name(prefix: str) -> str:
@@ -93,7 +133,7 @@ def start_private_redis(
     if password is not None:
         args = (*args, "--requirepass", password)
     proc = subprocess.Popen(
-        ["redis-server", "--port", str(port), "--bind", "127.0.0.1", "--save", "",
+        [_program("redis-server"), "--port", str(port), "--bind", "127.0.0.1", "--save", "",
          "--appendonly", "no", "--dir", str(directory), *args],
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,

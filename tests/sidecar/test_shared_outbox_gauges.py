@@ -24,7 +24,7 @@ from sidecar.clock import now_ms
 from tests.broker.broker_process import wait_until
 from tests.outbox.entries import entry, message_id, receipt
 from tests.prometheus import metrics_port, scrape, series
-from tests.services import MYSQL_DATABASE, MYSQL_HOST, MYSQL_PORT, free_port, mysql_url
+from tests.services import MYSQL_DATABASE, MYSQL_HOST, free_port, mysql_port, mysql_url
 from tests.sidecar.sidecar_process import SidecarProcess
 from tests.sidecar.test_shared_outbox import B_METRICS_LINE
 
@@ -38,7 +38,7 @@ HOUR_MS = 3_600_000
 
 @pytest.fixture
 def password_url() -> Iterator[str]:
-    """A table of the test's own on the machine's MariaDB, reached as a user of the test's own
+    """A table of the test's own on the session's MariaDB, reached as a user of the test's own
     with a password; both dropped afterwards."""
     engine = sa.create_engine(mysql_url())
     suffix = uuid.uuid4().hex[:10]
@@ -48,7 +48,7 @@ def password_url() -> Iterator[str]:
         conn.exec_driver_sql(f"GRANT ALL ON `{MYSQL_DATABASE}`.* TO '{user}'@'%%'")
     try:
         yield (
-            f"mysql+pymysql://{user}:{password}@{MYSQL_HOST}:{MYSQL_PORT}/{MYSQL_DATABASE}"
+            f"mysql+pymysql://{user}:{password}@{MYSQL_HOST}:{mysql_port()}/{MYSQL_DATABASE}"
             f"?table={table}"
         )
     finally:
@@ -108,7 +108,7 @@ def test_two_sidecars_export_one_outbox_once_and_one_scans(password_url: str) ->
             )  # fmt: skip
         exported = {name: gauges(port) for name, port in ports.items()}
         assert exported["gauge-a"] == exported["gauge-b"], exported
-        label = f"mysql+pymysql://{MYSQL_HOST}:{MYSQL_PORT}/{MYSQL_DATABASE}.{table}"
+        label = f"mysql+pymysql://{MYSQL_HOST}:{mysql_port()}/{MYSQL_DATABASE}.{table}"
         assert exported["gauge-a"] == {
             (label, "PENDING"): 2, (label, "IN_FLIGHT"): 0, (label, "DELIVERED"): 2,
             (label, "DEAD"): 1,

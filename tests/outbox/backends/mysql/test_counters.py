@@ -1,7 +1,7 @@
 """The MySQL outbox's counters are its totals: ``<table>_counters`` agrees with a count of the
 entries whatever two outboxes sharing the table did, and an outbox from before them gets them.
 
-Against the machine's real MariaDB, each test on tables of its own, this proves:
+Against a real MariaDB (the test session's own), each test on tables of its own, this proves:
 - after every step of a seeded random sequence of every change there is (put, claim,
   reschedule, bury, release, deliver, requeue, retry_now, purge, expire_leases), made by either
   of two outboxes on one table, the counters' sums are the PENDING, DEAD and DELIVERED entries

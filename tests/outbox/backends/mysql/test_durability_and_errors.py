@@ -1,6 +1,6 @@
 """The MySQL outbox's durability and errors, beyond the contract (tests/outbox/conformance/).
 
-Against the machine's real MariaDB, each test on tables of its own, this proves:
+Against a real MariaDB (the test session's own), each test on tables of its own, this proves:
 - a committed put survives SIGKILL of the process that made it; a put_groups of 64 requests is
   one INSERT, and a mark_delivered_many of 64 entries one UPDATE, each in one transaction;
 - driver errors become OutboxUnavailableError with a clear message (server unreachable, table
@@ -141,7 +141,9 @@ def test_a_connection_the_server_killed_is_replaced_unnoticed(
         conn.execute(sa.text(f"CREATE USER '{user}'@'%' IDENTIFIED BY 'pw'"))
         conn.execute(sa.text(f"GRANT ALL ON test.* TO '{user}'@'%'"))
     try:
-        ob = open_outbox(f"mysql+pymysql://{user}:pw@127.0.0.1:3306/test?table={table}")
+        ob = open_outbox(
+            f"mysql+pymysql://{user}:pw@127.0.0.1:{engine.url.port}/test?table={table}"
+        )
         try:
             ob.put([entry(1)])
             assert ob.get(message_id(1)) is not None

@@ -1,7 +1,7 @@
 """The MySQL outbox's schema and the claim's queries, beyond the contract
 (tests/outbox/conformance/).
 
-Against the machine's real MariaDB, each test on tables of its own, this proves:
+Against a real MariaDB (the test session's own), each test on tables of its own, this proves:
 - only a writer's open creates the tables: a reader's (``create=False``) finds them or raises
   OutboxNotFoundError, creating nothing;
 - the schema: seq AUTO_INCREMENT, message_id unique, the body a LONGBLOB, the due index leading

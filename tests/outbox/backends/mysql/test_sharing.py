@@ -1,6 +1,6 @@
 """The MySQL outbox shared by several sidecars, beyond the contract (tests/outbox/conformance/).
 
-Against the machine's real MariaDB, each test on tables of its own, this proves:
+Against a real MariaDB (the test session's own), each test on tables of its own, this proves:
 - two outboxes on one table (two sidecars) never claim the same entry from concurrent threads,
   and share one exact bound;
 - FIFO across two outboxes claiming concurrently: only heads are ever claimed (a head that the

@@ -1,7 +1,7 @@
 """The MySQL outbox's stats read for the sidecars' gauges (``shared_stats``), and its name in
 metrics.
 
-Against the machine's real MariaDB, each test on tables of its own, this proves:
+Against a real MariaDB (the test session's own), each test on tables of its own, this proves:
 - a sidecar's periodic read, while another holds the scan's lease, looks rows up by index only:
   the counters by a range of their key, the oldest PENDING entry one step down an index (the
   optimizer reads it off the index: no table at all), the stats row by its key; no scan of the
