@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import atexit
 import shutil
-import socket
 import subprocess
 import tempfile
 import time
@@ -23,7 +22,17 @@ from pathlib import Path
 import pytest
 import redis
 
-from chaos.services import MYSQL_DATABASE, PrivateMariaDB, PrivateRedis, ServiceError, executable
+from chaos.services import (
+    MARIADB_INSTALL_DB,
+    MARIADBD,
+    MYSQL_DATABASE,
+    REDIS_SERVER,
+    PrivateMariaDB,
+    PrivateRedis,
+    ServiceError,
+    executable,
+    free_port,  # tests use it too: for a port of their own, or one that refuses connections
+)
 
 __all__ = [
     "MYSQL_DATABASE", "MYSQL_HOST", "free_port", "mysql_port", "mysql_url", "redis_url",
@@ -51,6 +60,7 @@ class _SessionServers:
 
     def private_redis(self) -> PrivateRedis:
         if self.redis is None:
+            _program(REDIS_SERVER)  # a missing program: the install command alone
             redis_server = PrivateRedis(self._dir("redis"), durable=False)
             self._start(redis_server)
             self.redis = redis_server
@@ -58,6 +68,8 @@ class _SessionServers:
 
     def private_mariadb(self) -> PrivateMariaDB:
         if self.mariadb is None:
+            _program(MARIADBD)
+            _program(MARIADB_INSTALL_DB)
             mariadbd = PrivateMariaDB(self._dir("mariadb"))
             self._start(mariadbd)
             self.mariadb = mariadbd
@@ -116,14 +128,6 @@ def unique_name(prefix: str) -> str:
     return f"{prefix}_{uuid.uuid4().hex[:12]}"
 
 
-def free_port() -> int:
-    """A port of 127.0.0.1 nothing listens on (free when asked; a test may bind it, or use it
-    as a port that refuses connections)."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 def start_private_redis(
     port: int, directory: Path, *args: str, password: str | None = None
 ) -> subprocess.Popen[bytes]:
@@ -133,7 +137,7 @@ def start_private_redis(
     if password is not None:
         args = (*args, "--requirepass", password)
     proc = subprocess.Popen(
-        [_program("redis-server"), "--port", str(port), "--bind", "127.0.0.1", "--save", "",
+        [_program(REDIS_SERVER), "--port", str(port), "--bind", "127.0.0.1", "--save", "",
          "--appendonly", "no", "--dir", str(directory), *args],
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
