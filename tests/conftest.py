@@ -26,6 +26,9 @@ import pytest
 
 from tests import services
 
+# The fast and slow tiers, and the check that a test not marked slow starts no process.
+pytest_plugins = ("tests.tiers",)
+
 # broker --listen, sidecar --listen / up --sidecar-listen, up --metrics-listen, namesrv --listen,
 # up --rocketmq-listen
 DEFAULT_PORTS = (8081, 8980, 9108, 9876, 8982)

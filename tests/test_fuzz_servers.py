@@ -50,6 +50,8 @@ from tests.broker.broker_process import BrokerProcess
 from tests.broker.grpc_service.test_malformed_requests import NOT_PROTOBUF, bad_utf8, raw_call
 from tests.sidecar.sidecar_process import SidecarProcess, outcome, send
 
+pytestmark = pytest.mark.slow
+
 TOPIC = "Fuzz"
 GROUP = "fuzz-group"
 METADATA = (("x-mq-client-id", "fuzz-client"),)

@@ -22,6 +22,8 @@ import pytest
 
 from tests.rocketbox_process import READY_DEADLINE_S, REPO_ROOT, STOP_DEADLINE_S, wait_until
 
+pytestmark = pytest.mark.slow
+
 README = REPO_ROOT / "README.md"
 MAKEFILE = REPO_ROOT / "Makefile"
 SIDECAR_LINE = re.compile(r"^sidecar listening on [^\s:]+:(\d+)", re.MULTILINE)

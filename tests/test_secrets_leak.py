@@ -37,6 +37,8 @@ from tests.broker.grpc_service.test_producer import message
 from tests.rocketbox_process import REPO_ROOT, RocketboxProcess
 from tests.services import free_port, start_private_redis
 
+pytestmark = pytest.mark.slow
+
 ADMIN = ("leak-admin", "Admin-Secret-1f2e3d4c5b")
 APP = ("leak-app", "App-Secret-9a8b7c6d5e")
 WRONG = "Wrong-Secret-0f1e2d3c4b"

@@ -12,6 +12,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import grpc
+import pytest
 from rocketmq.grpc_protocol import Code, service_pb2_grpc
 from rocketmq.grpc_protocol import definition_pb2 as pb
 from rocketmq.grpc_protocol import service_pb2 as spb
@@ -19,6 +20,8 @@ from rocketmq.grpc_protocol import service_pb2 as spb
 from broker.consumer_offset import OFFSETS_FILE_NAME
 from tests.broker.broker_process import BrokerProcess
 from tests.rocketbox_process import STOP_DEADLINE_S
+
+pytestmark = pytest.mark.slow
 
 CALL_DEADLINE_S = 15.0
 METADATA = (("x-mq-client-id", "controller-test"),)

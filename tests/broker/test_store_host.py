@@ -12,6 +12,8 @@ from broker.errors import BrokerConfigError
 from tests.broker.broker_process import BrokerProcess
 from tests.broker.grpc_service.test_producer import message, producer
 
+pytestmark = pytest.mark.slow
+
 
 def test_an_address_is_kept_and_a_name_is_resolved() -> None:
     assert store_host_address("10.1.2.3") == "10.1.2.3"

@@ -204,6 +204,7 @@ def test_half_open_forwards_up_and_drops_down(proxy: FaultProxy, echo: EchoServe
         assert receive(conn, 4) == b"back"
 
 
+@pytest.mark.slow
 def test_grpc_through_the_proxy_feels_each_fault(tmp_path: Path) -> None:
     with (
         BrokerProcess(tmp_path / "store") as broker,

@@ -37,6 +37,8 @@ import rocksdict
 
 from chaos.power_loss import UNSYNCED_BYTES_MIN, PowerLossDisk, PowerLossError
 
+pytestmark = pytest.mark.slow
+
 WRITER_DEADLINE_S = 60.0
 
 

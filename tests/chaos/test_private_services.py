@@ -12,9 +12,13 @@ from __future__ import annotations
 import signal
 from pathlib import Path
 
+import pytest
+
 from chaos.services import PrivateMariaDB, PrivateRedis
 from outbox import open_outbox
 from tests.outbox.entries import entry, message_id
+
+pytestmark = pytest.mark.slow
 
 
 def test_a_private_redis_keeps_an_acknowledged_entry_across_sigkill(tmp_path: Path) -> None:

@@ -35,6 +35,8 @@ from rocketbox_api.v1 import sidecar_pb2 as api
 from rocketbox_api.v1 import sidecar_pb2_grpc
 from tests.grpc_health import HealthStub
 
+pytestmark = pytest.mark.slow
+
 CALL_DEADLINE_S = 30.0
 # Long enough for a live broker on this machine to answer a health check; a stopped one never does.
 SILENCE_DEADLINE_S = 1.0

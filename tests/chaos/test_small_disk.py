@@ -17,6 +17,8 @@ import pytest
 
 from chaos.disk import SIZE_BYTES_MAX, SIZE_BYTES_MIN, DiskError, SmallDisk
 
+pytestmark = pytest.mark.slow
+
 SIZE_BYTES = 1024 * 1024
 
 

@@ -36,6 +36,8 @@ from tests.services import free_port
 from tests.sidecar.sidecar_process import SidecarProcess, wait_stored
 from tests.sidecar.test_sidecar_process import Blackhole
 
+pytestmark = pytest.mark.slow
+
 CONCURRENT_SENDS = 64
 DEADLINE_S = 30.0
 

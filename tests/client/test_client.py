@@ -45,6 +45,8 @@ from tests.services import free_port
 from tests.sidecar.sidecar_process import SidecarProcess, wait_stored
 from tests.sidecar.test_sidecar_process import Blackhole
 
+pytestmark = pytest.mark.slow
+
 DEADLINE_S = 30.0
 RETRY_LOG = re.compile(r"UNAVAILABLE .*first message_id=(\S+)|UNAVAILABLE .*message_id=(\S+)")
 

@@ -11,6 +11,8 @@ from pathlib import Path
 
 import pytest
 
+pytestmark = pytest.mark.slow
+
 REPO_ROOT = Path(__file__).resolve().parents[2]
 CLIENT_PROTO = REPO_ROOT / "client" / "rocketbox_client" / "_proto"
 GENERATED = ("sidecar_pb2.py", "sidecar_pb2.pyi")

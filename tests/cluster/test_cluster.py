@@ -22,6 +22,7 @@ import sys
 from pathlib import Path
 
 import grpc
+import pytest
 from rocketmq.grpc_protocol import definition_pb2 as pb
 from rocketmq.grpc_protocol import service_pb2 as spb
 from rocketmq.grpc_protocol import service_pb2_grpc
@@ -31,6 +32,8 @@ from tests.broker.grpc_service.test_consumer import receive_all, simple_consumer
 from tests.broker.grpc_service.test_producer import message, producer
 from tests.cluster.processes import Cluster, ClusterBroker, running_cluster
 from tests.rocketbox_process import REPO_ROOT, wait_until
+
+pytestmark = pytest.mark.slow
 
 TOPIC = "ClusterTopic"
 QUEUES = 4

@@ -50,6 +50,8 @@ from tests.cluster.test_cluster import CONSUMER_ARGS, query_route, rocketbox
 from tests.cluster.test_failover import slaves_connected
 from tests.rocketbox_process import wait_until
 
+pytestmark = pytest.mark.slow
+
 SPREAD = "Spread"  # on both groups, from the start
 QUEUES = 4
 FRESH = "Fresh"  # created on broker-a alone, just before its master dies

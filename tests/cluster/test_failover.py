@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import grpc
+import pytest
 
 from rocketbox_api.admin.v1 import broker_admin_pb2, broker_admin_pb2_grpc
 from rocketbox_api.v1 import sidecar_pb2_grpc
@@ -30,6 +31,8 @@ from tests.cluster.processes import Cluster, running_cluster
 from tests.cluster.test_cluster import query_route
 from tests.rocketbox_process import REPO_ROOT, wait_until
 from tests.sidecar.sidecar_process import SidecarProcess, message, outcome, send
+
+pytestmark = pytest.mark.slow
 
 TOPIC = "Orders"
 MESSAGES = 240

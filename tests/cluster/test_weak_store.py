@@ -11,10 +11,14 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from tests.broker.broker_process import BrokerProcess
 from tests.prometheus import sample, scrape
 from tests.rocketbox_process import REPO_ROOT
 from tests.sidecar.sidecar_process import SidecarProcess, message, outcome, send
+
+pytestmark = pytest.mark.slow
 
 TOPIC = "Work"
 MESSAGES = 5

@@ -20,6 +20,8 @@ import pytest
 from tests.helm.chart import APP_CHART, CHART, KUBERNETES_VERSIONS, Helm, by_name, find, parse
 from tests.helm.test_lint_validate import kubernetes_validate
 
+pytestmark = pytest.mark.slow
+
 RELEASE_NAME = "rb"  # tests/helm/chart.py renders every chart as release "rb"
 
 

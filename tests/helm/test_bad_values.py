@@ -14,6 +14,8 @@ import pytest
 
 from tests.helm.chart import CHART, VALUES, Helm, by_name, find, parse
 
+pytestmark = pytest.mark.slow
+
 BAD = VALUES / "bad"
 
 # file → fragments helm's error must contain

@@ -11,9 +11,12 @@ from __future__ import annotations
 import base64
 from typing import Any
 
+import pytest
 from cryptography.fernet import Fernet
 
 from tests.helm.chart import CHART, Helm, by_name, parse
+
+pytestmark = pytest.mark.slow
 
 KEY_FILE_ARG = "--auth-key-file=/etc/rocketbox/acl/acl.key"
 

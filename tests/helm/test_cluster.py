@@ -41,6 +41,8 @@ from tests.helm.test_commands import parse as parse_command
 from tests.helm.test_lint_validate import kubernetes_validate, without_custom_kinds
 from tests.helm.test_render import APP, BROKER, HEADLESS, RECONCILE, SIDECAR, pod_spec, selects
 
+pytestmark = pytest.mark.slow
+
 FULLNAME = "rb-rocketbox"
 NAMESRV = f"{FULLNAME}-namesrv"
 NAMESRV_HEADLESS = f"{FULLNAME}-namesrv-headless"

@@ -28,6 +28,8 @@ from tests.helm.chart import by_name, find
 from tests.helm.conftest import Rendered
 from tests.helm.test_render import APP, BROKER, RECONCILE, SIDECAR, STORE_MOUNT
 
+pytestmark = pytest.mark.slow
+
 # What a Secret would hand the sidecar, for parsing only.
 SECRET_URLS = {
     "redis": "redis://127.0.0.1:6379/0?prefix=rocketbox",

@@ -28,6 +28,8 @@ from tests.helm.chart import (
 )
 from tests.helm.conftest import Rendered
 
+pytestmark = pytest.mark.slow
+
 VALIDATE_TIMEOUT_S = 120
 
 

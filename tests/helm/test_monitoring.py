@@ -60,6 +60,8 @@ from tests.sidecar.sidecar_process import (
     set_flow_control,
 )
 
+pytestmark = pytest.mark.slow
+
 FULLNAME = "rb-rocketbox"
 DEADLINE_S = 30.0
 # The concerns an operator needs alerts for, each to an alert of the chart.

@@ -27,6 +27,8 @@ from tests.helm.test_commands import parse as parse_command
 from tests.helm.test_lint_validate import kubernetes_validate, without_custom_kinds
 from tests.helm.test_render import RECONCILE, env, pod_spec
 
+pytestmark = pytest.mark.slow
+
 SPARK_VALUES = VALUES / "reconcile-spark.yaml"
 SHARED = "/var/lib/rocketbox/shared"
 MASTER = "spark://spark-master.spark.svc.cluster.local:7077"

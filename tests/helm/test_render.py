@@ -14,8 +14,12 @@ from __future__ import annotations
 import math
 from typing import Any
 
+import pytest
+
 from tests.helm.chart import NAMESPACE, Doc, by_name, find
 from tests.helm.conftest import Rendered
+
+pytestmark = pytest.mark.slow
 
 FULLNAME = "rb-rocketbox"
 BROKER = f"{FULLNAME}-broker"

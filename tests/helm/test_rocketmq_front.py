@@ -27,6 +27,8 @@ import pytest
 from tests.helm.chart import CHART, KUBERNETES_VERSIONS, Helm, by_name, find, parse
 from tests.helm.test_lint_validate import kubernetes_validate, without_custom_kinds
 
+pytestmark = pytest.mark.slow
+
 APP = "rb-rocketbox-example-app"
 SIDECAR = "rocketbox-sidecar"
 FRONT_ON = ["exampleApp.enabled=true", "sidecar.rocketmq.enabled=true"]

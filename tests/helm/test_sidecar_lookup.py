@@ -15,6 +15,8 @@ from rocketbox.envvars import commands_of
 from sidecar.channels import Endpoint
 from tests.helm.chart import CHART, Helm, by_name, find, parse
 
+pytestmark = pytest.mark.slow
+
 APP = "rb-rocketbox-example-app"
 SIDECAR = "rocketbox-sidecar"
 NAMESRV = "rocketmq-namesrv-0.rocketmq:9876;rocketmq-namesrv-1.rocketmq:9876"

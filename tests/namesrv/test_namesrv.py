@@ -29,6 +29,8 @@ from tests.cluster.processes import NamesrvProcess, cluster_broker
 from tests.prometheus import sample, scrape
 from tests.rocketbox_process import REPO_ROOT, wait_until
 
+pytestmark = pytest.mark.slow
+
 DEADLINE_S = 30.0
 CALL_DEADLINE_S = 5.0
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 import time
 
 import grpc
+import pytest
 from grpc_health.v1 import health_pb2
 
 from rocketbox_api.namesrv.v1 import namesrv_pb2 as npb
@@ -20,6 +21,8 @@ from rocketbox_api.namesrv.v1 import namesrv_pb2_grpc
 from tests.cluster.processes import NamesrvProcess
 from tests.namesrv.test_namesrv import request
 from tests.test_fuzz_servers import FAULT_LINE, Fuzzer, assert_fuzzed, assert_undecodable_refused
+
+pytestmark = pytest.mark.slow
 
 NAMESRV_SERVICES = (
     npb.DESCRIPTOR.services_by_name["NameServerService"],

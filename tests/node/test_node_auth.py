@@ -21,6 +21,8 @@ from tests.broker.broker_process import BrokerProcess
 from tests.node.node_script import run_node_script
 from tests.node.test_node_client import node_executable
 
+pytestmark = pytest.mark.slow
+
 SCRIPT_DEADLINE_S = 90.0
 USERS: Users = {
     "app": ("app-secret-key", [("Topic:Orders", "PUB")]),

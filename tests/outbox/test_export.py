@@ -20,6 +20,8 @@ from outbox.export import EXPORT_SCHEMA, export_jsonl, export_parquet
 from tests.outbox.entries import LEASE_MS, NOW_MS, message_id, receipt
 from tests.outbox.entries import entry as new_entry
 
+pytestmark = pytest.mark.slow
+
 
 def parquet_rows(path: Path) -> list[dict[str, Any]]:
     """The file's rows as JSON would give them (a Parquet map reads back as key/value pairs)."""

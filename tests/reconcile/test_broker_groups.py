@@ -41,6 +41,8 @@ from tests.reconcile.planted import SEGMENT_BYTES, T0, counts
 from tests.reconcile.rocketbox_reconcile import reconcile
 from tests.reconcile.testdata import CommitLogWriter, ledger_line, write_ledger
 
+pytestmark = pytest.mark.slow
+
 STORE_A = ("10.0.0.1", 8081)
 STORE_B = ("10.0.0.2", 8081)
 # Enough 150-byte records for several 8 KiB segments per directory.

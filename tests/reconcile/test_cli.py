@@ -16,10 +16,14 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from reconcile.errors import EXIT_CODES
 from tests.reconcile.planted import planted
 from tests.reconcile.rocketbox_reconcile import RECONCILE_DEADLINE_S, reconcile
 from tests.rocketbox_process import REPO_ROOT
+
+pytestmark = pytest.mark.slow
 
 EXIT_LOST = 1
 EXIT_USAGE = 2

@@ -40,6 +40,8 @@ from tests.reconcile.rocketbox_reconcile import Reconciled, reconcile
 from tests.rocketbox_process import wait_until
 from tests.services import free_port
 
+pytestmark = pytest.mark.slow
+
 START_DEADLINE_S = 90.0
 STOP_DEADLINE_S = 60.0
 VENV_DEADLINE_S = 60.0

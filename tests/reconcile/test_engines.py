@@ -47,6 +47,8 @@ from reconcile.summary_document import SCOPE_TOPICS_MAX
 from tests.reconcile.planted import Planted, counts, planted
 from tests.rocketbox_process import REPO_ROOT
 
+pytestmark = pytest.mark.slow
+
 # What may differ between two runs: how and where they ran, and how long they took.
 _HOW_IT_RAN = ("engine", "inputs", "details", "phases_s", "elapsed_s")
 # The import check runs the job in a fresh interpreter: well within this on 2 cores.

@@ -229,6 +229,7 @@ def test_a_checkpoint_for_other_inputs_is_refused(
     assert (copy / CURRENT).read_text() == current
 
 
+@pytest.mark.slow
 def test_the_command_line_runs_incrementally(plants: Planted, tmp_path: Path) -> None:
     # Its own live files: it appends to the ledger, which the module's runs share.
     live, copy = Live(plants, tmp_path / "live"), tmp_path / "checkpoint"

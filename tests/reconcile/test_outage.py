@@ -19,6 +19,8 @@ import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import pytest
+
 from tests.broker.broker_process import BrokerProcess, wait_until
 from tests.reconcile.chromium import dump_dom, read_png, screenshot
 from tests.reconcile.rocketbox_reconcile import reconcile
@@ -31,6 +33,8 @@ from tests.sidecar.sidecar_process import (
     send,
     stored_copies,
 )
+
+pytestmark = pytest.mark.slow
 
 DELIVERY_DEADLINE_S = 60.0
 BEFORE, DURING, AFTER = 40, 30, 40

@@ -64,6 +64,8 @@ from tests.reconcile.planted import (
 )
 from tests.reconcile.report_page import EPOCH_MS, measure
 
+pytestmark = pytest.mark.slow
+
 
 @pytest.fixture(scope="module")
 def plants(tmp_path_factory: pytest.TempPathFactory) -> Planted:

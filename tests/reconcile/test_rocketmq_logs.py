@@ -44,6 +44,8 @@ from tests.reconcile.rocketmq_logs import (
 )
 from tests.reconcile.rocketmq_records import Broker
 
+pytestmark = pytest.mark.slow
+
 LOG_FIGURES = ("records", "kept_records", "parked_records", "system_topic_records",
                "rollback_records", "records_without_id")  # fmt: skip
 BLANK_MAGIC = struct.pack(">i", -875286124)

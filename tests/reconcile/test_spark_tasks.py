@@ -23,6 +23,8 @@ from reconcile.config import DRILL_DOWN_IDS_MAX_DEFAULT
 from reconcile.outcomes import BUCKET_MS_DEFAULT
 from reconcile.segment_scan import SCAN_BATCH_RECORDS_MAX
 
+pytestmark = pytest.mark.slow
+
 
 @pytest.fixture
 def unfrozen() -> Iterator[None]:

@@ -191,6 +191,7 @@ def both_engines(
     return run(config(ENGINE_IN_PROCESS)), run(config(ENGINE_SPARK), spark)
 
 
+@pytest.mark.slow
 def test_spark_scans_in_small_parts_and_finds_what_the_in_process_engine_finds(
     spark: SparkSession, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -245,6 +246,7 @@ def test_a_part_begun_at_a_record_forged_inside_a_body_is_caught_by_the_part_bef
         assert (got, asdict(merged), read_past) == (expected, asdict(whole), False), part_bytes
 
 
+@pytest.mark.slow
 def test_spark_scans_a_log_with_a_forged_record_whole_and_finds_what_in_process_finds(
     spark: SparkSession, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -15,6 +15,8 @@ import pytest
 
 from tests.broker.broker_process import SMALL_STORE_ARGS
 
+pytestmark = pytest.mark.slow
+
 START_DEADLINE_S = 30.0
 READY_LINE = "Ctrl-C stops cleanly"
 FRONT_LINE = "sidecar RocketMQ front on 127.0.0.1:"

@@ -71,6 +71,7 @@ def test_the_top_level_help_cuts_no_summary_and_says_how_to_complete() -> None:
 
 
 @pytest.mark.parametrize("level", ["ERROR", "CRITICAL"])
+@pytest.mark.slow
 def test_log_level_takes_error_and_critical(level: str) -> None:
     # In a process of its own: the root logger is process-wide, and pytest's is in this one.
     script = (
@@ -139,6 +140,7 @@ def test_a_command_added_later_follows_the_rule() -> None:
     assert "ROCKETBOX_SEND_MESSAGE_GROUP" in help_text
 
 
+@pytest.mark.slow
 def test_a_variable_sets_a_servers_option(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """`rocketbox broker` with only variables for --listen and --data-dir: the default port
     (8081) is held by the test session, so a ready broker is listening where the variable said."""
@@ -178,6 +180,7 @@ def test_plural_groups_thousands_and_takes_an_irregular_plural() -> None:
     assert noun_form(1, "child", "children") == "child"
 
 
+@pytest.mark.slow
 def test_each_command_is_imported_only_when_it_is_used() -> None:
     """``rocketbox --version`` imports none of the servers: the root names its commands by
     module and imports one when it is looked up."""

@@ -28,6 +28,8 @@ from tests.cluster.processes import NamesrvProcess
 from tests.rocketbox_process import rocketbox_cli as rocketbox
 from tests.rocketmq_proxy import RocketMQProxy, rocketmq_proxy
 
+pytestmark = pytest.mark.slow
+
 KNOWN_GROUP = "CliReaders"
 TOPICS = ("CliOrders", "CliDrain", "CliQuick")
 ADMIN_ONLY = ("acl", "cluster", "flow-control", "group", "message", "topic")

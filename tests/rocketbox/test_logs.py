@@ -6,8 +6,12 @@ from __future__ import annotations
 import json
 from typing import Any
 
+import pytest
+
 from tests.services import free_port
 from tests.sidecar.sidecar_process import SidecarProcess, message, outcome, send
+
+pytestmark = pytest.mark.slow
 
 
 def json_lines(output: str) -> list[dict[str, Any]]:

@@ -11,6 +11,7 @@ import re
 import time
 from pathlib import Path
 
+import pytest
 from rocketmq import ClientConfiguration, Credentials, FilterExpression, SimpleConsumer
 
 from rocketbox_api.v1 import sidecar_pb2 as api
@@ -25,6 +26,8 @@ from tests.sidecar.sidecar_process import (
     set_flow_control,
     wait_stored,
 )
+
+pytestmark = pytest.mark.slow
 
 BROKER_METRICS_LINE = re.compile(r"^metrics on http://[^\s]+:(\d+)/metrics", re.MULTILINE)
 SIDECAR_METRICS_LINE = re.compile(r"sidecar metrics on [^\s]+:(\d+)")

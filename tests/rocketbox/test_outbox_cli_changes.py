@@ -38,6 +38,8 @@ from tests.rocketbox.outbox_cli_support import (
 )
 from tests.sidecar.sidecar_process import SidecarProcess, wait_stored
 
+pytestmark = pytest.mark.slow
+
 # -- requeue and retry-now, then a real sidecar delivers ------------------------------------------
 
 

@@ -24,6 +24,8 @@ from tests.rocketbox.outbox_cli_support import CLI_DEADLINE_S, E1, E2, HOUR_MS, 
 from tests.rocketbox_process import REPO_ROOT
 from tests.services import free_port
 
+pytestmark = pytest.mark.slow
+
 # -- errors ---------------------------------------------------------------------------------------
 
 

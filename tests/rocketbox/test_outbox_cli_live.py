@@ -48,6 +48,8 @@ from tests.sidecar.sidecar_process import (
     set_flow_control,
 )
 
+pytestmark = pytest.mark.slow
+
 # Spooled entries wait an hour: only retry-now makes them due. The broker being down, the pool
 # probes one due entry at a time, at least every 100 ms.
 HOUR_BACKOFF_ARGS = (

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import pyarrow.parquet as pq
+import pytest
 
 from outbox.export import export_row
 from tests.outbox.entries import NOW_MS, message_id
@@ -31,6 +32,8 @@ from tests.rocketbox.outbox_cli_support import (
     rows,
     seed,
 )
+
+pytestmark = pytest.mark.slow
 
 # -- stats, ls, show ------------------------------------------------------------------------------
 

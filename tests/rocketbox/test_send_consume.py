@@ -27,6 +27,8 @@ from tests.rocketbox_process import CLI_DEADLINE_S, REPO_ROOT, rocketbox_cli, wa
 from tests.services import free_port
 from tests.sidecar.sidecar_process import SidecarProcess
 
+pytestmark = pytest.mark.slow
+
 # Bodies here may be any bytes: output read as latin-1, which takes them all.
 rocketbox = functools.partial(rocketbox_cli, encoding="latin-1")
 

@@ -14,6 +14,7 @@ import time
 from pathlib import Path
 
 import grpc
+import pytest
 from rocketmq import (
     ClientConfiguration,
     Credentials,
@@ -28,6 +29,8 @@ from tests.broker.broker_process import SMALL_STORE_ARGS
 from tests.prometheus import metrics_port, sample, scrape
 from tests.rocketbox_process import RocketboxProcess, wait_until
 from tests.sidecar.sidecar_process import message, outcome, send, wait_stored
+
+pytestmark = pytest.mark.slow
 
 SIDECAR_LINE = re.compile(r"^sidecar listening on [^\s]+:(\d+)")
 BROKER_LINE = re.compile(r"broker listening on [^\s]+:(\d+)")

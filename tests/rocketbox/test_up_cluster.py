@@ -17,6 +17,7 @@ import time
 from pathlib import Path
 
 import grpc
+import pytest
 
 from rocketbox.up_layout import up_broker_stores
 from rocketbox_api.v1 import sidecar_pb2_grpc
@@ -24,6 +25,8 @@ from tests.broker.broker_process import SMALL_STORE_ARGS
 from tests.broker.grpc_service.test_consumer import simple_consumer
 from tests.rocketbox_process import REPO_ROOT, RocketboxProcess, wait_until
 from tests.sidecar.sidecar_process import message, outcome, send
+
+pytestmark = pytest.mark.slow
 
 READY_LINE = re.compile(r"^sidecar listening on [^\s]+:(\d+) \(apps send here")
 UP_LINE = re.compile(r"^cluster up; Ctrl-C stops it cleanly", re.MULTILINE)

@@ -37,6 +37,8 @@ from tests.sidecar.sidecar_process import (
     set_flow_control,
 )
 
+pytestmark = pytest.mark.slow
+
 METRICS_LINE = re.compile(r"^metrics on http://[^\s]+:(\d+)/metrics", re.MULTILINE)
 # The outbox gauges are refreshed every 5 s (the sidecar's default --outbox-stats-interval-ms).
 GAUGE_DEADLINE_S = 30.0

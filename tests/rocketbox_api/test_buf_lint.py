@@ -21,6 +21,8 @@ import pytest
 
 from rocketbox_api.generate import REPO_ROOT
 
+pytestmark = pytest.mark.slow
+
 NODE_DIR = REPO_ROOT / "tests" / "node"
 BUF_PACKAGE = NODE_DIR / "node_modules" / "@bufbuild" / "buf"
 # The package's launcher: a Node script that runs the binary of this platform's package

@@ -8,7 +8,11 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from rocketbox_api.generate import REPO_ROOT, generated_files, proto_files
+
+pytestmark = pytest.mark.slow
 
 GENERATE_DEADLINE_S = 120.0
 

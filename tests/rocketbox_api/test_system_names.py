@@ -120,6 +120,7 @@ def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
     b.stop()
 
 
+@pytest.mark.slow
 def test_the_official_producer_sending_to_tbw102_is_refused(
     broker: BrokerProcess, caplog: pytest.LogCaptureFixture
 ) -> None:
@@ -139,6 +140,7 @@ def test_the_official_producer_sending_to_tbw102_is_refused(
 
 
 @pytest.mark.parametrize("group", ["%RETRY%x", "CID_RMQ_SYS_x"])
+@pytest.mark.slow
 def test_the_official_consumer_in_a_system_group_is_refused(
     broker: BrokerProcess, group: str
 ) -> None:
@@ -151,6 +153,7 @@ def test_the_official_consumer_in_a_system_group_is_refused(
     assert f"{group!r} is a system group" in str(refused.value)
 
 
+@pytest.mark.slow
 def test_the_admin_cli_refuses_to_create_a_system_topic_or_group(broker: BrokerProcess) -> None:
     topic = rocketbox_cli("topic", "create", "TBW102", broker=broker.endpoint)
     assert topic.returncode != 0, topic
@@ -166,6 +169,7 @@ def test_the_admin_cli_refuses_to_create_a_system_topic_or_group(broker: BrokerP
      (("--group", "CID_RMQ_SYS_x"), "group: 'CID_RMQ_SYS_x' is a system group")],
     ids=["topic", "group"],
 )  # fmt: skip
+@pytest.mark.slow
 def test_a_broker_asked_to_create_a_system_name_at_start_refuses_it(
     tmp_path: Path, option: tuple[str, str], said: str
 ) -> None:

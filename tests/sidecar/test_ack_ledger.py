@@ -48,6 +48,8 @@ from tests.sidecar.sidecar_process import (
 )
 from tests.sidecar.test_coalescing import METRICS_ARGS, METRICS_LINE
 
+pytestmark = pytest.mark.slow
+
 LEDGER_DEADLINE_S = 10.0
 HOUR_MS = 3_600_000
 

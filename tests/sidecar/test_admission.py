@@ -34,6 +34,8 @@ from tests.sidecar.sidecar_process import (
 )
 from tests.sidecar.test_coalescing import METRICS_ARGS, METRICS_LINE
 
+pytestmark = pytest.mark.slow
+
 IN_FLIGHT_MAX = 4
 # Long enough that the held sends are surely inside while the test looks; each ends spooled.
 HELD_SEND_TIMEOUT_MS = 3_000

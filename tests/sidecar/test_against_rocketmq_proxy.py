@@ -18,6 +18,7 @@ import json
 import re
 from pathlib import Path
 
+import pytest
 from rocketmq.grpc_protocol import Code
 
 from outbox.entry import EntryState
@@ -35,6 +36,8 @@ from tests.sidecar.sidecar_process import (
     outcome,
     send,
 )
+
+pytestmark = pytest.mark.slow
 
 TOPIC = "Orders"
 METRICS_LINE = re.compile(r"sidecar metrics on [^\s]+:(\d+)")

@@ -56,6 +56,8 @@ from tests.sidecar.sidecar_process import (
     stored_copies,
 )
 
+pytestmark = pytest.mark.slow
+
 MESSAGE_FIELDS = frozenset(f.name for f in api.Message.DESCRIPTOR.fields) | {"message"}
 NEVER_ANSWERED = (grpc.StatusCode.OK, grpc.StatusCode.UNKNOWN, grpc.StatusCode.INTERNAL)
 STATUS_CODES = {code.value[0]: code for code in grpc.StatusCode}

@@ -15,6 +15,8 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+import pytest
+
 from rocketbox_api.admin.v1 import broker_admin_pb2
 from rocketbox_api.v1 import sidecar_pb2 as api
 from tests.broker.broker_process import BrokerProcess
@@ -28,6 +30,8 @@ from tests.sidecar.sidecar_process import (
     stored_copies,
     wait_stored,
 )
+
+pytestmark = pytest.mark.slow
 
 METRICS_LINE = re.compile(r"sidecar metrics on [^\s]+:(\d+)")
 METRICS_ARGS = ("--metrics-listen=127.0.0.1:0",)

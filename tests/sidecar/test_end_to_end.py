@@ -38,6 +38,8 @@ from tests.sidecar.sidecar_process import (
     wait_stored,
 )
 
+pytestmark = pytest.mark.slow
+
 DELIVERY_DEADLINE_S = 30.0
 
 

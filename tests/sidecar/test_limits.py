@@ -35,6 +35,8 @@ from tests.sidecar.sidecar_process import (
     stored_copies,
 )
 
+pytestmark = pytest.mark.slow
+
 DEADLINE_S = 30.0
 
 

@@ -14,6 +14,8 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+import pytest
+
 from outbox import EntryState, open_outbox
 from rocketbox_api.v1 import sidecar_pb2 as api
 from tests.broker.broker_process import BrokerProcess, wait_until
@@ -26,6 +28,8 @@ from tests.sidecar.sidecar_process import (
     restart,
     stored_copies,
 )
+
+pytestmark = pytest.mark.slow
 
 TOPIC = "Orders"
 SPOOLED = 100

@@ -7,10 +7,14 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+import pytest
+
 from rocketbox_api.v1 import sidecar_pb2 as api
 from tests.broker.broker_process import BrokerProcess, wait_until
 from tests.prometheus import Samples, metrics_port, sample, scrape, series
 from tests.sidecar.sidecar_process import SidecarProcess, message, outcome, restart, send
+
+pytestmark = pytest.mark.slow
 
 METRICS_LINE = re.compile(r"sidecar metrics on [^\s]+:(\d+)")
 DEADLINE_S = 30.0

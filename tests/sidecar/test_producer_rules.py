@@ -161,6 +161,7 @@ async def with_route(
     return server, producer
 
 
+@pytest.mark.slow
 def test_a_failed_send_is_retried_on_another_broker_then_avoided(broker: BrokerProcess) -> None:
     async def scenario() -> None:
         # dict order: the dead broker comes first in the route, so the first try goes there.
@@ -220,6 +221,7 @@ def test_a_fifo_group_is_always_addressed_to_the_same_queue() -> None:
     ], "the broker's offsets"
 
 
+@pytest.mark.slow
 def test_a_receipt_names_no_broker_when_its_endpoint_fronts_several(
     broker: BrokerProcess,
 ) -> None:

@@ -138,6 +138,7 @@ def delivered(outbox: Outbox, message_ids: dict[str, int]) -> Callable[[], bool]
     return check
 
 
+@pytest.mark.slow
 def test_a_backlog_goes_once_a_send_to_its_topic_is_stored_again(
     broker: BrokerProcess, outbox_url: str
 ) -> None:
@@ -173,6 +174,7 @@ def test_a_backlog_goes_once_a_send_to_its_topic_is_stored_again(
             back.kill()
 
 
+@pytest.mark.slow
 def test_throttled_entries_are_pulled_in_once_the_broker_takes_sends(
     broker: BrokerProcess, outbox_url: str
 ) -> None:

@@ -13,11 +13,14 @@ the v1alpha classes write: those classes encode the requests of both here.
 from __future__ import annotations
 
 import grpc
+import pytest
 from google.protobuf import descriptor_pb2, descriptor_pool
 from grpc_reflection.v1alpha import reflection_pb2 as wire
 
 from tests.broker.broker_process import BrokerProcess
 from tests.sidecar.sidecar_process import CALL_DEADLINE_S, SidecarProcess
+
+pytestmark = pytest.mark.slow
 
 V1_SERVICE = "grpc.reflection.v1.ServerReflection"
 V1ALPHA_SERVICE = "grpc.reflection.v1alpha.ServerReflection"

@@ -29,6 +29,8 @@ from sidecar.producer import ProducerConfig
 from tests.broker.broker_process import BrokerProcess
 from tests.sidecar.sidecar_process import CALL_DEADLINE_S, SidecarProcess, message, outcome, send
 
+pytestmark = pytest.mark.slow
+
 MIB = 1024 * 1024
 # Past the old receive cap (send_batch_bytes_max + 1 MiB = 17 MiB), under the new one.
 FAR_OVER_BYTES = 20 * MIB

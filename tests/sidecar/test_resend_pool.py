@@ -20,6 +20,8 @@ import threading
 import time
 from collections.abc import Sequence
 
+import pytest
+
 from outbox.backends.memory import MemoryOutbox
 from outbox.entry import (
     DeliveryReceipt,
@@ -43,6 +45,8 @@ from sidecar.resend_pool import (
 )
 from tests.broker.broker_process import BrokerProcess
 from tests.sidecar.sidecar_process import wait_stored
+
+pytestmark = pytest.mark.slow
 
 DRAIN_DEADLINE_S = 60.0
 

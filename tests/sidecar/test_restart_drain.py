@@ -43,6 +43,8 @@ from tests.sidecar.sidecar_process import (
     stored_copies,
 )
 
+pytestmark = pytest.mark.slow
+
 TOPIC = "Orders"
 SIDECAR_ID = "restart-test"
 # Far longer than the test: a drain that waited for the dead run's leases would time out.

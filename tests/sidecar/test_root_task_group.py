@@ -31,6 +31,8 @@ from tests.sidecar.in_process import WAIT_DEADLINE_S
 from tests.sidecar.scripted_broker import scripted_broker
 from tests.sidecar.sidecar_process import CALL_DEADLINE_S, message, outcome
 
+pytestmark = pytest.mark.slow
+
 
 def test_a_dying_background_task_stops_the_sidecar_and_stop_raises_it(
     caplog: pytest.LogCaptureFixture,

@@ -28,6 +28,8 @@ from sidecar.clock import now_ms
 from tests.broker.broker_process import BrokerProcess
 from tests.sidecar.sidecar_process import SidecarProcess, message, outcome, send, timestamp_ms
 
+pytestmark = pytest.mark.slow
+
 # 1971-01-01T00:00:00Z.
 YEAR_1971_MS = 31_536_000_000
 

@@ -42,6 +42,8 @@ from tests.grpc_health import HealthStub
 from tests.rocketbox_process import REPO_ROOT
 from tests.sidecar.sidecar_process import BROKER_ARGS, SidecarProcess, wait_stored
 
+pytestmark = pytest.mark.slow
+
 TOKEN = "the-sidecar-token-of-this-test-0123"
 TOPIC = "Secure"
 CALL_TIMEOUT_S = 15.0

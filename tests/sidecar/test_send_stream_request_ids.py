@@ -22,6 +22,7 @@ from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 import grpc
+import pytest
 
 from outbox.factory import open_outbox
 from rocketbox_api.v1 import sidecar_pb2 as api
@@ -36,6 +37,8 @@ from tests.sidecar.sidecar_process import (
     stored_copies,
     wait_stored,
 )
+
+pytestmark = pytest.mark.slow
 
 # Far past the test: the first request's send waits on the paused broker, never times out.
 SEND_TIMEOUT_MS = 120_000

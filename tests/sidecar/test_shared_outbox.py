@@ -32,6 +32,8 @@ from tests.sidecar.sidecar_process import (
     stored_copies,
 )
 
+pytestmark = pytest.mark.slow
+
 # Enough that one pool's drain outlasts the other's reconnection to the returned broker (its
 # gRPC channel's reconnect back-off, at most 2 s) and its first probe.
 MESSAGES_PER_SIDECAR = 300

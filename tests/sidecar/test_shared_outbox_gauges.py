@@ -28,6 +28,8 @@ from tests.services import MYSQL_DATABASE, MYSQL_HOST, free_port, mysql_port, my
 from tests.sidecar.sidecar_process import SidecarProcess
 from tests.sidecar.test_shared_outbox import B_METRICS_LINE
 
+pytestmark = pytest.mark.slow
+
 DEADLINE_S = 30.0
 # Long beside a turn of a busy machine's event loop: the lease (3 intervals) outlives a stall.
 STATS_INTERVAL_MS = 1_000

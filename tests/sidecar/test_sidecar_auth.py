@@ -21,6 +21,8 @@ from tests.broker.auth.auth_broker import ADMIN, auth_broker, make_user
 from tests.broker.broker_process import BrokerProcess
 from tests.sidecar.sidecar_process import SidecarProcess, message, outcome, send
 
+pytestmark = pytest.mark.slow
+
 SIDECAR_USER = ("sidecar-app", "sidecar-secret-key")
 LATE_USER = ("late-app", "late-app-secret-key")
 RECEIVE_DEADLINE_S = 60.0

@@ -39,6 +39,8 @@ from tests.sidecar.sidecar_process import (
     stored_copies,
 )
 
+pytestmark = pytest.mark.slow
+
 DELIVERY_DEADLINE_S = 30.0
 
 

@@ -35,6 +35,8 @@ from tests.sidecar.sidecar_process import (
     wait_stored,
 )
 
+pytestmark = pytest.mark.slow
+
 DEADLINE_S = 30.0
 SPOOLED_COUNT = 5
 # Longer than any test: a lasting state is said once (the repeat test sets its own).

@@ -35,6 +35,8 @@ from tests.sidecar.rocketmq_front.front_send_process import (
 )
 from tests.sidecar.sidecar_process import CALL_DEADLINE_S, set_flow_control
 
+pytestmark = pytest.mark.slow
+
 TOPIC = "Traced"
 TRACE_METADATA = (("traceparent", TRACEPARENT), ("tracestate", TRACESTATE))
 APPS_OWN = "the app's own, kept as sent"

@@ -19,6 +19,8 @@ from tests.redis_servers import start_redis
 from tests.services import free_port
 from tests.sidecar.sidecar_process import SidecarProcess, message, send
 
+pytestmark = pytest.mark.slow
+
 WAIT_MS = 100
 
 

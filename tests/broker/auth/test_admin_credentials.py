@@ -26,6 +26,8 @@ from rocketbox.cli import main
 from rocketbox_api.credentials import CredentialsError, read_credentials_file
 from tests.rocketbox_process import CLI_DEADLINE_S, REPO_ROOT
 
+pytestmark = pytest.mark.slow
+
 SECRET = "a-long-enough-secret"
 OTHER_SECRET = "another-long-secret"
 LIMIT = f"{SECRET_KEY_LENGTH_MIN}..{SECRET_KEY_LENGTH_MAX} characters"

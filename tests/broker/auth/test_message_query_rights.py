@@ -22,6 +22,8 @@ from tests.broker.broker_process import BrokerProcess, wait_until
 from tests.broker.grpc_service.test_producer import DEADLINE_S, message, producer
 from tests.prometheus import sample, scrape
 
+pytestmark = pytest.mark.slow
+
 USERS: Users = {
     "app": ("app-secret-key", [("Topic:Orders", "PUB"), ("Topic:shop%Orders", "PUB")]),
     "reader": ("reader-secret-key", [("Topic:Orders", "SUB")]),

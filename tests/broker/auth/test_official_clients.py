@@ -27,6 +27,8 @@ from tests.broker.grpc_service.test_consumer import receive_all, simple_consumer
 from tests.broker.grpc_service.test_producer import DEADLINE_S, Checker, message, producer
 from tests.prometheus import sample, scrape
 
+pytestmark = pytest.mark.slow
+
 # user → (secret, [(resource, actions)]) made with `rocketbox acl`.
 USERS: Users = {
     "app": ("app-secret-key", [("Topic:Orders", "PUB")]),

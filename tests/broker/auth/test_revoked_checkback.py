@@ -27,6 +27,8 @@ from tests.broker.grpc_service.test_consumer import receive_all, simple_consumer
 from tests.broker.grpc_service.test_producer import DEADLINE_S, message, producer
 from tests.prometheus import sample, scrape
 
+pytestmark = pytest.mark.slow
+
 TOPIC = "TT"
 GROUP = "readers"
 SECRET_BODY = b"tx2 SECRET half message body"

@@ -34,6 +34,8 @@ from tests.broker.auth.auth_broker import Users, auth_broker
 from tests.broker.broker_process import BrokerProcess
 from tests.broker.grpc_service.test_producer import stored
 
+pytestmark = pytest.mark.slow
+
 TOPIC = "Replay"
 USER, SECRET = "sender", "sender-secret-key"
 USERS: Users = {USER: (SECRET, [(f"Topic:{TOPIC}", "PUB")])}

@@ -37,6 +37,8 @@ from rocketmq.v5.exception import TooManyRequestsException
 from tests.broker.broker_process import REPO_ROOT, BrokerProcess, wait_until
 from tests.grpc_health import HealthStub
 
+pytestmark = pytest.mark.slow
+
 CLI_DEADLINE_S = 60.0
 DISPATCH_DEADLINE_S = 30.0
 TOPICS = ("--topic", "Orders:4", "--topic", "Steps:2:FIFO", "--topic", "Other:2")

@@ -44,6 +44,8 @@ from tests.broker.grpc_service.test_consumer import broker_for, simple_consumer
 from tests.broker.grpc_service.test_edges import CALL_DEADLINE_S
 from tests.broker.grpc_service.test_producer import message, producer
 
+pytestmark = pytest.mark.slow
+
 DEADLINE_S = 30.0
 # Long enough that nothing received comes back by itself while a test looks.
 HOLD_S = 60

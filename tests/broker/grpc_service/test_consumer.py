@@ -19,6 +19,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+import pytest
 from rocketmq import (
     ClientConfiguration,
     ConsumeResult,
@@ -33,6 +34,8 @@ from rocketmq import (
 from tests.broker.broker_process import BrokerProcess, wait_until
 from tests.broker.grpc_service.test_producer import message, producer
 from tests.prometheus import sample, scrape
+
+pytestmark = pytest.mark.slow
 
 DEADLINE_S = 30.0
 # Half a 20 s long poll: a receive back before it was woken, not timed out.

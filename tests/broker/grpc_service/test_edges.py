@@ -20,6 +20,7 @@ import uuid
 from pathlib import Path
 
 import grpc
+import pytest
 from grpc_health.v1 import health_pb2
 from rocketmq.grpc_protocol import Code, service_pb2_grpc
 from rocketmq.grpc_protocol import definition_pb2 as pb
@@ -28,6 +29,8 @@ from rocketmq.grpc_protocol import service_pb2 as spb
 from tests.broker.broker_process import REPO_ROOT, BrokerProcess
 from tests.broker.grpc_service.test_producer import stored
 from tests.grpc_health import HealthStub
+
+pytestmark = pytest.mark.slow
 
 CALL_DEADLINE_S = 10.0
 

@@ -15,11 +15,14 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import grpc
+import pytest
 from rocketmq.grpc_protocol import Code, service_pb2_grpc
 from rocketmq.grpc_protocol import definition_pb2 as pb
 from rocketmq.grpc_protocol import service_pb2 as spb
 
 from tests.broker.broker_process import BrokerProcess
+
+pytestmark = pytest.mark.slow
 
 METADATA = (("x-mq-client-id", "graceful-stop-test"),)
 # Long enough that only the broker ends the stream: the test's own deadline never does.

@@ -35,6 +35,8 @@ from rocketbox_api.names import GROUP_LENGTH_MAX, TOPIC_LENGTH_MAX
 from tests.broker.broker_process import BrokerProcess, wait_until
 from tests.broker.grpc_service.test_admin import cli, cli_json, copies, message, producer, refused
 
+pytestmark = pytest.mark.slow
+
 DEADLINE_S = 30.0
 # Long enough that nothing received in a test comes back by itself while the test looks at it.
 HOLD_S = 60

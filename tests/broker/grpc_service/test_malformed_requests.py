@@ -36,6 +36,8 @@ from rocketbox_api.admin.v1 import broker_admin_pb2
 from rocketbox_api.rate_limited_log import LOG_INTERVAL_S_DEFAULT
 from tests.broker.broker_process import BrokerProcess
 
+pytestmark = pytest.mark.slow
+
 CALL_DEADLINE_S = 10.0
 METADATA = (("x-mq-client-id", "malformed-test"),)
 NOT_PROTOBUF = b"\x0a\x05\x0a"  # a length-delimited field running past the end

@@ -38,6 +38,8 @@ from broker.store.codec.message import MessageExt
 from broker.store.message_store import DefaultMessageStore
 from tests.broker.broker_process import BrokerProcess, small_store_config, wait_until
 
+pytestmark = pytest.mark.slow
+
 DEADLINE_S = 30.0
 
 

@@ -16,6 +16,7 @@ import time
 from pathlib import Path
 
 import grpc
+import pytest
 from rocketmq.grpc_protocol import Code, service_pb2_grpc
 from rocketmq.grpc_protocol import definition_pb2 as pb
 from rocketmq.grpc_protocol import service_pb2 as spb
@@ -23,6 +24,8 @@ from rocketmq.grpc_protocol import service_pb2 as spb
 from tests.broker.broker_process import BrokerProcess, wait_until
 from tests.broker.grpc_service.test_edges import send, wire_message
 from tests.prometheus import sample, scrape
+
+pytestmark = pytest.mark.slow
 
 CALL_DEADLINE_S = 15.0
 # Half the 10 s long poll below: a pull back before it was woken, not timed out.

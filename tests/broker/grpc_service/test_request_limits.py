@@ -40,6 +40,8 @@ from broker.grpc_service.request_limits import (
 )
 from tests.broker.broker_process import BrokerProcess
 
+pytestmark = pytest.mark.slow
+
 CALL_DEADLINE_S = 30.0
 METADATA = (("x-mq-client-id", "limits-test"),)
 TOPIC = "Limits"

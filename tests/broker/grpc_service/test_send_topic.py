@@ -17,6 +17,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import grpc
+import pytest
 from rocketmq.grpc_protocol import Code, service_pb2_grpc
 from rocketmq.grpc_protocol import definition_pb2 as pb
 from rocketmq.grpc_protocol import service_pb2 as spb
@@ -25,6 +26,8 @@ from broker.config import BrokerConfig
 from broker.store.config import MessageStoreConfig
 from tests.broker.broker_process import BrokerProcess
 from tests.broker.grpc_service.test_edges import send, wire_message
+
+pytestmark = pytest.mark.slow
 
 CALL_DEADLINE_S = 15.0
 DEFAULT_QUEUE_NUMS = BrokerConfig(

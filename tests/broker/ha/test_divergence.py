@@ -11,6 +11,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import grpc
+import pytest
 
 from rocketbox_api.admin.v1 import broker_admin_pb2 as apb
 from rocketbox_api.admin.v1 import broker_admin_pb2_grpc
@@ -26,6 +27,8 @@ from tests.broker.ha.ha_helpers import (
     wait_caught_up,
 )
 from tests.prometheus import sample, scrape
+
+pytestmark = pytest.mark.slow
 
 RPC_DEADLINE_S = 10.0
 

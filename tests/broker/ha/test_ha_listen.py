@@ -13,10 +13,14 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from broker.broker_controller import BrokerController
 from broker.config import BrokerConfig
 from rocketbox_api.listen import HA, ListenError
 from tests.broker.broker_process import REPO_ROOT, small_store_config
+
+pytestmark = pytest.mark.slow
 
 CLI_DEADLINE_S = 60
 

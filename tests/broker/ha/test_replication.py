@@ -31,6 +31,8 @@ from tests.broker.ha.ha_helpers import (
     wait_caught_up,
 )
 
+pytestmark = pytest.mark.slow
+
 SEGMENT_BYTES = 8 * 1024 * 1024
 BIG_BODY_BYTES = 3 * 1024 * 1024
 BIG_RECEIVE_TIMEOUT_S = 15

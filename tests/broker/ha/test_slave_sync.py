@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
 from rocketmq.grpc_protocol import Code
 from rocketmq.grpc_protocol import definition_pb2 as pb
 from rocketmq.grpc_protocol import service_pb2 as spb
@@ -25,6 +26,8 @@ from tests.broker.grpc_service.test_consumer import receive_all, simple_consumer
 from tests.broker.grpc_service.test_producer import message, producer
 from tests.broker.grpc_service.test_pull import committed, pull, queue, stub_call
 from tests.broker.ha.ha_helpers import DEADLINE_S, ha_address, master, slave, wait_caught_up
+
+pytestmark = pytest.mark.slow
 
 
 def test_a_topic_created_on_the_master_appears_on_the_slave(tmp_path: Path) -> None:

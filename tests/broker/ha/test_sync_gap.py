@@ -13,12 +13,16 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
+
 from broker.broker_controller import BrokerController
 from broker.config import BrokerConfig, BrokerRole
 from broker.store.status import PutMessageStatus
 from tests.broker.broker_process import REPO_ROOT, small_store_config
 from tests.broker.ha.ha_helpers import DEADLINE_S, slave
 from tests.broker.store.store_helpers import message
+
+pytestmark = pytest.mark.slow
 
 GAP_BYTES = 4096
 

@@ -25,6 +25,8 @@ from tests.broker.ha.ha_helpers import (
     wait_caught_up,
 )
 
+pytestmark = pytest.mark.slow
+
 SYNC_FLUSH_TIMEOUT_MS = 500
 
 

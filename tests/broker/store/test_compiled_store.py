@@ -13,7 +13,11 @@ import sys
 import zipfile
 from pathlib import Path
 
+import pytest
+
 from tests.broker.store.conftest import EXPECT_COMPILED_ENV
+
+pytestmark = pytest.mark.slow
 
 REPO = Path(__file__).resolve().parents[3]
 # What the wheel is built from: what the image copies (Dockerfile), without local state.

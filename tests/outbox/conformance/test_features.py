@@ -71,6 +71,7 @@ def test_two_processes_claiming_at_once_never_get_the_same_entry(
     assert set(every) == {message_id(n) for n in range(entries_n)}
 
 
+@pytest.mark.slow
 def test_what_a_killed_process_put_survives_only_when_declared(
     open_ob: OpenOutbox, outbox_url: str, features: OutboxFeatures
 ) -> None:

@@ -24,6 +24,8 @@ from tests.broker.grpc_service.test_consumer import receive_all, simple_consumer
 from tests.broker.grpc_service.test_producer import Checker, message, producer
 from tests.sidecar.rocketmq_front.front_process import BROKER_FRONT_ARGS, FrontSidecar
 
+pytestmark = pytest.mark.slow
+
 SIDECAR = ("front-sidecar", "front-sidecar-secret")
 APP = ("front-app", "front-app-secret")
 PAYER = ("front-payer", "front-payer-secret")

@@ -32,6 +32,8 @@ from tests.sidecar.rocketmq_front.front_send_process import (
 )
 from tests.sidecar.sidecar_process import BROKER_ARGS, CALL_DEADLINE_S, restart, wait_stored
 
+pytestmark = pytest.mark.slow
+
 ADVERTISED = "front.example:18081"
 # What a queue is, apart from where it is reached.
 Queue = tuple[str, int, int, int, tuple[int, ...]]

@@ -54,6 +54,8 @@ from tests.sidecar.rocketmq_front.front_send_process import (
 )
 from tests.sidecar.sidecar_process import BROKER_ARGS, restart, stored_copies, wait_stored
 
+pytestmark = pytest.mark.slow
+
 SENDS = "rocketbox_sidecar_sends_total"
 DELIVERY_DEADLINE_S = 60.0
 BODY_BYTES_MAX = 4 * 1024 * 1024

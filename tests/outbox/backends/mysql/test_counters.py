@@ -29,6 +29,8 @@ from outbox.backends.mysql.outbox import MySQLOutbox
 from tests.outbox.backends.mysql.harness import OpenMySQL, run_threads
 from tests.outbox.entries import NOW_MS, entry, message_id, receipt
 
+pytestmark = pytest.mark.slow
+
 STEPS = 150
 THREAD_STEPS = 120
 OWNERS = ("s0/a", "s1/b")  # two sidecars' incarnations

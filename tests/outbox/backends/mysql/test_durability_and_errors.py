@@ -40,6 +40,8 @@ from tests.outbox.backends.mysql.harness import (
 )
 from tests.outbox.entries import LEASE_MS, NOW_MS, entry, ids, message_id, receipt
 
+pytestmark = pytest.mark.slow
+
 PUT_AND_HANG = """
 import sys
 from outbox import open_outbox

@@ -34,6 +34,8 @@ from tests.outbox.backends.mysql.harness import (
 )
 from tests.outbox.entries import LEASE_MS, NOW_MS, entry, ids, message_id, receipt
 
+pytestmark = pytest.mark.slow
+
 
 def test_schema_is_created_in_the_table_the_url_names(
     open_mysql: OpenMySQL, table: str, engine: sa.Engine

@@ -34,6 +34,8 @@ from tests.outbox.backends.mysql.harness import (
 )
 from tests.outbox.entries import LEASE_MS, NOW_MS, TOPIC, entry, ids, message_id, receipt
 
+pytestmark = pytest.mark.slow
+
 
 def test_two_outboxes_on_one_table_never_claim_the_same_entry(open_mysql: OpenMySQL) -> None:
     sidecars = [open_mysql(), open_mysql()]

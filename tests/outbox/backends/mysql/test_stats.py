@@ -29,6 +29,8 @@ from outbox.backends.mysql.stats import STATS_LEASE_INTERVALS
 from tests.outbox.backends.mysql.harness import OpenMySQL, catch_statements
 from tests.outbox.entries import LEASE_MS, NOW_MS, entry, message_id, receipt
 
+pytestmark = pytest.mark.slow
+
 INTERVAL_MS = 5_000
 # The holder's scan, as the backend names its index.
 SCAN_MARKER = "FORCE INDEX (ix_fifo_lease)"

@@ -24,6 +24,8 @@ from tests.outbox.entries import LEASE_MS, NOW_MS, TOPIC, entry, message_id, rec
 from tests.redis_servers import RedisClusterServers, delete_keys
 from tests.services import redis_url, unique_name
 
+pytestmark = pytest.mark.slow
+
 
 def test_one_server_names_its_keys_as_before() -> None:
     prefix = unique_name("layout")

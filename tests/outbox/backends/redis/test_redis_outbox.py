@@ -35,6 +35,8 @@ from tests.outbox.conftest import OpenOutbox
 from tests.outbox.entries import LEASE_MS, NOW_MS, TOPIC, entry, ids, message_id, receipt
 from tests.services import free_port, redis_url, start_private_redis
 
+pytestmark = pytest.mark.slow
+
 START_DEADLINE_S = 30.0
 
 

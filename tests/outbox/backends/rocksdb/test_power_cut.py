@@ -17,11 +17,15 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from outbox import EntryState, OutboxEntry
 from outbox.backends.rocksdb.outbox import RocksDBOutbox
 from outbox.entry import OutboxLimits
 from tests.outbox.backends.rocksdb.power_cut import PowerCutWriter
 from tests.outbox.entries import LEASE_MS, NOW_MS, message_id
+
+pytestmark = pytest.mark.slow
 
 PUT = 12
 CLAIM = 5

@@ -21,6 +21,8 @@ from tests.outbox.entries import LEASE_MS, NOW_MS, entry, message_id, receipt
 from tests.outbox.small_fs import small_disk
 from tests.rocketbox_process import wait_until
 
+pytestmark = pytest.mark.slow
+
 FS_BYTES = 16 * 1024 * 1024
 RESERVE_BYTES = 2 * 1024 * 1024
 # Small write buffers: a reopen (what the reserve must hold first) writes at most two of them.

@@ -35,6 +35,8 @@ from tests.outbox.entries import LEASE_MS, NOW_MS, entry, message_id, receipt
 from tests.outbox.small_fs import small_disk
 from tests.rocketbox_process import wait_until
 
+pytestmark = pytest.mark.slow
+
 FS_BYTES = 16 * 1024 * 1024
 WRITE_BUFFER_BYTES = 1024 * 1024
 BODY_BYTES = 1_000
