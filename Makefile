@@ -1,5 +1,7 @@
 # The two commands of the README: `make run` starts rocketbox's embedded default, `make test`
 # runs every check CI runs. Both build the virtual environment themselves from pyproject.toml.
+# Between edits: `make check` (lint and types) and `make test-fast` (the tests that start no
+# process); `make test` before a push.
 PYTHON ?= python3
 VENV ?= .venv
 DATA_DIR ?= ./data
@@ -29,7 +31,7 @@ CHROMIUM := /usr/bin/chromium
 # prometheus package ships it (its service is not started: the tests run promtool alone).
 PROMTOOL := /usr/bin/promtool
 
-.PHONY: run test lint bench bench-compiled bench-broker bench-cluster clean
+.PHONY: run test test-fast check lint compiled-store bench bench-compiled bench-broker bench-cluster clean
 
 # The client library (client/, its own distribution rocketbox-client) goes into the same venv.
 $(RUN_STAMP): pyproject.toml client/pyproject.toml
@@ -72,25 +74,43 @@ $(PROMTOOL):
 run: $(RUN_STAMP)
 	$(BIN)/rocketbox up --data-dir $(DATA_DIR)
 
-# mypy covers tests/ as well (pyproject's files); lint-imports checks the import layers of
-# docs/design.md §9 (pyproject's [tool.importlinter] contracts). The other house rules are
-# tests/test_house_rules.py.
-lint: $(DEV_STAMP)
+# Lint and types: mypy covers tests/ as well (pyproject's files); lint-imports checks the import
+# layers of docs/design.md §9 (pyproject's [tool.importlinter] contracts). The other house rules
+# are tests/test_house_rules.py. `make lint` is its older name.
+check: $(DEV_STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy
 	$(BIN)/lint-imports --no-cache
 
-# The suite on two workers (pytest-xdist: most of its time is spent waiting on the processes it
-# starts) under coverage, its per-file figure printed (pyproject's [tool.coverage]); then a floor
-# for each of the two parts whose tests run in process, a little under what they cover, so that
-# losing tests fails while the usual drift does not. Code run in the brokers and sidecars that
-# tests start as processes is not traced: the floors need none of it, and tracing those would slow
-# the timing-sensitive tests (flow control's 200 ms wait in the send queue) for a bigger number.
-# The 25 slowest tests are listed: what to look at when the suite nears its 15-minute budget.
+lint: check
+
+# The fast tier: every test not marked slow, which is every test that starts no process (no
+# broker, sidecar, namesrv or proxy process, no redis-server or mariadbd, no Spark, chromium or
+# node; tests/tiers.py fails a test that does and is not marked). No coverage, nothing to install
+# beyond the dev extra.
+test-fast: $(DEV_STAMP)
+	$(BIN)/pytest -m "not slow" -n 2 --durations=25
+
+# The wheel with the store compiled by mypyc that tests/broker/store/test_compiled_store.py
+# tests, kept under build/compiled-store/ and built again only when the store changed
+# (tests/broker/store/compiled_wheel.py). `make test` builds it beside `make check`, off the
+# suite's path.
+compiled-store: $(DEV_STAMP)
+	$(BIN)/python -m tests.broker.store.compiled_wheel
+
+# Everything CI runs (.ci/run): the checks, then the whole suite, both tiers, on two workers
+# (pytest-xdist: most of its time is spent waiting on the processes it starts) under coverage, its
+# per-file figure printed (pyproject's [tool.coverage]); then a floor for each of the two parts
+# whose tests run in process, a little under what they cover, so that losing tests fails while
+# the usual drift does not. Code run in the brokers and sidecars that tests start as processes is
+# not traced: the floors need none of it, and tracing those would slow the timing-sensitive tests
+# (flow control's 200 ms wait in the send queue) for a bigger number. The 25 slowest tests are
+# listed: what to look at when the suite nears its budget.
 COVERAGE_BROKER_STORE_MIN_PERCENT := 92
 COVERAGE_OUTBOX_MIN_PERCENT := 94
-test: lint $(NODE_STAMP) $(HELM) $(CHROMIUM) $(PROMTOOL)
+test: $(DEV_STAMP) $(NODE_STAMP) $(HELM) $(CHROMIUM) $(PROMTOOL)
+	$(MAKE) --no-print-directory -j2 check compiled-store
 	$(BIN)/pytest -n 2 --cov --cov-report=term --durations=25
 	$(BIN)/coverage report --include='broker/store/**' --fail-under=$(COVERAGE_BROKER_STORE_MIN_PERCENT)
 	$(BIN)/coverage report --include='outbox/**' --fail-under=$(COVERAGE_OUTBOX_MIN_PERCENT)
