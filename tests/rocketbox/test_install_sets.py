@@ -44,8 +44,12 @@ def test_make_run_installs_the_runtime_set_and_make_test_the_dev_extra() -> None
     assert "--quiet -e" not in run_install  # pip's progress is shown
     assert makefile_rule("$(DEV_STAMP)").startswith("$(DEV_STAMP): $(RUN_STAMP)\n")
     assert "-e '.[reconcile,dev]'" in makefile_rule("$(DEV_STAMP)")
-    assert makefile_rule("lint").startswith("lint: $(DEV_STAMP)\n")
-    assert makefile_rule("test").startswith("test: lint ")
+    assert makefile_rule("check").startswith("check: $(DEV_STAMP)\n")
+    assert makefile_rule("lint").startswith("lint: check\n")
+    assert makefile_rule("test-fast").startswith("test-fast: $(DEV_STAMP)\n")
+    test = makefile_rule("test")
+    assert test.startswith("test: $(DEV_STAMP) ")
+    assert " check " in test.splitlines()[1]  # the checks run first, beside the compiled store
 
 
 def test_reconcile_without_its_extra_says_how_to_add_it(monkeypatch: pytest.MonkeyPatch) -> None:
