@@ -2,9 +2,10 @@
 
 The build is most of test_compiled_store.py's time, and what it compiles is broker/store alone:
 the wheel is kept under build/compiled-store/, keyed by a hash of the store's sources, setup.py,
-pyproject.toml, the Python and the mypy (mypyc) that compile them, and built again only when one
-of those changed. The other packages in the wheel are plain copies of their sources: the test
-takes those from the checkout (site_of), so a cached wheel never tests stale code.
+what pyproject.toml tells the build and mypy, the Python and the mypy (mypyc) that compile
+them, and built again only when one of those changed. The other packages in the wheel are plain
+copies of their sources: the test takes those from the checkout (site_of), so a kept wheel never
+tests stale code.
 
 ``python -m tests.broker.store.compiled_wheel`` builds it ahead (make test, beside the lint).
 """
@@ -14,11 +15,13 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import hashlib
+import json
 import os
 import shutil
 import subprocess
 import sys
 import tempfile
+import tomllib
 import zipfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -31,8 +34,11 @@ COMPILED_PACKAGE = "broker/store"
 # What the wheel is built from: what the image copies (Dockerfile), without local state.
 PACKAGES = ("broker", "namesrv", "sidecar", "outbox", "reconcile", "rocketbox", "rocketbox_api")
 FILES = ("pyproject.toml", "setup.py", "README.md")
-# What the compiled modules depend on: a change to anything else reuses the wheel.
-KEY_FILES = ("pyproject.toml", "setup.py")
+# What the compiled modules depend on besides the store: setup.py, and the tables of
+# pyproject.toml the build and mypyc read (a change to the linters' or the tests' settings
+# reuses the wheel).
+KEY_FILES = ("setup.py",)
+KEY_TABLES = ("build-system", "project", "setuptools", "mypy")
 BUILD_TIMEOUT_S = 600
 IGNORED = shutil.ignore_patterns("__pycache__", "*.so")
 
@@ -40,6 +46,9 @@ IGNORED = shutil.ignore_patterns("__pycache__", "*.so")
 def cache_key() -> str:
     digest = hashlib.sha256()
     digest.update(f"{sys.version}\n{sys.platform}\nmypy {mypy.version.__version__}\n".encode())
+    project = tomllib.loads((REPO / "pyproject.toml").read_text())
+    tables = {**project, **project.get("tool", {})}
+    digest.update(json.dumps({t: tables.get(t) for t in KEY_TABLES}, sort_keys=True).encode())
     paths = [REPO / f for f in KEY_FILES]
     paths += sorted(p for p in (REPO / COMPILED_PACKAGE).rglob("*") if p.is_file() and _kept(p))
     for path in paths:
