@@ -42,6 +42,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Self
 
+from chaos.processes import REPO_ROOT, log_tail
 from tests.rocketmq_proxy.config import (
     FLOW_CONTROL_FILE,
     INVISIBLE_DURATION_MIN_MS,
@@ -52,11 +53,9 @@ from tests.rocketmq_proxy.config import (
 )
 from tests.rocketmq_proxy.store import StoredMessage, read_acked, read_stored
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
 READY_DEADLINE_S = 30.0
 STOP_DEADLINE_S = 10.0
 POLL_INTERVAL_S = 0.02
-LOG_TAIL_BYTES = 4096
 BIND_FAILED_EXIT_CODE = 2
 
 
@@ -186,9 +185,7 @@ class RocketMQProxy:
         return read_acked(self.data_dir, group)
 
     def log_tail(self) -> str:
-        if not self.log_path.exists():
-            return "(no output)"
-        return self.log_path.read_bytes()[-LOG_TAIL_BYTES:].decode(errors="replace")
+        return log_tail(self.log_path)
 
     def _started(self) -> subprocess.Popen[bytes]:
         if self._proc is None:
